@@ -1,0 +1,247 @@
+"""IR → PTX text.
+
+``emit(module)`` writes a :class:`jaxptx.ir.Module` as PTX. Each node is a
+sequence of tokens; a node that carries ``trivia`` (recorded by the parser)
+gets exactly that whitespace and those comments between its tokens, and a
+node without trivia is spaced canonically. ``style="canonical"`` ignores all
+trivia and gives the normal form jaxptx itself writes.
+
+Example:
+    >>> from jaxptx import ir
+    >>> from jaxptx.emit import emit_statement
+    >>> emit_statement(ir.Instruction("add", ("f32",), (ir.Register("%f1"),
+    ...     ir.Register("%f2"), ir.Immediate(1.0, "f32"))))
+    '\\tadd.f32 %f1, %f2, 0f3F800000;\\n'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from . import ir
+
+__all__ = ["emit", "emit_statement", "operand_text", "statement_tokens"]
+
+INDENT = "\t"
+
+
+def operand_text(op: ir.Operand) -> str:
+    """An operand in canonical spelling (``[%rd1+4]``, ``{%f1, %f2}``)."""
+    return "".join(", " if t == "," else t for t in op.tokens())
+
+
+def _join(tokens: list[str], trivia: ir.Trivia) -> str:
+    if trivia is None or len(trivia) != len(tokens) + 1:
+        raise ValueError(
+            f"trivia must have {len(tokens) + 1} entries for {len(tokens)} tokens, "
+            f"got {None if trivia is None else len(trivia)}")
+    parts = [trivia[0]]
+    for tok, gap in zip(tokens, trivia[1:]):
+        parts.append(tok)
+        parts.append(gap)
+    return "".join(parts)
+
+
+def _operand_list_tokens(ops: tuple[ir.Operand, ...]) -> list[str]:
+    out: list[str] = []
+    for i, op in enumerate(ops):
+        if i:
+            out.append(",")
+        out.extend(op.tokens())
+    return out
+
+
+def _guard_tokens(g: ir.Guard | None) -> list[str]:
+    if g is None:
+        return []
+    return ["@", "!", g.register.name] if g.negated else ["@", g.register.name]
+
+
+def _vardecl_tokens(d: ir.VarDecl, *, semicolon: bool) -> list[str]:
+    out = [f".{x}" for x in d.linkage]
+    out.append(f".{d.space}")
+    for attr in d.attributes:
+        out.extend(attr.split(" "))
+    if d.align is not None:
+        out.extend([".align", str(d.align)])
+    if d.vector is not None:
+        out.append(f".v{d.vector}")
+    out.extend([f".{d.type}", d.name])
+    for n in d.dims:
+        out.extend(["[", "]"] if n < 0 else ["[", str(n), "]"])
+    if d.init is not None:
+        out.append("=")
+        if d.init_braced or len(d.init) != 1:
+            out.extend(["{", *_operand_list_tokens(d.init), "}"])
+        else:
+            out.extend(d.init[0].tokens())
+    if semicolon:
+        out.append(";")
+    return out
+
+
+def statement_tokens(s: ir.Statement) -> list[str]:
+    """The tokens of one statement, in order (what trivia interleaves with)."""
+    if isinstance(s, ir.Instruction):
+        return [*_guard_tokens(s.guard), s.name, *_operand_list_tokens(s.operands), ";"]
+    if isinstance(s, ir.Label):
+        return [s.name, ":"]
+    if isinstance(s, ir.Comment):
+        return [f"/*{s.text}*/" if s.block else f"//{s.text}"]
+    if isinstance(s, ir.RegDecl):
+        out = [".reg"]
+        if s.vector is not None:
+            out.append(f".v{s.vector}")
+        out.append(f".{s.type}")
+        for i, n in enumerate(s.names):
+            if i:
+                out.append(",")
+            out.append(n.name)
+            if n.count is not None:
+                out.extend(["<", str(n.count), ">"])
+        out.append(";")
+        return out
+    if isinstance(s, ir.VarDecl):
+        return _vardecl_tokens(s, semicolon=True)
+    if isinstance(s, ir.Directive):
+        out = [f".{s.name}"]
+        for i, a in enumerate(s.args):
+            if i and s.commas:
+                out.append(",")
+            out.append(a)
+        if s.semicolon:
+            out.append(";")
+        return out
+    raise TypeError(f"expected an ir statement, got {type(s).__name__}")
+
+
+def _canonical_statement(s: ir.Statement, indent: str) -> str:
+    if isinstance(s, ir.Instruction):
+        guard = ""
+        if s.guard is not None:
+            guard = f"@{'!' if s.guard.negated else ''}{s.guard.register.name} "
+        ops = ", ".join(operand_text(o) for o in s.operands)
+        return f"{indent}{guard}{s.name}{' ' + ops if ops else ''};\n"
+    if isinstance(s, ir.Label):
+        return f"{s.name}:\n"
+    return f"{indent}{_canonical_join(statement_tokens(s))}\n"
+
+
+_NO_SPACE_BEFORE = frozenset([",", ";", "]", "}", "<", ">", "["])
+_NO_SPACE_AFTER = frozenset(["[", "<", "{"])
+
+
+def _canonical_join(tokens: list[str]) -> str:
+    out: list[str] = []
+    for tok in tokens:
+        if out and tok not in _NO_SPACE_BEFORE and out[-1] not in _NO_SPACE_AFTER:
+            out.append(" ")
+        out.append(tok)
+    return "".join(out)
+
+
+def _statement(s: ir.Statement, style: str, depth: int) -> Iterator[str]:
+    if isinstance(s, ir.Block):
+        yield from _block(s.body, s.trivia, style, depth)
+        return
+    if style == "source" and s.trivia is not None:
+        yield _join(statement_tokens(s), s.trivia)
+    else:
+        yield _canonical_statement(s, INDENT * depth)
+
+
+def _block(body: list[ir.Statement], braces: ir.Trivia, style: str, depth: int) -> Iterator[str]:
+    # braces trivia: (before "{", after "{", before "}", after "}")
+    src = style == "source" and braces is not None
+    pad = INDENT * (depth - 1)
+    yield (braces[0] + "{" + braces[1]) if src else f"{pad}{{\n"
+    for s in body:
+        yield from _statement(s, style, depth)
+    yield (braces[2] + "}" + braces[3]) if src else f"{pad}}}\n"
+
+
+def emit_statement(s: ir.Statement, style: str = "source", depth: int = 1) -> str:
+    """One statement as PTX text (with its newline)."""
+    return "".join(_statement(s, style, depth))
+
+
+def _function_header_tokens(f: ir.Function) -> list[str]:
+    out = [f".{x}" for x in f.linkage]
+    out.append(f".{f.kind}")
+    if f.returns is not None:
+        out.append("(")
+        for i, p in enumerate(f.returns):
+            if i:
+                out.append(",")
+            out.extend(_vardecl_tokens(p, semicolon=False))
+        out.append(")")
+    out.append(f.name)
+    if f.params or f.kind == "entry" or f.returns is not None:
+        out.append("(")
+        for i, p in enumerate(f.params):
+            if i:
+                out.append(",")
+            out.extend(_vardecl_tokens(p, semicolon=False))
+        out.append(")")
+    return out
+
+
+def _canonical_header(f: ir.Function) -> str:
+    head = " ".join([*(f".{x}" for x in f.linkage), f".{f.kind}"])
+    if f.returns is not None:
+        rets = ", ".join(_decl_text(p) for p in f.returns)
+        head += f" ({rets})"
+    head += f" {f.name}"
+    if f.params:
+        params = ",\n".join(INDENT + _decl_text(p) for p in f.params)
+        head += f"(\n{params}\n)"
+    elif f.kind == "entry" or f.returns is not None:
+        head += "()"
+    return head + "\n"
+
+
+def _decl_text(d: ir.VarDecl) -> str:
+    return _canonical_join(_vardecl_tokens(d, semicolon=False))
+
+
+def _function(f: ir.Function, style: str) -> Iterator[str]:
+    src = style == "source"
+    if src and f.trivia is not None:
+        yield _join(_function_header_tokens(f), f.trivia)
+    else:
+        yield _canonical_header(f)
+    for d in f.directives:
+        yield from _statement(d, style, 0)
+    if f.body is None:
+        yield (f.close_trivia[0] + ";" + f.close_trivia[1]) if src and f.close_trivia else ";\n"
+        return
+    yield from _block(f.body, f.close_trivia, style, 1)
+
+
+def emit(module: ir.Module, style: str = "source") -> str:
+    """Write ``module`` as PTX text.
+
+    Args:
+        module: the module.
+        style: ``"source"`` keeps recorded trivia (byte-exact for parsed
+            modules); ``"canonical"`` ignores it.
+
+    Returns:
+        The PTX text.
+
+    Raises:
+        ValueError: unknown style, or trivia that does not fit its node.
+    """
+    if style not in ("source", "canonical"):
+        raise ValueError(f"style must be 'source' or 'canonical', got {style!r}")
+    parts: list[str] = []
+    for item in module.items:
+        if isinstance(item, ir.Function):
+            if style == "canonical" or item.trivia is None:
+                parts.append("\n")
+            parts.extend(_function(item, style))
+        else:
+            parts.extend(_statement(item, style, 0))
+    if style == "source" and module.trailing is not None:
+        parts.append(module.trailing)
+    return "".join(parts)

@@ -1,0 +1,58 @@
+"""The error classes of jaxptx.
+
+Each subclasses the builtin a caller would expect (``PtxTypeError`` is a
+``TypeError``), so ``except TypeError`` still catches it. Messages say what was
+expected, what came, and where (the user's Python line for traced kernels).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "PtxError", "PtxTypeError", "PtxModifierError", "PtxOperandError",
+    "PtxTargetError", "PtxVersionError", "SpecError", "ToolchainError",
+    "PtxasError", "TraceError",
+]
+
+
+class PtxError(Exception):
+    """Base class of every jaxptx error."""
+
+
+class PtxTypeError(PtxError, TypeError):
+    """An operand's PTX type does not fit the instruction."""
+
+
+class PtxModifierError(PtxError, ValueError):
+    """An instruction modifier is unknown, repeated, missing or out of place."""
+
+
+class PtxOperandError(PtxError, ValueError):
+    """Wrong number or kind of operands (register, immediate, address, vector)."""
+
+
+class PtxTargetError(PtxError, ValueError):
+    """The instruction or feature needs a newer or different ``sm_XX`` target."""
+
+
+class PtxVersionError(PtxError, ValueError):
+    """The instruction or feature needs a newer PTX ISA version."""
+
+
+class SpecError(PtxError, ValueError):
+    """A tensor spec (``Tile``), shape, dtype or symbolic dim is inconsistent."""
+
+
+class TraceError(PtxError, RuntimeError):
+    """The kernel body misused the tracing API (no active trace, bad nesting)."""
+
+
+class ToolchainError(PtxError, RuntimeError):
+    """A CUDA tool (ptxas, nvdisasm, nvJitLink) is missing or failed to run."""
+
+
+class PtxasError(ToolchainError):
+    """ptxas rejected a module; ``log`` holds its full output."""
+
+    def __init__(self, message: str, log: str = "") -> None:
+        super().__init__(message)
+        self.log = log

@@ -1,0 +1,178 @@
+"""Instruction operands as plain data.
+
+Each operand knows how to spell itself as a list of tokens (``tokens()``);
+the emitter joins the tokens of a statement, with canonical spacing or with
+the whitespace the parser recorded between them. Nothing keeps source text:
+an immediate keeps the *form* of its literal (hex, ``0f`` float bits), not the
+characters it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from typing import Union
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Register:
+    """A register or special register: ``%r1``, ``%tid.x``, ``%acc``."""
+
+    name: str
+
+    def tokens(self) -> list[str]:
+        """The register name as one token."""
+        return [self.name]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Immediate:
+    """An integer or floating-point constant.
+
+    Attributes:
+        value: the number.
+        form: how it is spelled: ``"dec"``, ``"hex"`` (``0x1F``), ``"oct"``,
+            ``"bin"``, ``"f32"`` (``0f3F800000``), ``"f64"`` (``0d...``) or
+            ``"float"`` (decimal with a point or exponent).
+        unsigned: trailing ``U`` suffix on an integer literal.
+        upper: hex digits in upper case (``hex``, ``f32``, ``f64`` forms).
+        pad: minimum number of hex digits (leading zeros) for ``hex``.
+    """
+
+    value: int | float
+    form: str = "dec"
+    unsigned: bool = False
+    upper: bool = True
+    pad: int = 0
+
+    def tokens(self) -> list[str]:
+        """The literal as one token."""
+        return [self.spelling()]
+
+    def spelling(self) -> str:
+        """The literal in PTX syntax."""
+        v = self.value
+        if self.form == "f32":
+            return "0f" + _hex(struct.unpack("<I", struct.pack("<f", v))[0], 8, self.upper)
+        if self.form == "f64":
+            return "0d" + _hex(struct.unpack("<Q", struct.pack("<d", v))[0], 16, self.upper)
+        if self.form == "float":
+            return repr(float(v))
+        sign, mag = ("-", -v) if v < 0 else ("", v)
+        suffix = "U" if self.unsigned else ""
+        if self.form == "hex":
+            return f"{sign}0x{_hex(mag, self.pad, self.upper)}{suffix}"
+        if self.form == "oct":
+            return f"{sign}0{mag:o}{suffix}"
+        if self.form == "bin":
+            return f"{sign}0b{mag:b}{suffix}"
+        return f"{v}{suffix}"
+
+
+def _hex(value: int, width: int, upper: bool) -> str:
+    text = f"{value:0{width}x}"
+    return text.upper() if upper else text
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Symbol:
+    """A named variable, parameter, function or label used as an operand.
+
+    ``offset`` renders as ``name+offset`` (address arithmetic on a symbol).
+    """
+
+    name: str
+    offset: int | None = None
+
+    def tokens(self) -> list[str]:
+        """``name`` or ``name``, ``+``, ``offset``."""
+        if self.offset is None:
+            return [self.name]
+        return [self.name, "+", str(self.offset)]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sink:
+    """The bit bucket ``_`` (an output whose value is discarded)."""
+
+    def tokens(self) -> list[str]:
+        """``_``."""
+        return ["_"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Negated:
+    """A logically negated predicate operand: ``!%p1``."""
+
+    operand: "Operand"
+
+    def tokens(self) -> list[str]:
+        """``!`` then the operand."""
+        return ["!", *self.operand.tokens()]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Vector:
+    """A brace-enclosed vector of operands: ``{%f1, %f2, %f3, %f4}``."""
+
+    items: tuple["Operand", ...]
+
+    def tokens(self) -> list[str]:
+        """``{``, items separated by ``,``, ``}``."""
+        out = ["{"]
+        for i, item in enumerate(self.items):
+            if i:
+                out.append(",")
+            out.extend(item.tokens())
+        out.append("}")
+        return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pair:
+    """Two destinations joined by ``|``, as in ``setp`` and ``shfl.sync``."""
+
+    first: "Operand"
+    second: "Operand"
+
+    def tokens(self) -> list[str]:
+        """First, ``|``, second."""
+        return [*self.first.tokens(), "|", *self.second.tokens()]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Address:
+    """A memory operand in brackets.
+
+    Forms: ``[base]``, ``[base+offset]``, ``[offset]`` (absolute),
+    ``[base, {c0, c1}]`` (tensor coordinates for TMA), ``[base, imm]``.
+
+    Attributes:
+        base: register or symbol, or ``None`` for an absolute address.
+        offset: byte offset, rendered as ``+offset`` (``+-4`` when negative,
+            as nvcc writes it) or alone when there is no base.
+        extra: a second comma-separated element inside the brackets (the TMA
+            coordinate vector or an immediate).
+    """
+
+    base: Register | Symbol | None
+    offset: int | None = None
+    extra: "Operand | None" = None
+
+    def tokens(self) -> list[str]:
+        """``[``, base, ``+``, offset, ``,`` extra, ``]``."""
+        out = ["["]
+        if self.base is not None:
+            out.extend(self.base.tokens())
+            if self.offset is not None:
+                out.extend(["+", str(self.offset)])
+        elif self.offset is not None:
+            out.append(str(self.offset))
+        if self.extra is not None:
+            out.append(",")
+            out.extend(self.extra.tokens())
+        out.append("]")
+        return out
+
+
+Operand = Union[Register, Immediate, Symbol, Sink, Negated, Vector, Pair, Address]

@@ -1,0 +1,35 @@
+"""The instruction table and everything read from it.
+
+``INSTRUCTIONS`` holds one :class:`Inst` per syntax form; ``BY_OPCODE``
+indexes them. The DSL namespace, the validator, the parser's checks and the
+emulator all read this table.
+"""
+
+from ._counts import COUNTS as COUNTS
+from ._names import to_ptx as to_ptx
+from ._names import to_python as to_python
+from ._resolve import Resolved as Resolved
+from ._resolve import active_operands as active_operands
+from ._resolve import arity as arity
+from ._resolve import compatible as compatible
+from ._resolve import expected_type as expected_type
+from ._resolve import resolve as resolve
+from ._resolve import vector_count as vector_count
+from ._schema import Inst as Inst
+from ._schema import Operand as Operand
+from ._schema import Rule as Rule
+from ._schema import Slot as Slot
+from ._schema import op as op
+from ._schema import slot as slot
+from ._special import SPECIAL_REGS as SPECIAL_REGS
+from ._special import SpecialReg as SpecialReg
+from ._table import BY_OPCODE as BY_OPCODE
+from ._table import INSTRUCTIONS as INSTRUCTIONS
+from ._table import split_name as split_name
+from ._targets import NEWEST_PTX as NEWEST_PTX
+from ._targets import SM100_FAMILY as SM100_FAMILY
+from ._targets import Requires as Requires
+from ._targets import Target as Target
+from ._targets import default_version as default_version
+from ._targets import parse_target as parse_target
+from ._targets import parse_version as parse_version

@@ -1,0 +1,7 @@
+"""Instruction table entries: control family (being written)."""
+
+from __future__ import annotations
+
+from ._schema import Inst
+
+ENTRIES: tuple[Inst, ...] = ()

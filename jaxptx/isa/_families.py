@@ -1,0 +1,7 @@
+"""The family modules whose ``ENTRIES`` make up the instruction table."""
+
+from __future__ import annotations
+
+from . import _ampere, _approx, _arith, _blackwell, _control, _hopper, _logic, _memory, _warp
+
+FAMILIES = (_arith, _logic, _approx, _memory, _warp, _control, _ampere, _hopper, _blackwell)

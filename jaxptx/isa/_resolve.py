@@ -1,0 +1,182 @@
+"""Resolving an instruction name against the table: which form, which
+slot values, and the operand types and counts those values imply.
+
+Pure table logic; checking IR operands against it is ``jaxptx.validate``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+
+from ..errors import PtxModifierError
+from ..types import TYPES, PtxType
+from ._counts import COUNTS
+from ._schema import Inst, Operand
+from ._table import BY_OPCODE
+from ._targets import Target
+
+__all__ = ["Resolved", "resolve", "arity", "active_operands", "expected_type",
+           "vector_count", "compatible"]
+
+
+class Resolved:
+    """A form chosen for an instruction: the entry and its slot values."""
+
+    __slots__ = ("inst", "values")
+
+    def __init__(self, inst: Inst, values: dict[str, str]) -> None:
+        self.inst = inst
+        self.values = values
+
+    def __repr__(self) -> str:
+        return f"Resolved({self.inst.opcode}, {self.values})"
+
+
+def _match(inst: Inst, mods: tuple[str, ...]) -> tuple[dict[str, str], int, str | None]:
+    """Assign modifiers to slots in order. Returns (values, matched, error)."""
+    values: dict[str, str] = {}
+    pos = 0
+    for i, mod in enumerate(mods):
+        for j in range(pos, len(inst.slots)):
+            if mod in inst.slots[j].values:
+                values[inst.slots[j].name] = mod
+                pos = j + 1
+                break
+        else:
+            return values, i, _bad_modifier(inst, mods, i, pos)
+    for s in inst.slots:
+        if not s.optional and s.name not in values:
+            allowed = " ".join("." + v for v in s.values)
+            return values, len(mods), f"missing its {s.name} modifier (one of {allowed})"
+    for r in inst.rules:
+        got = values.get(r.when)
+        if got is None or (r.when_values and got not in r.when_values):
+            continue
+        then = values.get(r.then)
+        if r.absent and then is not None:
+            return values, len(mods), f".{got} cannot be combined with .{then}"
+        if not r.absent and (then is None or (r.then_values and then not in r.then_values)):
+            want = " or ".join("." + v for v in r.then_values) or f"its {r.then} modifier"
+            return values, len(mods), f".{got} needs {want}" + (f", got .{then}" if then else "")
+    return values, len(mods), None
+
+
+def _bad_modifier(inst: Inst, mods: tuple[str, ...], i: int, pos: int) -> str:
+    mod = mods[i]
+    if any(mod in s.values for s in inst.slots):
+        return f"modifier .{mod} is repeated or out of order"
+    allowed = [v for s in inst.slots[pos:] for v in s.values]
+    near = difflib.get_close_matches(mod, allowed, n=1)
+    hint = f" (did you mean .{near[0]}?)" if near else ""
+    shown = " ".join("." + v for v in allowed[:24]) + (" ..." if len(allowed) > 24 else "")
+    return f"unknown modifier .{mod}{hint}; expected one of {shown or 'nothing more'}"
+
+
+def resolve(opcode: str, mods: tuple[str, ...], n_operands: int | None = None) -> Resolved:
+    """Find the table form for ``opcode.mods``.
+
+    Among forms whose modifiers match, one whose operand count fits
+    ``n_operands`` is preferred.
+
+    Raises:
+        PtxModifierError: unknown opcode, or no form accepts the modifiers;
+            the message comes from the form that matched the most modifiers.
+    """
+    forms = BY_OPCODE.get(opcode)
+    name = ".".join((opcode, *mods))
+    if not forms:
+        near = difflib.get_close_matches(opcode, BY_OPCODE, n=3)
+        hint = f"; did you mean {', '.join(near)}?" if near else ""
+        raise PtxModifierError(f"{name}: unknown instruction {opcode!r}{hint}")
+    matches: list[Resolved] = []
+    best: tuple[int, str] = (-1, "")
+    for inst in forms:
+        values, matched, err = _match(inst, mods)
+        if err is None:
+            matches.append(Resolved(inst, values))
+        elif matched > best[0]:
+            best = (matched, err)
+    if not matches:
+        known = {v for inst in forms for s in inst.slots for v in s.values}
+        unknown = [m for m in mods if m not in known]
+        if unknown:
+            near = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+            hint = f" (did you mean .{near[0]}?)" if near else ""
+            shown = " ".join("." + v for v in sorted(known))
+            raise PtxModifierError(
+                f"{name}: unknown modifier .{unknown[0]}{hint}; {opcode} takes {shown}")
+        raise PtxModifierError(f"{name}: {best[1]}")
+    if n_operands is not None:
+        for r in matches:
+            lo, hi = arity(r)
+            if lo <= n_operands <= hi:
+                return r
+    return matches[0]
+
+
+def arity(r: Resolved) -> tuple[int, int]:
+    """The least and most operands the resolved form takes."""
+    lo = hi = 0
+    for o in r.inst.operands:
+        if o.when is not None:
+            if o.when in r.values:
+                lo += 1
+                hi += 1
+        elif o.optional:
+            hi += 1
+        else:
+            lo += 1
+            hi += 1
+    return lo, hi
+
+
+def active_operands(r: Resolved) -> list[Operand]:
+    """The operand positions present for the chosen slot values."""
+    return [o for o in r.inst.operands if o.when is None or o.when in r.values]
+
+
+def expected_type(o: Operand, values: Mapping[str, str]) -> PtxType | None:
+    """The PTX type operand ``o`` wants, given the slot values."""
+    if o.type is None:
+        return None
+    rule, _, transform = o.type.partition(":")
+    name = values.get(rule[1:]) if rule.startswith("$") else rule
+    if name is None:
+        return None
+    t = TYPES.get(name)
+    if t is None:
+        return None
+    if transform == "wide":
+        return TYPES[f"{t.kind}{t.bits * 2}"]
+    return t
+
+
+def vector_count(o: Operand, values: Mapping[str, str]) -> int | None:
+    """How many elements vector operand ``o`` has, or ``None`` if unknown."""
+    c = o.count
+    if c is None or isinstance(c, int):
+        return c
+    if c.startswith("$"):
+        v = values.get(c[1:])
+        digits = "".join(ch for ch in (v or "") if ch.isdigit())
+        return int(digits) if digits else 1
+    return COUNTS[c](values)
+
+
+def compatible(want: PtxType, got: PtxType, widen: bool = False) -> bool:
+    """Whether a ``got`` register may stand where ``want`` is expected.
+
+    PTX ISA, "Operand Type Information": bit-size types match any type of
+    the same size, signed and unsigned integers of one size match, and
+    ``widen`` positions (ld/st/cvt) take wider integer registers.
+    """
+    if want == got:
+        return True
+    if "pred" in (want.kind, got.kind):
+        return False
+    if want.bits == got.bits and ("b" in (want.kind, got.kind) or (want.is_int and got.is_int)):
+        return True
+    return widen and got.bits > want.bits and got.kind in "bus" and want.kind in "bus"
+
+

@@ -1,0 +1,15 @@
+"""Runtime support: the CUDA toolchain (ptxas, nvJitLink, nvdisasm) and devices."""
+
+from ._toolchain import PtxasDiagnostic as PtxasDiagnostic
+from ._toolchain import PtxasResult as PtxasResult
+from ._toolchain import Resources as Resources
+from ._toolchain import arch_from_capability as arch_from_capability
+from ._toolchain import compile_cubin as compile_cubin
+from ._toolchain import detect_arch as detect_arch
+from ._toolchain import find_tool as find_tool
+from ._toolchain import parse_ptxas_errors as parse_ptxas_errors
+from ._toolchain import ptxas as ptxas
+from ._toolchain import resources as resources
+from ._toolchain import resources_all as resources_all
+from ._toolchain import sass as sass
+from ._toolchain import tool_version as tool_version

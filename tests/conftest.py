@@ -1,0 +1,29 @@
+"""Shared fixtures: where the shared corpus lives, GPU detection for `gpu` tests."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+SHARED = pathlib.Path(__file__).resolve().parents[1].parent / "shared"
+
+
+def _has_gpu() -> bool:
+    from jaxptx.runtime import detect_arch  # cuda.bindings is optional
+
+    try:
+        import os
+        if os.environ.get("JAXPTX_ARCH"):
+            return False
+        return detect_arch() is not None
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if any("gpu" in item.keywords for item in items) and not _has_gpu():
+        skip = pytest.mark.skip(reason="needs an NVIDIA GPU and driver (none found)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
