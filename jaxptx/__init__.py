@@ -1,0 +1,37 @@
+"""jaxptx: hand-written PTX from Python, one call per instruction, every
+kernel a JAX primitive.
+
+Example:
+    >>> from jaxptx import kernel, reg, ptx
+    >>> from jaxptx.types import u32
+    >>> @kernel(arch="sm_90a")
+    ... def tiny():
+    ...     tid = reg.from_(ptx.special.tid.x(), u32)
+    ...     ptx.ret()
+    >>> "mov.u32 %r2, %r1;" in tiny.ptx()
+    True
+"""
+
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
+from . import errors as errors
+from . import ir as ir
+from . import isa as isa
+from . import types as types
+from .dsl import Kernel as Kernel
+from .dsl import Layout as Layout
+from .dsl import Specialization as Specialization
+from .dsl import Tile as Tile
+from .dsl import kernel as kernel
+from .dsl import ptx as ptx
+from .dsl import reg as reg
+from .dsl import smem as smem
+from .dsl import unify_envs as unify_envs
+from .emit import emit as emit
+from .errors import PtxError as PtxError
+
+try:
+    __version__ = _version("jaxptx")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0+source"

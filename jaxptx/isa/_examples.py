@@ -97,7 +97,14 @@ def _operand(o: Operand, r: Resolved, regs: _Regs) -> str:
     if "pair" in kinds:
         return f"{regs.new(want.name if want else 'b32')}|{regs.new('pred')}"
     if "mem" in kinds:
-        return f"[{regs.new('u64')}]"
+        # A mem operand's type names its address register (u32 for tensor
+        # memory and shared windows); a count adds tensor coordinates.
+        base = regs.new(want.name if want is not None and want.is_int else "u64")
+        n = vector_count(o, r.values)
+        if n:
+            coords = ", ".join(regs.new("s32") for _ in range(n))
+            return f"[{base}, {{{coords}}}]"
+        return f"[{base}]"
     if "imm" in kinds:
         return "1"
     if "sym" in kinds:

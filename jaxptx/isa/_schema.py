@@ -7,7 +7,9 @@ data: they name their emulator function (``sim``) and operand-count rules
 
 Operand ``type`` is a fixed type name (``"u32"``), a reference to the value
 chosen in a slot (``"$type"``), the double-width type of a slot
-(``"$type:wide"``) or ``None`` (any type). Operand ``count`` (vectors) is an
+(``"$type:wide"``) or ``None`` (any type). On a ``mem`` operand the type
+names the address register (``u32`` for tensor-memory addresses) and a
+``count`` gives the number of tensor coordinates (``[tmap, {c0, c1}]``). Operand ``count`` (vectors) is an
 int, a slot reference whose value ends in digits (``"$vec"`` with ``v4`` → 4)
 or the name of a function in :mod:`jaxptx.isa._counts`.
 """

@@ -7,21 +7,33 @@ traced back to the form that produced it.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from jaxptx import isa
 from jaxptx.errors import PtxTargetError, PtxVersionError
 from jaxptx.isa._examples import example_modules, examples
+from jaxptx.isa._families import FAMILIES
 from jaxptx.runtime import parse_ptxas_errors
 from jaxptx.runtime import ptxas as run_ptxas
 from jaxptx.errors import PtxasError
 
-ALL_EXAMPLES = [ex for inst in isa.INSTRUCTIONS for ex in examples(inst)]
+def _selected() -> list[isa.Inst]:
+    """All forms, or one family's (``JAXPTX_SWEEP_FAMILY=_memory``) while editing it."""
+    family = os.environ.get("JAXPTX_SWEEP_FAMILY")
+    if not family:
+        return list(isa.INSTRUCTIONS)
+    return [e for fam in FAMILIES if fam.__name__.endswith(family) for e in fam.ENTRIES]
+
+
+SELECTED = _selected()
+ALL_EXAMPLES = [ex for inst in SELECTED for ex in examples(inst)]
 MODULES = example_modules(ALL_EXAMPLES)
 
 
 def test_every_form_has_examples() -> None:
-    missing = [i.form for i in isa.INSTRUCTIONS if not examples(i)]
+    missing = [i.form for i in SELECTED if not examples(i)]
     assert not missing, f"forms with no valid modifier combination: {missing}"
 
 
@@ -30,7 +42,7 @@ def test_every_modifier_value_is_exercised() -> None:
     for ex in ALL_EXAMPLES:
         parts = ex.line.split()[0].split(".")
         seen.setdefault(id(ex.inst), set()).update(("", p) for p in parts)
-    for inst in isa.INSTRUCTIONS:
+    for inst in SELECTED:
         if inst.example is not None:
             continue
         got = {p for _, p in seen.get(id(inst), set())}
@@ -62,7 +74,7 @@ def _older_target(req: isa.Requires) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("inst", [i for i in isa.INSTRUCTIONS if _older_target(i.requires)],
+@pytest.mark.parametrize("inst", [i for i in SELECTED if _older_target(i.requires)],
                          ids=lambda i: i.form[:60])
 def test_form_refuses_older_target(inst: isa.Inst) -> None:
     old = isa.parse_target(_older_target(inst.requires))
@@ -70,7 +82,7 @@ def test_form_refuses_older_target(inst: isa.Inst) -> None:
         inst.requires.check(inst.opcode, old, (9, 0))
 
 
-@pytest.mark.parametrize("inst", [i for i in isa.INSTRUCTIONS if i.requires.ptx > (6, 3)],
+@pytest.mark.parametrize("inst", [i for i in SELECTED if i.requires.ptx > (6, 3)],
                          ids=lambda i: i.form[:60])
 def test_form_refuses_older_ptx(inst: isa.Inst) -> None:
     target = isa.parse_target(inst.requires.only[0] if inst.requires.only else "sm_120a")

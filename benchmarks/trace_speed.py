@@ -1,0 +1,85 @@
+"""Trace + emit time per instruction at 1k, 10k and 50k instructions.
+
+The kernel body is ``n`` dependent ``add.f32``/``fma.rn.f32`` instructions
+(plus a few setup lines). When ``pyptx`` is installed (``pip install
+'jaxptx[bench]'``), the same-shaped kernel is traced by pyptx in the same
+run and the ratio is printed. Each figure is the best of ``--repeat`` fresh
+traces (a new kernel object each time, so no cache is hit).
+
+    python benchmarks/trace_speed.py [--sizes 1000 10000 50000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+
+def jaxptx_builder(n: int) -> Callable[[], str]:
+    """A function that traces and emits an ``n``-instruction jaxptx kernel."""
+    from jaxptx import kernel, ptx, reg
+    from jaxptx.types import f32
+
+    def body():
+        a = reg.scalar(f32)
+        b = reg.scalar(f32)
+        for i in range(n // 2):
+            ptx.inst.add.f32(a, a, b)
+            ptx.inst.fma.rn.f32(b, a, a, b)
+        ptx.ret()
+
+    return lambda: kernel(arch="sm_90a", name="bench")(body).ptx()
+
+
+def pyptx_builder(n: int) -> Callable[[], str] | None:
+    """The same kernel in pyptx, or ``None`` when pyptx is not installed."""
+    try:
+        from pyptx import kernel, ptx, reg
+        from pyptx.types import f32
+    except ImportError:
+        return None
+
+    def bench():
+        a = reg.scalar(f32)
+        b = reg.scalar(f32)
+        for i in range(n // 2):
+            ptx.inst.add.f32(a, a, b)
+            ptx.inst.fma.rn.f32(b, a, a, b)
+        ptx.ret()
+
+    return lambda: kernel(arch="sm_90a")(bench).ptx()
+
+
+def best_of(fn: Callable[[], str], repeat: int) -> tuple[float, str]:
+    """Best wall time of ``repeat`` calls and the last result."""
+    best, out = float("inf"), ""
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def main() -> None:
+    """Print the table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 50000])
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    print(f"{'instructions':>12} {'jaxptx ms':>10} {'µs/inst':>8} {'pyptx ms':>10} {'µs/inst':>8} {'pyptx/jaxptx':>12}")
+    for n in args.sizes:
+        t_j, text = best_of(jaxptx_builder(n), args.repeat)
+        assert text.count("add.f32") == n // 2
+        row = f"{n:>12} {t_j * 1e3:>10.1f} {t_j / n * 1e6:>8.2f}"
+        p = pyptx_builder(n)
+        if p is None:
+            row += f" {'(pyptx not installed)':>32}"
+        else:
+            t_p, _ = best_of(p, args.repeat)
+            row += f" {t_p * 1e3:>10.1f} {t_p / n * 1e6:>8.2f} {t_p / t_j:>12.2f}"
+        print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()

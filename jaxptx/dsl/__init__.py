@@ -1,0 +1,13 @@
+"""Tracing: ``@kernel``, ``reg``, ``smem``, ``ptx``, ``Tile``/``Layout``."""
+
+from . import ptx as ptx
+from . import reg as reg
+from . import smem as smem
+from ._kernel import Kernel as Kernel
+from ._kernel import Specialization as Specialization
+from ._kernel import kernel as kernel
+from ._params import TensorArg as TensorArg
+from ._specs import Layout as Layout
+from ._specs import Tile as Tile
+from ._specs import bind_specs as bind_specs
+from ._specs import unify_envs as unify_envs

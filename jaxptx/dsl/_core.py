@@ -1,0 +1,330 @@
+"""Registers, addresses and the one path by which every instruction is emitted.
+
+:func:`emit_instruction` takes an opcode and modifiers (from the ``ptx``
+namespace or a ``Reg`` operator), resolves the form in the ISA table,
+converts the Python arguments to IR operands using the types the form
+expects, allocates the destination when the caller left it out, validates,
+and appends. Nothing here branches on an opcode name.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from .. import ir, isa
+from ..errors import PtxError, PtxOperandError, PtxTypeError, TraceError
+from ..types import TYPES, PtxType, pred
+from ._trace import current, user_location, with_location
+
+__all__ = ["Reg", "NegPred", "RegArray", "Addr", "Label", "SINK", "emit_instruction",
+           "new_reg", "to_operand"]
+
+
+class Reg:
+    """A PTX register with a logical type; operators emit one instruction each.
+
+    ``a + b`` emits ``add``, ``a < b`` emits ``setp`` and gives a predicate,
+    ``acc += x`` updates ``acc`` in place (loop-carried state), ``~p`` on a
+    predicate negates it for guards and branches.
+    """
+
+    __slots__ = ("name", "type")
+
+    def __init__(self, name: str, type: PtxType) -> None:
+        self.name = name
+        self.type = type
+
+    def __repr__(self) -> str:
+        return f"Reg({self.name}: .{self.type.name})"
+
+    def __bool__(self) -> bool:
+        raise TraceError(
+            f"register {self.name} has no Python truth value at trace time; "
+            "use `with ptx.if_(p):` or `pred=p` for a runtime condition")
+
+    def __index__(self) -> int:
+        raise TraceError(f"register {self.name} is a runtime value, not a Python int")
+
+    __hash__ = object.__hash__
+
+    def set(self, value: Any) -> "Reg":
+        """``mov`` ``value`` into this register; returns self."""
+        emit_instruction("mov", (self.type.name,), (self, value))
+        return self
+
+    # arithmetic ---------------------------------------------------------
+    def _bin(self, other: Any, opcode: str, int_mods: tuple[str, ...] = (),
+             float_mods: tuple[str, ...] = (), dst: "Reg | None" = None,
+             reverse: bool = False) -> "Reg":
+        _check_same_type(self, other, opcode)
+        mods = int_mods if self.type.is_int else float_mods if self.type.is_float else ()
+        a, b = (other, self) if reverse else (self, other)
+        args = (a, b) if dst is None else (dst, a, b)
+        return emit_instruction(opcode, (*mods, self.type.name), args)
+
+    def __add__(self, o: Any) -> "Reg": return self._bin(o, "add")
+    def __radd__(self, o: Any) -> "Reg": return self._bin(o, "add", reverse=True)
+    def __sub__(self, o: Any) -> "Reg": return self._bin(o, "sub")
+    def __rsub__(self, o: Any) -> "Reg": return self._bin(o, "sub", reverse=True)
+    def __mul__(self, o: Any) -> "Reg": return self._bin(o, "mul", ("lo",))
+    def __rmul__(self, o: Any) -> "Reg": return self._bin(o, "mul", ("lo",), reverse=True)
+    def __truediv__(self, o: Any) -> "Reg": return self._bin(o, "div", (), ("rn",))
+    def __floordiv__(self, o: Any) -> "Reg": return self._bin(o, "div")
+    def __mod__(self, o: Any) -> "Reg": return self._bin(o, "rem")
+    def __iadd__(self, o: Any) -> "Reg": return self._bin(o, "add", dst=self)
+    def __isub__(self, o: Any) -> "Reg": return self._bin(o, "sub", dst=self)
+    def __imul__(self, o: Any) -> "Reg": return self._bin(o, "mul", ("lo",), dst=self)
+
+    def _bits(self, other: Any, opcode: str, dst: "Reg | None" = None) -> "Reg":
+        _check_same_type(self, other, opcode)
+        ty = "pred" if self.type.kind == "pred" else f"b{self.type.bits}"
+        args = (self, other) if dst is None else (dst, self, other)
+        return emit_instruction(opcode, (ty,), args)
+
+    def __and__(self, o: Any) -> "Reg": return self._bits(o, "and")
+    def __or__(self, o: Any) -> "Reg": return self._bits(o, "or")
+    def __xor__(self, o: Any) -> "Reg": return self._bits(o, "xor")
+    def __iand__(self, o: Any) -> "Reg": return self._bits(o, "and", self)
+    def __ior__(self, o: Any) -> "Reg": return self._bits(o, "or", self)
+    def __ixor__(self, o: Any) -> "Reg": return self._bits(o, "xor", self)
+
+    def __lshift__(self, o: Any) -> "Reg":
+        return emit_instruction("shl", (f"b{self.type.bits}",), (self, o))
+
+    def __rshift__(self, o: Any) -> "Reg":
+        return emit_instruction("shr", (self.type.name,), (self, o))
+
+    def __neg__(self) -> "Reg":
+        return emit_instruction("neg", (self.type.name,), (self,))
+
+    def __invert__(self) -> "Reg | NegPred":
+        if self.type.kind == "pred":
+            return NegPred(self)
+        return emit_instruction("not", (f"b{self.type.bits}",), (self,))
+
+    def max(self, other: Any) -> "Reg":
+        """``max`` of this register and ``other`` into a new register."""
+        return self._bin(other, "max")
+
+    def min(self, other: Any) -> "Reg":
+        """``min`` of this register and ``other`` into a new register."""
+        return self._bin(other, "min")
+
+    # comparisons --------------------------------------------------------
+    def _cmp(self, other: Any, op: str) -> "Reg":
+        _check_same_type(self, other, "setp")
+        return emit_instruction("setp", (op, self.type.name), (self, other))
+
+    def __lt__(self, o: Any) -> "Reg": return self._cmp(o, "lt")
+    def __le__(self, o: Any) -> "Reg": return self._cmp(o, "le")
+    def __gt__(self, o: Any) -> "Reg": return self._cmp(o, "gt")
+    def __ge__(self, o: Any) -> "Reg": return self._cmp(o, "ge")
+    def __eq__(self, o: Any) -> "Reg": return self._cmp(o, "eq")  # type: ignore[override]
+    def __ne__(self, o: Any) -> "Reg": return self._cmp(o, "ne")  # type: ignore[override]
+
+
+def _check_same_type(a: Reg, b: Any, opcode: str) -> None:
+    if isinstance(b, Reg) and not isa.compatible(a.type, b.type):
+        raise with_location(PtxTypeError(
+            f"{opcode}: operands must have one type, got {a.name} (.{a.type.name}) and "
+            f"{b.name} (.{b.type.name}); convert one with ptx.cvt"), user_location())
+
+
+class NegPred:
+    """A negated predicate ``!p``: a guard (``pred=~p``) or a ``!``-operand."""
+
+    __slots__ = ("reg",)
+
+    def __init__(self, reg: Reg) -> None:
+        self.reg = reg
+
+    def __invert__(self) -> Reg:
+        return self.reg
+
+    def __repr__(self) -> str:
+        return f"NegPred({self.reg.name})"
+
+
+class RegArray(Sequence[Reg]):
+    """A fixed-size array of registers of one type (``reg.array(f32, 32)``)."""
+
+    def __init__(self, regs: list[Reg]) -> None:
+        self._regs = regs
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return RegArray(self._regs[i])
+        return self._regs[i]
+
+    def __len__(self) -> int:
+        return len(self._regs)
+
+    @property
+    def type(self) -> PtxType:
+        """The element type."""
+        return self._regs[0].type
+
+    def __repr__(self) -> str:
+        return f"RegArray({len(self)} x .{self.type.name})"
+
+
+class Addr:
+    """A memory operand: ``[base+offset]``; base is a register, symbol name or
+    ``None``; ``coords`` makes a tensor address ``[tmap, {c0, c1}]``."""
+
+    __slots__ = ("base", "offset", "coords")
+
+    def __init__(self, base: Reg | str | None, offset: int = 0, coords: tuple[Any, ...] = ()) -> None:
+        self.base = base
+        self.offset = offset
+        self.coords = coords
+
+    def __add__(self, offset: int) -> "Addr":
+        return Addr(self.base, self.offset + offset, self.coords)
+
+    def __repr__(self) -> str:
+        return f"Addr({self.base!r}, {self.offset})"
+
+
+class Label:
+    """A branch target created by ``ptx.label()``; place it with ``.place()``."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def place(self) -> "Label":
+        """Emit ``name:`` at the current point."""
+        current().append(ir.Label(self.name))
+        return self
+
+    def __repr__(self) -> str:
+        return f"Label({self.name})"
+
+
+class _SinkType:
+    def __repr__(self) -> str:
+        return "SINK"
+
+
+SINK = _SinkType()
+
+
+def new_reg(ptype: PtxType, name: str | None = None) -> Reg:
+    """Allocate a fresh register of ``ptype`` in the active trace."""
+    return Reg(current().new_register(ptype, name)[0], ptype)
+
+
+def _immediate(value: int | float, want: PtxType | None, where: str) -> ir.Immediate:
+    if isinstance(value, bool):
+        raise PtxOperandError(f"{where}: expected a register or number, got {value!r}")
+    if want is not None and want.name in ("f32", "f64") or (want is None and isinstance(value, float)):
+        form = "f64" if want is not None and want.name == "f64" else "f32"
+        return ir.Immediate(float(value), form)
+    if want is not None and want.is_float:
+        raise PtxOperandError(
+            f"{where}: PTX has no .{want.name} immediates; mov the bits into a register first")
+    if isinstance(value, float):
+        if not value.is_integer() or not math.isfinite(value):
+            raise PtxOperandError(f"{where}: expected an integer immediate for .{want.name}, got {value!r}")
+        value = int(value)
+    if want is not None and want.kind in "bus" and want.bits <= 64:
+        lo = -(1 << (want.bits - 1))
+        hi = (1 << want.bits) - 1 if want.kind in "bu" else (1 << (want.bits - 1)) - 1
+        if not lo <= value <= hi:
+            raise PtxOperandError(f"{where}: immediate {value} does not fit .{want.name}")
+    return ir.Immediate(int(value))
+
+
+def to_operand(value: Any, o: isa.Operand | None, want: PtxType | None, where: str) -> ir.Operand:
+    """Convert a Python argument to an IR operand for table operand ``o``."""
+    kinds = o.kinds if o is not None else ()
+    if isinstance(value, Reg):
+        return ir.Address(ir.Register(value.name)) if kinds == ("mem",) else ir.Register(value.name)
+    if isinstance(value, NegPred):
+        return ir.Negated(ir.Register(value.reg.name))
+    if isinstance(value, Addr):
+        return _address(value, where)
+    if isinstance(value, Label):
+        return ir.Symbol(value.name)
+    if value is SINK:
+        return ir.Sink()
+    if isinstance(value, str):
+        if value.startswith("%"):
+            return ir.Register(value)
+        return ir.Address(ir.Symbol(value)) if kinds == ("mem",) else ir.Symbol(value)
+    if isinstance(value, (int, float)):
+        return _immediate(value, want, where)
+    if isinstance(value, (tuple, list, RegArray)):
+        if "pair" in kinds and len(value) == 2 and "vec" not in kinds:
+            return ir.Pair(to_operand(value[0], None, want, where), to_operand(value[1], None, pred, where))
+        return ir.Vector(tuple(to_operand(v, None, want, where) for v in value))
+    symbol = getattr(value, "__ptx_symbol__", None)
+    if symbol is not None:
+        return to_operand(symbol(), o, want, where)
+    raise PtxOperandError(f"{where}: expected a register, number, address or label, got {value!r}")
+
+
+def _address(a: Addr, where: str) -> ir.Address:
+    base: ir.Register | ir.Symbol | None
+    if isinstance(a.base, Reg):
+        base = ir.Register(a.base.name)
+    elif isinstance(a.base, str):
+        base = ir.Register(a.base) if a.base.startswith("%") else ir.Symbol(a.base)
+    else:
+        base = None
+    extra = None
+    if a.coords:
+        extra = ir.Vector(tuple(to_operand(c, None, TYPES["s32"], where) for c in a.coords))
+    return ir.Address(base, a.offset or None if base is not None else a.offset, extra)
+
+
+def _split_type(args: tuple[Any, ...], mods: tuple[str, ...]) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+    # pyptx-style calls put the type first: ptx.add(f32, d, a, b).
+    if args and isinstance(args[0], PtxType):
+        return args[1:], (*mods, args[0].name)
+    return args, mods
+
+
+def emit_instruction(opcode: str, mods: tuple[str, ...], args: tuple[Any, ...],
+                     pred: Reg | NegPred | None = None) -> Any:
+    """Emit one instruction; returns its destination (allocated if omitted).
+
+    Raises:
+        PtxError: any table, operand or type error, pointing at the user's line.
+    """
+    loc = user_location()
+    trace = current()
+    args, mods = _split_type(args, mods)
+    try:
+        r = isa.resolve(opcode, mods, len(args))
+        operands = isa.active_operands(r)
+        lo, hi = isa.arity(r)
+        if len(args) == lo - 1 and operands and operands[0].out and not (lo <= len(args) <= hi):
+            args = (_allocate(operands[0], r),) + args
+        converted = []
+        for i, value in enumerate(args):
+            o = operands[i] if i < len(operands) else None
+            want = isa.expected_type(o, r.values) if o is not None else None
+            where = f"{r.inst.opcode}{''.join('.' + m for m in mods)} operand {o.name if o else i}"
+            converted.append(to_operand(value, o, want, where))
+    except PtxError as e:
+        raise with_location(e, loc) from None
+    guard = None
+    if pred is not None:
+        reg = pred.reg if isinstance(pred, NegPred) else pred
+        guard = ir.Guard(ir.Register(reg.name), isinstance(pred, NegPred))
+    trace.emit(ir.Instruction(opcode, mods, tuple(converted), guard, loc=loc))
+    return args[0] if operands and operands[0].out else None
+
+
+def _allocate(o: isa.Operand, r: isa.Resolved) -> Any:
+    want = isa.expected_type(o, r.values) or TYPES["b32"]
+    if "vec" in o.kinds and "reg" not in o.kinds:
+        n = isa.vector_count(o, r.values) or 1
+        return RegArray([new_reg(want) for _ in range(n)])
+    if "pair" in o.kinds and "reg" not in o.kinds:
+        return new_reg(want)
+    return new_reg(pred if "pred" in o.kinds and "reg" not in o.kinds else want)

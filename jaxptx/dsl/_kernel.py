@@ -1,0 +1,344 @@
+"""``@kernel`` and :class:`Kernel`: options, specialisation, tracing.
+
+A kernel's positional parameters are its tensors (inputs, then outputs, as
+``in_specs``/``out_specs`` list them); its keyword-only parameters are
+template parameters, fixed per trace. ``.ptx(**kw)`` specialises on template
+values and symbolic dims, traces once per specialisation, and caches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import ir, isa
+from ..emit import emit
+from ..errors import PtxVersionError, SpecError, TraceError
+from ..runtime import Resources, compile_cubin, detect_arch, resources, sass
+from ._options import check_dim3, check_raw_directives, check_raw_params, check_specs
+from ._core import emit_instruction
+from ._params import TensorArg, UnboundDim
+from ._specs import Tile
+from ._trace import Trace, active
+
+__all__ = ["Kernel", "kernel", "Specialization", "AUTO_FALLBACK_ARCH"]
+
+# What ``arch="auto"`` means where no GPU is visible and JAXPTX_ARCH is unset.
+AUTO_FALLBACK_ARCH = "sm_90a"
+
+
+@dataclasses.dataclass(frozen=True)
+class Specialization:
+    """One traced specialisation of a kernel.
+
+    Attributes:
+        module: the IR module; ``ptx`` its text.
+        target, version: what it was traced for.
+        grid, block, cluster: launch shape (grid resolved from the dims).
+        smem: dynamic shared memory bytes to launch with.
+        dims: the bound symbolic dims; template: the template values.
+    """
+
+    module: ir.Module
+    ptx: str
+    target: isa.Target
+    version: tuple[int, int]
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    cluster: tuple[int, int, int]
+    smem: int
+    dims: tuple[tuple[str, int], ...]
+    template: tuple[tuple[str, Any], ...]
+
+
+class Kernel:
+    """A PTX kernel traced from a Python function (see :func:`kernel`)."""
+
+    def __init__(self, fn: Callable[..., Any], *, arch: str = "sm_90a",
+                 version: tuple[int, int] | str | None = None,
+                 in_specs: Sequence[Tile] | None = None, out_specs: Sequence[Tile] | None = None,
+                 grid: Any = None, block: Any = (1, 1, 1), cluster: Any = (1, 1, 1), smem: int = 0,
+                 raw_params: Sequence[tuple[str, str]] | None = None, extern_smem: bool | str = False,
+                 reqntid: Any = None, raw_directives: Sequence[tuple[str, tuple]] | None = None,
+                 name: str | None = None) -> None:
+        self.fn = fn
+        self.name = name or fn.__name__
+        where = f"@kernel {self.name}"
+        self._arch = arch if arch == "auto" else isa.parse_target(arch).name
+        self._version = isa.parse_version(version)
+        self._in_specs = check_specs(in_specs, f"{where} in_specs")
+        self._out_specs = check_specs(out_specs, f"{where} out_specs")
+        self._block = check_dim3(block, f"{where} block", limit=1024)
+        self._cluster = check_dim3(cluster, f"{where} cluster", limit=16)
+        self._reqntid = None if reqntid is None else check_dim3(reqntid, f"{where} reqntid", limit=1024)
+        if not callable(grid) and grid is not None:
+            grid = check_dim3(grid, f"{where} grid", limit=2**31 - 1)
+        self._grid = grid
+        if not isinstance(smem, int) or isinstance(smem, bool) or smem < 0:
+            raise TraceError(f"{where} smem: expected a byte count >= 0, got {smem!r}")
+        self._smem = smem
+        self._raw_params = check_raw_params(raw_params, where)
+        self._raw_directives = check_raw_directives(raw_directives, where)
+        if extern_smem not in (True, False) and not (isinstance(extern_smem, str) and extern_smem.isidentifier()):
+            raise TraceError(f"{where} extern_smem: expected a bool or a symbol name, got {extern_smem!r}")
+        self._extern = "dyn_smem" if extern_smem is True else (extern_smem or None)
+        self._tensors, self._template = _signature(fn, where)
+        specs = self._in_specs + self._out_specs
+        if specs and len(specs) != len(self._tensors):
+            raise SpecError(
+                f"{where}: {len(self._tensors)} positional (tensor) parameters "
+                f"{list(self._tensors)} but {len(self._in_specs)} in_specs + "
+                f"{len(self._out_specs)} out_specs")
+        self._dims = tuple(dict.fromkeys(d for t in specs for d in t.symbolic_dims))
+        self._cache: dict[tuple, Specialization] = {}
+
+    # documented properties ------------------------------------------------
+    @property
+    def in_specs(self) -> tuple[Tile, ...]:
+        """Input tensor specs declared on the kernel."""
+        return self._in_specs
+
+    @property
+    def out_specs(self) -> tuple[Tile, ...]:
+        """Output tensor specs declared on the kernel."""
+        return self._out_specs
+
+    @property
+    def grid(self) -> Any:
+        """Configured grid tuple or grid resolver callable."""
+        return self._grid
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        """Static CUDA block dimensions for the kernel."""
+        return self._block
+
+    @property
+    def cluster(self) -> tuple[int, int, int]:
+        """CTA cluster dimensions used at launch time."""
+        return self._cluster
+
+    @property
+    def smem(self) -> int:
+        """Requested dynamic shared memory in bytes."""
+        return self._smem
+
+    @property
+    def arch(self) -> str:
+        """Target architecture as given (``"sm_90a"`` or ``"auto"``)."""
+        return self._arch
+
+    @property
+    def template_params(self) -> dict[str, Any]:
+        """Template (keyword-only) parameters and their defaults
+        (``inspect.Parameter.empty`` where required)."""
+        return dict(self._template)
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        """Symbolic dims of the specs, in order of first appearance."""
+        return self._dims
+
+    # specialisation --------------------------------------------------------
+    def resolve_arch(self) -> isa.Target:
+        """The target of the next trace: ``arch``, or for ``"auto"`` the GPU's,
+        ``JAXPTX_ARCH``, or ``AUTO_FALLBACK_ARCH`` when neither exists."""
+        if self._arch != "auto":
+            return isa.parse_target(self._arch)
+        return isa.parse_target(detect_arch() or AUTO_FALLBACK_ARCH)
+
+    def specialize(self, **kwargs: Any) -> Specialization:
+        """Trace (or fetch from cache) the specialisation for ``kwargs``.
+
+        Raises:
+            SpecError: unknown keyword, bad dim value or missing template value.
+        """
+        target = self.resolve_arch()
+        template, dims = self._bind(kwargs)
+        key = (target, template, dims)
+        spec = self._cache.get(key)
+        if spec is None:
+            spec = self._cache[key] = self._trace(target, template, dims)
+        return spec
+
+    def ptx(self, **kwargs: Any) -> str:
+        """Trace and return the PTX text (the inspection API).
+
+        Example:
+            >>> from jaxptx import kernel, ptx
+            >>> @kernel(arch="sm_80")
+            ... def noop():
+            ...     ptx.ret()
+            >>> print(noop.ptx().splitlines()[3])
+            .version 8.5
+        """
+        return self.specialize(**kwargs).ptx
+
+    def module(self, **kwargs: Any) -> ir.Module:
+        """Trace and return the IR module (shared with the cache: do not mutate)."""
+        return self.specialize(**kwargs).module
+
+    def cubin(self, **kwargs: Any) -> bytes:
+        """Compile the PTX to a cubin (nvJitLink, or ptxas) for its target."""
+        s = self.specialize(**kwargs)
+        return compile_cubin(s.ptx, s.target.name)
+
+    def sass(self, **kwargs: Any) -> str:
+        """The SASS ptxas produced for this kernel (via nvdisasm)."""
+        return sass(self.cubin(**kwargs))
+
+    def resources(self, **kwargs: Any) -> Resources:
+        """Registers, shared memory, spills as ``ptxas -v`` reports them."""
+        s = self.specialize(**kwargs)
+        return resources(s.ptx, s.target.name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TraceError(f"kernel {self.name}: calling a kernel on arrays needs the JAX "
+                         "integration, which is not built yet; use .ptx()/.cubin() to inspect it")
+
+    def __repr__(self) -> str:
+        return f"<jaxptx.Kernel {self.name} arch={self._arch}>"
+
+    # internals -----------------------------------------------------------------
+    def _bind(self, kwargs: dict[str, Any]) -> tuple[tuple, tuple]:
+        template: dict[str, Any] = {}
+        dims: dict[str, int] = {}
+        for k, v in kwargs.items():
+            if k in self._template:
+                template[k] = v
+            elif k in self._dims:
+                if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                    raise SpecError(f"kernel {self.name}: dim {k} must be a positive int, got {v!r}")
+                dims[k] = v
+            else:
+                raise SpecError(
+                    f"kernel {self.name}: unknown keyword {k!r}; template params: "
+                    f"{list(self._template) or 'none'}, dims: {list(self._dims) or 'none'}")
+        for k, default in self._template.items():
+            if k not in template:
+                if default is inspect.Parameter.empty:
+                    raise SpecError(f"kernel {self.name}: template param {k!r} has no default; pass {k}=...")
+                template[k] = default
+        items = tuple(sorted(template.items()))
+        try:
+            hash(items)
+        except TypeError:
+            raise SpecError(f"kernel {self.name}: template values must be hashable, got {template}") from None
+        return items, tuple(sorted(dims.items()))
+
+    def _trace(self, target: isa.Target, template: tuple, dims: tuple) -> Specialization:
+        version = self._version or isa.default_version(target)
+        if version < target.min_ptx:
+            raise PtxVersionError(f"kernel {self.name}: {target.name} needs PTX ISA "
+                                  f"{target.min_ptx[0]}.{target.min_ptx[1]}, got version={version}")
+        env = dict(dims)
+        trace = Trace(self.name, target, version, self._extern)
+        args = []
+        specs = self._in_specs + self._out_specs
+        for i, pname in enumerate(self._tensors):
+            trace.params.append(ir.VarDecl("param", "u64", trace.new_symbol(pname)))
+            spec = specs[i] if specs else None
+            shape = () if spec is None else tuple(
+                d if isinstance(d, int) else env.get(d, UnboundDim(d, self.name)) for d in spec.shape)
+            args.append(TensorArg(pname, spec, shape, spec.dtype if spec else None))
+        for ptype, pname in self._raw_params:
+            trace.params.append(ir.VarDecl("param", ptype.name, trace.new_symbol(pname)))
+        trace.cache["raw_params"] = {n: t for t, n in self._raw_params}
+        with active(trace):
+            self.fn(*args, **dict(template))
+            if not _ends_in_exit(trace.body):
+                emit_instruction("ret", (), ())
+        grid = self._resolve_grid({**env, **dict(template)})
+        smem = max(self._smem, trace.smem_offset)
+        module = _build_module(self, trace, target, version)
+        return Specialization(module, emit(module), target, version, grid, self._block,
+                              self._cluster, smem, dims, template)
+
+    def _resolve_grid(self, env: dict[str, Any]) -> tuple[int, int, int]:
+        if self._grid is None:
+            return (1, 1, 1)
+        if not callable(self._grid):
+            return self._grid
+        params = inspect.signature(self._grid).parameters
+        missing = [p for p in params if p not in env]
+        if missing:
+            raise SpecError(f"kernel {self.name}: grid needs {missing}; pass "
+                            f"{', '.join(m + '=...' for m in missing)} to .ptx()")
+        return check_dim3(self._grid(**{p: env[p] for p in params}),
+                          f"kernel {self.name} grid", limit=2**31 - 1)
+
+
+def _ends_in_exit(body: list[ir.Statement]) -> bool:
+    last = next((s for s in reversed(body) if not isinstance(s, ir.Comment)), None)
+    return isinstance(last, ir.Instruction) and last.opcode in ("ret", "exit") and last.guard is None
+
+
+def _signature(fn: Callable[..., Any], where: str) -> tuple[tuple[str, ...], dict[str, Any]]:
+    tensors, template = [], {}
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            tensors.append(p.name)
+        elif p.kind is p.KEYWORD_ONLY:
+            template[p.name] = p.default
+        else:
+            raise TraceError(f"{where}: *args/**kwargs are not allowed; tensors are positional "
+                             f"parameters and template parameters keyword-only")
+    return tuple(tensors), template
+
+
+def _build_module(k: Kernel, trace: Trace, target: isa.Target, version: tuple[int, int]) -> ir.Module:
+    directives = []
+    if k._reqntid is not None:
+        directives.append(_dim_directive("reqntid", k._reqntid))
+    elif k._block != (1, 1, 1):
+        directives.append(_dim_directive("maxntid", k._block))
+    if k._cluster != (1, 1, 1):
+        directives.append(_dim_directive("reqnctapercluster", k._cluster))
+    directives.extend(ir.Directive(n, a, commas=True) for n, a in k._raw_directives)
+    shared = list(trace.shared)
+    if trace.extern_smem is not None:
+        shared.insert(0, ir.VarDecl("shared", "b8", trace.extern_smem, linkage=("extern",),
+                                    align=1024, dims=(-1,)))
+    func = ir.Function("entry", k.name, trace.params, linkage=("visible",), directives=directives,
+                       body=[*trace.register_decls(), *trace.body])
+    return ir.Module([
+        ir.Comment(" Generated by jaxptx"),
+        ir.Directive("version", (f"{version[0]}.{version[1]}",)),
+        ir.Directive("target", (target.name,)),
+        ir.Directive("address_size", ("64",)),
+        *shared,
+        func,
+    ])
+
+
+def _dim_directive(name: str, dims: tuple[int, int, int]) -> ir.Directive:
+    return ir.Directive(name, tuple(str(d) for d in dims), commas=True)
+
+
+def kernel(fn: Callable[..., Any] | None = None, **options: Any) -> Kernel | Callable[[Callable[..., Any]], Kernel]:
+    """Decorator that makes a Python function a PTX kernel.
+
+    Usable bare (``@kernel``) or with options (``@kernel(arch="sm_100a")``).
+    Options: ``arch`` (``"sm_XX[a]"`` or ``"auto"``, resolved at trace time),
+    ``version``, ``in_specs``, ``out_specs``, ``grid`` (tuple or callable of
+    dims), ``block``, ``cluster``, ``smem``, ``raw_params``,
+    ``extern_smem``, ``reqntid``, ``raw_directives``, ``name``.
+
+    Example:
+        >>> from jaxptx import kernel, reg, ptx
+        >>> from jaxptx.types import u32
+        >>> @kernel(arch="sm_90a")
+        ... def tiny():
+        ...     tid = reg.from_(ptx.special.tid.x(), u32)
+        ...     x = tid + 1
+        ...     ptx.inst.mov.u32(tid, x)
+        ...     ptx.ret()
+        >>> "add.u32 %r3, %r2, 1;" in tiny.ptx()
+        True
+    """
+    if fn is not None:
+        return Kernel(fn, **options)
+    return lambda f: Kernel(f, **options)
+

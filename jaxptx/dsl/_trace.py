@@ -1,0 +1,213 @@
+"""Per-trace state: statements, registers, labels, shared memory, params.
+
+All naming comes from the :class:`Trace` of the kernel being traced, so two
+traces of one kernel give the same text. The active trace lives in a
+``ContextVar`` for the duration of one ``Kernel`` trace.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from .. import ir, isa
+from ..errors import PtxError, TraceError
+from ..types import TYPES, PtxType
+from ..validate import check_instruction
+
+__all__ = ["Trace", "current", "active", "user_location", "with_location"]
+
+_ACTIVE: contextvars.ContextVar["Trace | None"] = contextvars.ContextVar("jaxptx_trace", default=None)
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Declared register class of each logical type: (prefix, declared type).
+_REG_CLASS = {
+    "pred": ("%p", "pred"), "f32": ("%f", "f32"), "f64": ("%fd", "f64"),
+    16: ("%rs", "b16"), 32: ("%r", "b32"), 64: ("%rd", "b64"), 128: ("%rq", "b128"),
+}
+_CLASS_ORDER = ("%p", "%rs", "%r", "%rd", "%rq", "%f", "%fd")
+
+
+def user_location() -> tuple[str, int] | None:
+    """The innermost stack frame outside the jaxptx package (file, line)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not path.startswith(_PACKAGE_DIR):
+            return path, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def with_location(err: PtxError, loc: tuple[str, int] | None) -> PtxError:
+    """The same error class with ``, at file:line`` appended."""
+    if loc is None:
+        return err
+    return type(err)(f"{err}, at {os.path.basename(loc[0])}:{loc[1]}")
+
+
+def current() -> "Trace":
+    """The active trace.
+
+    Raises:
+        TraceError: called outside a ``@kernel`` body.
+    """
+    t = _ACTIVE.get()
+    if t is None:
+        raise TraceError("no kernel is being traced: ptx/reg/smem calls only work "
+                         "inside a @kernel function while .ptx()/.module() traces it")
+    return t
+
+
+@contextmanager
+def active(trace: "Trace") -> Iterator["Trace"]:
+    """Make ``trace`` the active trace inside the ``with`` block."""
+    token = _ACTIVE.set(trace)
+    try:
+        yield trace
+    finally:
+        _ACTIVE.reset(token)
+
+
+class Trace:
+    """The state of one kernel trace.
+
+    Attributes:
+        name: kernel name.
+        target: compile target.
+        version: PTX version.
+        body: the statement list being appended to (nested blocks swap it).
+        params: entry parameters in order.
+        shared: module-level shared-memory declarations.
+        extern_smem: name of the dynamic shared-memory symbol, or ``None``.
+        smem_offset: bytes of dynamic shared memory carved so far.
+    """
+
+    def __init__(self, name: str, target: isa.Target, version: tuple[int, int],
+                 extern_smem: str | None = None) -> None:
+        self.name = name
+        self.target = target
+        self.version = version
+        self.body: list[ir.Statement] = []
+        self.params: list[ir.VarDecl] = []
+        self.shared: list[ir.VarDecl] = []
+        self.extern_smem = extern_smem
+        self.smem_offset = 0
+        self.reg_types: dict[str, PtxType] = {}
+        self._counters: dict[str, int] = {}
+        self._named: list[ir.RegDecl] = []
+        self._symbols: set[str] = set()
+        self._labels = 0
+        self.cache: dict[Any, Any] = {}
+        self.last_if: tuple[int, str] | None = None
+        self.loops: list[tuple[str, str]] = []
+
+    # registers -----------------------------------------------------------
+    def new_register(self, ptype: PtxType, name: str | None = None, count: int | None = None) -> list[str]:
+        """Allocate one register (or ``count`` of a named array); returns names."""
+        prefix, declared = _register_class(ptype)
+        if name is None:
+            n = count or 1
+            first = self._counters.get(prefix, 0) + 1
+            self._counters[prefix] = first + n - 1
+            names = [f"{prefix}{i}" for i in range(first, first + n)]
+        else:
+            base = "%" + name
+            self._claim(base, name)
+            self._named.append(ir.RegDecl(declared, (ir.RegName(base, count),)))
+            names = [base] if count is None else [f"{base}{i}" for i in range(count)]
+        for reg_name in names:
+            self.reg_types[reg_name] = ptype
+        return names
+
+    def _claim(self, symbol: str, shown: str) -> None:
+        if not shown.isidentifier():
+            raise TraceError(f"register name {shown!r}: expected an identifier")
+        if symbol in self._symbols or symbol.rstrip("0123456789") in _CLASS_ORDER:
+            raise TraceError(f"register name {shown!r} is already used in kernel {self.name}")
+        self._symbols.add(symbol)
+
+    def type_of(self, reg_name: str) -> PtxType | None:
+        """Logical type of a register (or special register) by name."""
+        t = self.reg_types.get(reg_name)
+        if t is not None:
+            return t
+        if reg_name.startswith("%"):
+            base = reg_name[1:].split(".")[0]
+            special = isa.SPECIAL_REGS.get(base)
+            if special is not None:
+                return TYPES[special.type]
+        return None
+
+    def register_decls(self) -> list[ir.RegDecl]:
+        """``.reg`` lines for every register allocated, in a fixed order."""
+        out = []
+        for prefix in _CLASS_ORDER:
+            n = self._counters.get(prefix)
+            if n:
+                declared = next(d for p, d in _REG_CLASS.values() if p == prefix)
+                out.append(ir.RegDecl(declared, (ir.RegName(prefix, n + 1),)))
+        return out + self._named
+
+    # labels and symbols --------------------------------------------------
+    def new_label(self, hint: str = "L") -> str:
+        """A fresh label name, numbered per trace (``$L_if_3``)."""
+        self._labels += 1
+        return f"$L_{hint}_{self._labels}"
+
+    def new_symbol(self, name: str) -> str:
+        """Claim a module-level symbol name (shared array, param)."""
+        if name in self._symbols:
+            raise TraceError(f"name {name!r} is already used in kernel {self.name}")
+        self._symbols.add(name)
+        return name
+
+    def fresh_symbol(self, hint: str) -> str:
+        """A new symbol name derived from ``hint`` (``smem_0``, ``smem_1``...)."""
+        i = 0
+        while f"{hint}_{i}" in self._symbols:
+            i += 1
+        return self.new_symbol(f"{hint}_{i}")
+
+    # statements ----------------------------------------------------------
+    def append(self, stmt: ir.Statement) -> None:
+        """Append a statement to the current block."""
+        self.body.append(stmt)
+        self.last_if = None
+
+    def emit(self, ins: ir.Instruction) -> isa.Resolved:
+        """Validate ``ins`` against the table and append it.
+
+        Raises:
+            PtxError: the validation error, with the user's line appended.
+        """
+        try:
+            r = check_instruction(ins, target=self.target, version=self.version, type_of=self.type_of)
+        except PtxError as e:
+            raise with_location(e, ins.loc) from None
+        self.append(ins)
+        return r
+
+    @contextmanager
+    def block(self, body: list[ir.Statement]) -> Iterator[None]:
+        """Append to ``body`` instead of the current block inside the ``with``."""
+        saved, self.body = self.body, body
+        try:
+            yield
+        finally:
+            self.body = saved
+
+
+def _register_class(ptype: PtxType) -> tuple[str, str]:
+    if ptype.kind == "pred":
+        return _REG_CLASS["pred"]
+    if ptype.name in ("f32", "f64"):
+        return _REG_CLASS[ptype.name]
+    bits = max(ptype.bits, 16)
+    if bits not in _REG_CLASS:
+        raise TraceError(f"no register class for .{ptype.name} ({ptype.bits} bits)")
+    return _REG_CLASS[bits]

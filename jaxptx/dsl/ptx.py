@@ -1,0 +1,108 @@
+"""The ``ptx`` namespace: one call, one PTX instruction.
+
+Every instruction of the ISA table is reachable as a dotted chain, spelled
+by the naming rule of :mod:`jaxptx.isa._names`::
+
+    ptx.add.f32(d, a, b)                      # add.f32 d, a, b;
+    x = ptx.add.f32(a, b)                     # destination allocated, returned
+    ptx.ld.global_.v4.f32((x0, x1, x2, x3), ptr)
+    ptx.cp.async_.bulk.tensor._2d.shared__cluster.global_.tile \\
+        .mbarrier__complete_tx__bytes(dst, ptx.addr(tmap, coords=(x, y)), bar)
+    ptx.bra(label, pred=~done)                # @!p bra label;
+    ptx.inst.mov.u32(d, a)                    # the same chain under ``inst``
+
+A PtxType as the first argument is taken as the type modifier
+(``ptx.add(f32, d, a, b)``). Every call takes ``pred=`` for a guard.
+Beyond instructions: ``special`` registers, structured control flow
+(``if_``, ``else_``, ``range_``, ``while_``, ``break_``, ``continue_``),
+``label``, ``addr``, ``comment``, ``param`` and ``global_ptrs``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import isa
+from ..errors import PtxModifierError
+from ._control import break_, continue_, else_, if_, label, range_, while_
+from ._core import SINK, Addr, NegPred, Reg, emit_instruction
+from ._trace import user_location, with_location
+from ._special import special
+from ._params import comment, global_ptrs, param
+
+__all__ = ["inst", "special", "if_", "else_", "range_", "while_", "break_", "continue_",
+           "label", "addr", "comment", "param", "global_ptrs", "SINK", "Instr"]
+
+_FIRST_PARTS = frozenset(op.split(".")[0] for op in isa.BY_OPCODE)
+
+
+class Instr:
+    """A dotted instruction name being spelled; calling it emits the instruction.
+
+    The longest prefix that is a table opcode is the opcode; the rest are
+    modifiers. Errors (unknown opcode or modifier) are raised at the call,
+    pointing at the user's line.
+    """
+
+    __slots__ = ("_parts",)
+
+    def __init__(self, parts: tuple[str, ...]) -> None:
+        self._parts = parts
+
+    def __getattr__(self, name: str) -> "Instr":
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return Instr(self._parts + (isa.to_ptx(name),))
+
+    def __call__(self, *args: Any, pred: Reg | NegPred | None = None) -> Any:
+        split = isa.split_name(self._parts)
+        if split is None:
+            err = PtxModifierError(f"{'.'.join(self._parts)}: no instruction of that name")
+            raise with_location(err, user_location())
+        opcode, mods = split
+        return emit_instruction(opcode, mods, args, pred)
+
+    def __repr__(self) -> str:
+        return f"ptx.{'.'.join(self._parts)}"
+
+    @property
+    def forms(self) -> list[str]:
+        """The table forms this name can reach (for help and error messages)."""
+        split = isa.split_name(self._parts)
+        if split is None:
+            return []
+        return [i.form for i in isa.BY_OPCODE[split[0]]]
+
+
+class _Inst:
+    """``ptx.inst.<opcode>.<modifier>...`` — the generic spelling."""
+
+    def __getattr__(self, name: str) -> Instr:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return Instr((isa.to_ptx(name),))
+
+
+inst = _Inst()
+
+
+def addr(base: Any, offset: int = 0, *, coords: tuple[Any, ...] = ()) -> Addr:
+    """A memory operand ``[base+offset]`` (or ``[base, {coords}]`` for TMA).
+
+    ``base`` is a register, a symbol name, a shared-memory array or a tensor
+    argument; ``offset`` is a byte offset.
+    """
+    symbol = getattr(base, "__ptx_symbol__", None)
+    if symbol is not None:
+        base = symbol()
+        if isinstance(base, Addr):
+            return Addr(base.base, base.offset + offset, coords)
+    return Addr(base, offset, coords)
+
+
+def __getattr__(name: str) -> Instr:
+    part = isa.to_ptx(name)
+    if part in _FIRST_PARTS:
+        return Instr((part,))
+    raise AttributeError(f"module 'jaxptx.ptx' has no attribute {name!r} (and no "
+                         f"instruction starts with {part!r})")
