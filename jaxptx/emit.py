@@ -142,7 +142,7 @@ def _canonical_join(tokens: list[str]) -> str:
 
 def _statement(s: ir.Statement, style: str, depth: int) -> Iterator[str]:
     if isinstance(s, ir.Block):
-        yield from _block(s.body, s.trivia, style, depth)
+        yield from _block(s.body, s.trivia, style, depth + 1)
         return
     if style == "source" and s.trivia is not None:
         yield _join(statement_tokens(s), s.trivia)

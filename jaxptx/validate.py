@@ -83,7 +83,8 @@ def check_instruction(ins: ir.Instruction, *, target: Target, version: tuple[int
         PtxTypeError: each naming the instruction, the operand and what was
         expected.
     """
-    r = resolve(ins.opcode, ins.modifiers, len(ins.operands))
+    kinds = tuple(operand_kind(x, type_of) for x in ins.operands)
+    r = resolve(ins.opcode, ins.modifiers, len(ins.operands), kinds)
     name = ins.name
     r.inst.requires.check(name, target, version)
     for s in r.inst.slots:

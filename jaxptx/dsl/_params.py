@@ -30,6 +30,7 @@ class UnboundDim:
 
     __int__ = __index__ = __add__ = __radd__ = __mul__ = __rmul__ = _fail
     __sub__ = __rsub__ = __floordiv__ = __rfloordiv__ = __mod__ = __lt__ = __gt__ = _fail
+    __format__ = __float__ = _fail
 
     def __repr__(self) -> str:
         return f"UnboundDim({self.name!r})"

@@ -23,7 +23,6 @@ from ._targets import SM100_FAMILY, Requires
 
 SM75 = Requires(sm=75, ptx=(6, 5))
 SM80 = Requires(sm=80, ptx=(7, 0))
-SM80_PTX74 = Requires(sm=80, ptx=(7, 4))
 SM90_PTX78 = Requires(sm=90, ptx=(7, 8))
 SM89_PTX84 = Requires(sm=89, ptx=(8, 4))
 SM89_PTX87 = Requires(sm=89, ptx=(8, 7))
@@ -32,15 +31,17 @@ PTX78 = Requires(ptx=(7, 8))
 NARROW_MATRIX = Requires(sm=100, ptx=(8, 6), only=(*SM100_FAMILY, "sm_120a", "sm_121a",
                                                    "sm_120f", "sm_121f"))
 
-_CP_SEC = "9.7.9.25 Data Movement and Conversion Instructions: cp.async"
-_CP_GROUP_SEC = "9.7.9.26 Data Movement and Conversion Instructions: cp.async.commit_group"
-_CP_WAIT_SEC = ("9.7.9.27 Data Movement and Conversion Instructions: "
+# Section titles carry the chapter number only (9.7.9 data movement, 9.7.13
+# parallel synchronization, 9.7.14 warp-level matrix instructions).
+_CP_SEC = "9.7.9 Data Movement and Conversion Instructions: cp.async"
+_CP_GROUP_SEC = "9.7.9 Data Movement and Conversion Instructions: cp.async.commit_group"
+_CP_WAIT_SEC = ("9.7.9 Data Movement and Conversion Instructions: "
                 "cp.async.wait_group / cp.async.wait_all")
-_CP_MBAR_SEC = ("9.7.13.15.14 Parallel Synchronization and Communication Instructions: "
+_CP_MBAR_SEC = ("9.7.13 Parallel Synchronization and Communication Instructions: "
                 "cp.async.mbarrier.arrive")
-_LDM_SEC = "9.7.14.5.15 Warp Level Matrix Load Instruction: ldmatrix"
-_STM_SEC = "9.7.14.5.16 Warp Level Matrix Store Instruction: stmatrix"
-_MMA_SEC = "9.7.14.5.14 Multiply-and-Accumulate Instruction: mma"
+_LDM_SEC = "9.7.14 Warp Level Matrix Multiply-Accumulate Instructions: ldmatrix"
+_STM_SEC = "9.7.14 Warp Level Matrix Multiply-Accumulate Instructions: stmatrix"
+_MMA_SEC = "9.7.14 Warp Level Matrix Multiply-Accumulate Instructions: mma"
 
 SYNC = (slot("sync", "sync"), slot("aligned", "aligned"))
 SHARED_CTA = {"shared::cta": PTX78}
@@ -165,12 +166,16 @@ _LDMATRIX = (
 _ACC = {"f32": "f32", "f16": "f16x2", "s32": "s32", "f64": "f64"}
 
 
+def _age(req: Requires) -> tuple[int, tuple[int, int]]:
+    return req.sm, req.ptx
+
+
 def _mma(shapes: dict[str, Requires], dtype: str, atypes: str, btypes: str, ctype: str,
          *, ab: str = "b32", layouts: tuple[str, str] = ("row", "col"),
          extra: tuple[Slot, ...] = (), tail: tuple[Slot, ...] = (),
          summary: str = "warp-level matrix multiply-accumulate") -> Inst:
     """One mma form; the form-wide requirement is that of its oldest shape."""
-    lowest = min(shapes.values(), key=lambda r: (r.sm, r.ptx))
+    lowest = sorted(shapes.values(), key=_age)[0]
     return Inst(
         "mma",
         (*SYNC, slot("shape", " ".join(shapes), requires=shapes),

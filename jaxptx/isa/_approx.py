@@ -1,7 +1,76 @@
-"""Instruction table entries: approx family (being written)."""
+"""Instruction table entries: approximate and correctly rounded transcendentals.
+
+PTX ISA "Floating-Point Instructions" (rcp, sqrt, rsqrt, sin, cos, lg2,
+ex2, tanh) and "Half Precision Floating-Point Instructions" (ex2, tanh on
+f16 / bf16 and their packed pairs).
+"""
 
 from __future__ import annotations
 
-from ._schema import Inst
+from ._schema import Inst, op, slot
+from ._targets import Requires
 
-ENTRIES: tuple[Inst, ...] = ()
+RND = "rn rz rm rp"
+SM75_PTX70 = Requires(sm=75, ptx=(7, 0))
+SM90_PTX78 = Requires(sm=90, ptx=(7, 8))
+
+D = op("d", "reg", "$type", out=True)
+A = op("a", "reg imm", "$type")
+DA = (D, A)
+
+_FLT_SEC = "9.7.3 Floating-Point Instructions"
+_HALF_SEC = "9.7.4 Half Precision Floating-Point Instructions"
+
+
+def _approx_f32(opcode: str, summary: str, ftz: bool = True,
+                requires: Requires = Requires()) -> Inst:
+    """opcode.approx{.ftz}.f32 d, a."""
+    slots = (slot("approx", "approx"),
+             *((slot("ftz", "ftz", optional=True),) if ftz else ()), slot("type", "f32"))
+    return Inst(opcode, slots, DA, requires=requires, section=f"{_FLT_SEC}: {opcode}",
+                sim=opcode, summary=summary + " (approximate)")
+
+
+def _ieee(opcode: str, summary: str) -> tuple[Inst, ...]:
+    """opcode.rnd{.ftz}.f32 and opcode.rnd.f64: IEEE 754 rounding."""
+    return (
+        Inst(opcode, (slot("rnd", RND), slot("ftz", "ftz", optional=True), slot("type", "f32")),
+             DA, section=f"{_FLT_SEC}: {opcode}", sim=opcode,
+             summary=summary + ", correctly rounded"),
+        Inst(opcode, (slot("rnd", RND), slot("type", "f64")), DA,
+             section=f"{_FLT_SEC}: {opcode}", sim=opcode,
+             summary=summary + ", correctly rounded"),
+    )
+
+
+ENTRIES: tuple[Inst, ...] = (
+    _approx_f32("rcp", "reciprocal 1/a"),
+    *_ieee("rcp", "reciprocal 1/a"),
+    Inst("rcp", (slot("approx", "approx"), slot("ftz", "ftz"), slot("type", "f64")), DA,
+         section=f"{_FLT_SEC}: rcp", sim="rcp",
+         summary="reciprocal 1/a, approximate (about 20 bits), denormals flushed"),
+    _approx_f32("sqrt", "square root"),
+    *_ieee("sqrt", "square root"),
+    _approx_f32("rsqrt", "reciprocal square root"),
+    Inst("rsqrt", (slot("approx", "approx"), slot("ftz", "ftz", optional=True),
+                   slot("type", "f64")), DA,
+         section=f"{_FLT_SEC}: rsqrt", sim="rsqrt",
+         summary="reciprocal square root (approximate)"),
+    _approx_f32("sin", "sine of a in radians"),
+    _approx_f32("cos", "cosine of a in radians"),
+    _approx_f32("lg2", "base-2 logarithm"),
+    _approx_f32("ex2", "base-2 exponential"),
+    _approx_f32("tanh", "hyperbolic tangent", ftz=False, requires=SM75_PTX70),
+    Inst("ex2", (slot("approx", "approx"), slot("type", "f16 f16x2")), DA,
+         requires=SM75_PTX70, section=f"{_HALF_SEC}: ex2", sim="ex2",
+         summary="base-2 exponential of half values (approximate)"),
+    Inst("ex2", (slot("approx", "approx"), slot("ftz", "ftz"), slot("type", "bf16 bf16x2")), DA,
+         requires=SM90_PTX78, section=f"{_HALF_SEC}: ex2", sim="ex2",
+         summary="base-2 exponential of bf16 values (approximate)"),
+    Inst("tanh", (slot("approx", "approx"), slot("type", "f16 f16x2")), DA,
+         requires=SM75_PTX70, section=f"{_HALF_SEC}: tanh", sim="tanh",
+         summary="hyperbolic tangent of half values (approximate)"),
+    Inst("tanh", (slot("approx", "approx"), slot("type", "bf16 bf16x2")), DA,
+         requires=SM90_PTX78, section=f"{_HALF_SEC}: tanh", sim="tanh",
+         summary="hyperbolic tangent of bf16 values (approximate)"),
+)

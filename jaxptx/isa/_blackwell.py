@@ -9,7 +9,8 @@ Target facts checked with ptxas 13.0: the whole family needs an sm_100
 family-specific or arch-specific target and PTX 8.6; ``.kind::i8`` exists
 only on sm_100a/sm_101a/sm_110a; ``.scale_vec::NX`` only on the ``a``
 targets (``f`` targets spell it ``.block16``/``.block32``, PTX 8.8); the
-``scale-input-d`` operand only on sm_100a/f and sm_103a/f.
+``scale-input-d`` operand only on sm_100a/f and sm_103a/f; ``tcgen05.shift``
+only on the ``a`` targets.
 
 Tensor-memory addresses of ``tcgen05.mma`` must be ``.b32`` registers
 (ptxas rejects ``.u32`` there, while ``tcgen05.ld/st/cp/shift`` take any
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ._schema import Inst, Operand, Rule, Slot, op, slot
+from ._schema import Inst, Operand, Rule, op, slot
 from ._targets import SM100_FAMILY, Requires
 
 _SEC = "9.7.16 TensorCore 5th Generation Family Instructions: "
@@ -32,6 +33,8 @@ PTX87 = Requires(ptx=(8, 7))
 PTX88 = Requires(ptx=(8, 8))
 ONLY_A = Requires(only=A_TARGETS)
 ONLY_I8 = Requires(only=I8_TARGETS)
+TC05_A = Requires(ptx=(8, 6), only=A_TARGETS)
+TC05_PTX88 = Requires(ptx=(8, 8), only=SM100_FAMILY)
 
 CTA = slot("cta_group", "cta_group::1 cta_group::2")
 SYNC = (slot("sync", "sync"), slot("aligned", "aligned"))
@@ -62,15 +65,14 @@ COUNTS = {"tcgen05_regs": _tcgen05_regs, "tcgen05_lanes": _tcgen05_lanes}
 MMA_KIND = slot("kind", "kind::f16 kind::tf32 kind::f8f6f4 kind::i8",
                 requires={"kind::i8": ONLY_I8})
 SCALED_KIND = slot("kind", "kind::f16 kind::tf32")
-ASHIFT = slot("ashift", "ashift", optional=True)
+UNSCALED_KIND = slot("kind", "kind::f8f6f4 kind::i8", requires={"kind::i8": ONLY_I8})
 COLLECTOR_A = slot("collector", "collector::a::fill collector::a::use collector::a::lastuse "
                    "collector::a::discard", optional=True)
 COLLECTOR_B = slot("collector", " ".join(f"collector::b{i}::{u}" for i in range(4)
                                          for u in ("fill", "use", "lastuse", "discard")),
                    optional=True)
 # .ashift shifts rows of A as it is read; it cannot fill or reuse the collector.
-ASHIFT_RULES = (Rule("collector", "ashift", ("collector::a::fill", "collector::a::use"),
-                     absent=True),)
+ASHIFT_COLLECTOR = slot("collector", "collector::a::lastuse collector::a::discard", optional=True)
 BLOCK_SCALE = slot("block_scale", "block_scale")
 SCALE_VEC = slot("scale", "scale_vec::1X scale_vec::2X scale_vec::4X block16 block32",
                  requires={"scale_vec::1X": ONLY_A, "scale_vec::2X": ONLY_A,
@@ -83,11 +85,27 @@ SCALE_RULES = (
          ("scale_vec::2X", "scale_vec::4X", "block16", "block32")),
 )
 
+# The form resolver tells forms apart by modifiers and operand count only, so
+# positions where PTX allows either of two operand kinds at the same count
+# take one operand accepting both: A is a shared-memory descriptor or a
+# [tensor-memory] address, and six operands of an f16/tf32 MMA end either in
+# (disable-output-lane, enable-input-d) or in (enable-input-d, scale-input-d).
+A_EITHER = op("a", "reg imm mem", "b64")
+B_DESC = op("b_desc", "reg imm", "b64")
+IDESC = op("idesc", "reg imm", "b32")
 DISABLE_LANE = op("disable_output_lane", "vec", "b32", count="tcgen05_lanes")
 ENABLE_D = op("enable_input_d", "pred", neg=True)
 SCALE_D_OP = op("scale_input_d", "imm")
-B_DESC = op("b_desc", "reg imm", "b64")
-IDESC = op("idesc", "reg imm", "b32")
+LANES_OR_ENABLE = op("lanes_or_enable_d", "vec pred", "b32", count="tcgen05_lanes", neg=True)
+ENABLE_OR_SCALE = op("enable_d_or_scale", "pred imm", neg=True)
+TAILS = (
+    (MMA_KIND, (ENABLE_D,), TC05, ""),
+    (UNSCALED_KIND, (DISABLE_LANE, ENABLE_D), TC05, ", masking output lanes"),
+    (SCALED_KIND, (LANES_OR_ENABLE, ENABLE_OR_SCALE), TC05,
+     ", masking output lanes or scaling D (scaling: sm_100/sm_103 only)"),
+    (SCALED_KIND, (DISABLE_LANE, ENABLE_D, SCALE_D_OP), SCALE_D,
+     ", masking output lanes and scaling D"),
+)
 
 
 def _tmem(name: str, a_tmem: bool) -> Operand:
@@ -95,67 +113,58 @@ def _tmem(name: str, a_tmem: bool) -> Operand:
 
     The generated example names the ``idesc`` register, the first ``.b32``
     register the generator declares: ``%x1`` after ``b_desc`` when A comes
-    from tensor memory, ``%x2`` after ``a_desc`` and ``b_desc`` otherwise.
+    from tensor memory, ``%x2`` after ``a`` and ``b_desc`` otherwise.
     """
     return op(name, "mem", "b32", example=f"[%x{1 if a_tmem else 2}]")
 
 
 def _mma_head(a_tmem: bool, sparse: bool) -> tuple[Operand, ...]:
     """``[d-tmem], a-desc|[a-tmem], b-desc{, [sp-meta-tmem]}, idesc``."""
-    a = _tmem("a_tmem", a_tmem) if a_tmem else op("a_desc", "reg imm", "b64")
+    a = _tmem("a_tmem", a_tmem) if a_tmem else A_EITHER
     meta = (_tmem("sp_meta_tmem", a_tmem),) if sparse else ()
     return (_tmem("d_tmem", a_tmem), a, B_DESC, *meta, IDESC)
 
 
 def _mma_forms(opcode: str, sparse: bool) -> tuple[Inst, ...]:
-    """tcgen05.mma / tcgen05.mma.sp: dense kinds and block-scaled kinds,
-    A from a shared-memory descriptor or from tensor memory."""
+    """tcgen05.mma / tcgen05.mma.sp: dense kinds (A from a descriptor or
+    tensor memory; ``.ashift`` with A in tensor memory only) and
+    block-scaled kinds."""
     what = "sparse " if sparse else ""
+    sec = _SEC + opcode
+    # Block-scaled sparse MMA on fp4 data exists only on the ``a`` targets.
     sp_kinds = {"kind::mxf4": ONLY_A, "kind::mxf4nvf4": Requires(ptx=(8, 7), only=A_TARGETS)}
     bs_kind = slot("kind", "kind::mxf8f6f4 kind::mxf4 kind::mxf4nvf4",
                    requires=sp_kinds if sparse else {"kind::mxf4nvf4": PTX87})
     bs_default_kind = slot("kind", "kind::mxf8f6f4 kind::mxf4",
                            requires={"kind::mxf4": ONLY_A} if sparse else None)
+    head = _mma_head(False, sparse)
+    scale_tmem = (_tmem("scale_a_tmem", False), _tmem("scale_b_tmem", False))
     out: list[Inst] = []
-    for a_tmem in (False, True):
-        head = _mma_head(a_tmem, sparse)
-        src = "A in tensor memory" if a_tmem else "A from a shared-memory descriptor"
-        shift: tuple[Slot, ...] = (ASHIFT,) if a_tmem else ()
-        rules = ASHIFT_RULES if a_tmem else ()
-        scale_tmem = (_tmem("scale_a_tmem", a_tmem), _tmem("scale_b_tmem", a_tmem))
-        for kind, tail, req, note in (
-            (MMA_KIND, (ENABLE_D,), TC05, ""),
-            (MMA_KIND, (DISABLE_LANE, ENABLE_D), TC05, ", masking output lanes"),
-            (SCALED_KIND, (ENABLE_D, SCALE_D_OP), SCALE_D, ", scaling D"),
-            (SCALED_KIND, (DISABLE_LANE, ENABLE_D, SCALE_D_OP), SCALE_D,
-             ", masking output lanes and scaling D"),
-        ):
-            out.append(Inst(opcode, (CTA, kind, *shift, COLLECTOR_A), (*head, *tail),
-                            requires=req, rules=rules, section=_SEC + opcode, sim="tcgen05_mma",
+    for ashift in (False, True):
+        shift = (slot("ashift", "ashift"), ASHIFT_COLLECTOR) if ashift else (COLLECTOR_A,)
+        src = "A in tensor memory, rows shifted" if ashift else "A by descriptor or in TMEM"
+        for kind, tail, req, note in TAILS:
+            out.append(Inst(opcode, (CTA, kind, *shift), (*_mma_head(ashift, sparse), *tail),
+                            requires=req, section=sec, sim="tcgen05_mma",
                             summary=f"{what}tensor-core MMA into tensor memory, {src}{note}"))
-        out.append(Inst(opcode, (CTA, bs_kind, BLOCK_SCALE, SCALE_VEC, COLLECTOR_A),
-                        (*head, *scale_tmem, ENABLE_D), requires=TC05, rules=SCALE_RULES,
-                        section=_SEC + opcode, sim="tcgen05_mma",
-                        summary=f"block-scaled {what}MMA into tensor memory, {src}"))
-        out.append(Inst(opcode, (CTA, bs_default_kind, BLOCK_SCALE, COLLECTOR_A),
-                        (*head, *scale_tmem, ENABLE_D), requires=Requires(ptx=(8, 8),
-                                                                          only=SM100_FAMILY),
-                        section=_SEC + opcode, sim="tcgen05_mma",
-                        summary=f"block-scaled {what}MMA, default 32-element scale blocks, {src}"))
+    out.append(Inst(opcode, (CTA, bs_kind, BLOCK_SCALE, SCALE_VEC, COLLECTOR_A),
+                    (*head, *scale_tmem, ENABLE_D), requires=TC05, rules=SCALE_RULES,
+                    section=sec, sim="tcgen05_mma",
+                    summary=f"block-scaled {what}MMA into tensor memory"))
+    out.append(Inst(opcode, (CTA, bs_default_kind, BLOCK_SCALE, COLLECTOR_A),
+                    (*head, *scale_tmem, ENABLE_D), requires=TC05_PTX88,
+                    section=sec, sim="tcgen05_mma",
+                    summary=f"block-scaled {what}MMA, default 32-element scale blocks"))
     return tuple(out)
 
 
-def _mma_ws_forms(opcode: str, sparse: bool) -> tuple[Inst, ...]:
+def _mma_ws(opcode: str, sparse: bool) -> Inst:
     """tcgen05.mma.ws / tcgen05.mma.ws.sp: one CTA, B-collector buffers."""
-    what = "sparse " if sparse else ""
-    return tuple(
-        Inst(opcode, (slot("cta_group", "cta_group::1"), MMA_KIND, COLLECTOR_B),
-             (*_mma_head(a_tmem, sparse), ENABLE_D,
-              op("zero_column_mask_desc", "reg imm", "b64", optional=True)),
-             requires=TC05, section=_SEC + opcode, sim="tcgen05_mma",
-             summary=f"warp-specialised {what}MMA into tensor memory, "
-                     + ("A in tensor memory" if a_tmem else "A from a shared-memory descriptor"))
-        for a_tmem in (False, True))
+    return Inst(opcode, (slot("cta_group", "cta_group::1"), MMA_KIND, COLLECTOR_B),
+                (*_mma_head(False, sparse), ENABLE_D,
+                 op("zero_column_mask_desc", "reg imm", "b64", optional=True)),
+                requires=TC05, section=_SEC + opcode, sim="tcgen05_mma",
+                summary=f"warp-specialised {'sparse ' if sparse else ''}MMA into tensor memory")
 
 
 # ---------------------------------------------------------------- the table
@@ -218,10 +227,10 @@ ENTRIES: tuple[Inst, ...] = (
                 Rule("dst_fmt", "src_fmt"), Rule("src_fmt", "dst_fmt")),
          summary="copy a shared-memory matrix (by descriptor) into tensor memory"),
     Inst("tcgen05.shift", (CTA, slot("dir", "down")), (TADDR,),
-         requires=Requires(ptx=(8, 6), only=A_TARGETS), section=_SEC + "tcgen05.shift", sim="tcgen05_shift",
+         requires=TC05_A, section=_SEC + "tcgen05.shift", sim="tcgen05_shift",
          summary="shift 32-byte tensor-memory rows down by one lane"),
     *_mma_forms("tcgen05.mma", sparse=False),
     *_mma_forms("tcgen05.mma.sp", sparse=True),
-    *_mma_ws_forms("tcgen05.mma.ws", sparse=False),
-    *_mma_ws_forms("tcgen05.mma.ws.sp", sparse=True),
+    _mma_ws("tcgen05.mma.ws", sparse=False),
+    _mma_ws("tcgen05.mma.ws.sp", sparse=True),
 )

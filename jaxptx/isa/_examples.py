@@ -84,7 +84,7 @@ class _Regs:
 
 def _operand(o: Operand, r: Resolved, regs: _Regs) -> str:
     if o.example is not None:
-        return o.example
+        return _fill_placeholders(o.example, regs)
     want = expected_type(o, r.values)
     kinds = o.kinds
     if "vec" in kinds:
@@ -99,7 +99,7 @@ def _operand(o: Operand, r: Resolved, regs: _Regs) -> str:
     if "mem" in kinds:
         # A mem operand's type names its address register (u32 for tensor
         # memory and shared windows); a count adds tensor coordinates.
-        base = regs.new(want.name if want is not None and want.is_int else "u64")
+        base = regs.new(want.name if want is not None and want.kind in "bus" else "u64")
         n = vector_count(o, r.values)
         if n:
             coords = ", ".join(regs.new("s32") for _ in range(n))
@@ -112,15 +112,26 @@ def _operand(o: Operand, r: Resolved, regs: _Regs) -> str:
     return "_"
 
 
+def _fill_placeholders(text: str, regs: _Regs) -> str:
+    """Replace each ``%{type}`` in an example with a fresh register of that type."""
+    out, rest = [], text
+    while "%{" in rest:
+        head, _, tail = rest.partition("%{")
+        type_name, _, rest = tail.partition("}")
+        out.append(head + regs.new(type_name))
+    return "".join(out) + rest
+
+
 def examples(inst: Inst) -> list[Example]:
     """Generated examples for one form (its own ``example`` if it has one)."""
     out = []
     for values in _value_choices(inst):
         r = Resolved(inst, values)
         target, version = example_target(inst, values)
-        if inst.example is not None:
-            return [Example(inst, inst.example, (), target, version)]
         regs = _Regs()
+        if inst.example is not None:
+            line = _fill_placeholders(inst.example, regs)
+            return [Example(inst, line, tuple(regs.decls), target, version)]
         mods = [values[s.name] for s in inst.slots if s.name in values]
         name = ".".join([inst.opcode, *mods])
         ops = ", ".join(_operand(o, r, regs) for o in active_operands(r))
@@ -142,16 +153,20 @@ def example_modules(exs: list[Example]) -> dict[tuple[Target, tuple[int, int]], 
     out = {}
     for (target, version), group in sorted(groups.items(), key=lambda kv: (kv[0][0].sm, kv[0][0].suffix, kv[0][1])):
         lines = [f".version {version[0]}.{version[1]}", f".target {target.name}",
-                 ".address_size 64", "", ".visible .entry examples()", "{"]
+                 ".address_size 64", ""]
         where = []
+        # One entry per example: some instructions may not share a function
+        # (tcgen05 cta_group::1 and ::2 cannot mix).
         for i, ex in enumerate(group):
-            lines.append("\t{")
+            lines.append(f".visible .entry example_{i}()")
+            lines.append("{")
             for name, ty in ex.regs:
                 lines.append(f"\t.reg .{ty} {name};")
             where.append((len(lines) + 1, ex))
-            lines.append("\t" + ex.line.replace(LABEL, f"{LABEL}{i}"))
-            lines.append(f"{LABEL}{i}:")
-            lines.append("\t}")
-        lines += ["\tret;", "}", ""]
+            lines.append("\t" + ex.line)
+            lines.append(f"{LABEL}:")
+            lines.append("\tret;")
+            lines.append("}")
+        lines.append("")
         out[(target, version)] = ("\n".join(lines), where)
     return out

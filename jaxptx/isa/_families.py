@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
-from . import _ampere, _approx, _arith, _blackwell, _control, _hopper, _logic, _memory, _warp
+from . import (_ampere, _approx, _arith, _blackwell, _control, _convert, _hopper, _logic,
+               _memory, _warp)
 
-FAMILIES = (_arith, _logic, _approx, _memory, _warp, _control, _ampere, _hopper, _blackwell)
+FAMILIES = (_arith, _logic, _convert, _approx, _memory, _warp, _control, _ampere, _hopper,
+            _blackwell)

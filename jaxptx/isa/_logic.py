@@ -18,6 +18,7 @@ UINT = ("u16", "u32", "u64")
 INT_CMP = "eq ne lt le gt ge lo ls hi hs"
 FLT_CMP = "eq ne lt le gt ge equ neu ltu leu gtu geu num nan"
 BOOLOP = "and or xor"
+SET_DTYPES = "u32 s32 f32 f16 bf16"
 SM53_F16 = Requires(sm=53, ptx=(4, 2))
 SM90_BF16 = Requires(sm=90, ptx=(7, 8))
 SM70_PTX76 = Requires(sm=70, ptx=(7, 6))
@@ -68,15 +69,23 @@ def _setp_float(types: str, ftz: bool, pair: bool, requires: Requires, section: 
                 summary="compare, write predicates" + (" per half" if pair else ""))
 
 
-def _set_float(dtypes: str, stype: str, ftz: bool, requires: Requires, section: str) -> Inst:
-    slots = (slot("cmp", FLT_CMP), slot("boolop", BOOLOP, optional=True),
+def _set(cmp: str, dtypes: str, stype: str, ftz: bool, requires: Requires,
+         section: str) -> Inst:
+    """set.CmpOp{.BoolOp}{.ftz}.dtype.stype d, a, b{, {!}c}; ``f16``/``bf16``
+    destinations hold 1.0 or 0.0 and need sm_53 / sm_90; ``.ftz`` never goes
+    with a bf16 destination."""
+    no_bf16 = tuple(t for t in dtypes.split() if t != "bf16")
+    slots = (slot("cmp", cmp), slot("boolop", BOOLOP, optional=True),
              *((slot("ftz", "ftz", optional=True),) if ftz else ()),
-             slot("dtype", dtypes), slot("stype", stype))
+             slot("dtype", dtypes, requires={"f16": SM53_F16, "bf16": SM90_BF16}),
+             slot("stype", stype))
+    rules = ((Rule("ftz", "dtype", (), no_bf16),) if ftz and "bf16" in dtypes.split() else ()) \
+        + (SET_INT_RULES if cmp == INT_CMP else ())
     return Inst("set", slots,
                 (op("d", "reg", "$dtype", out=True), op("a", "reg imm", "$stype"),
                  op("b", "reg imm", "$stype"), C_BOOL),
-                requires=requires, section=section, sim="set",
-                summary="compare, write all-ones/1.0 or zero")
+                requires=requires, rules=rules, section=section, sim="set",
+                summary="compare, write all-ones (1.0 for float destinations) or zero")
 
 
 ENTRIES: tuple[Inst, ...] = (
@@ -147,18 +156,13 @@ ENTRIES: tuple[Inst, ...] = (
     _setp_float("f16x2", True, True, SM53_F16, f"{_HALF_CMP_SEC}: setp"),
     _setp_float("bf16", False, False, SM90_BF16, f"{_HALF_CMP_SEC}: setp"),
     _setp_float("bf16x2", False, True, SM90_BF16, f"{_HALF_CMP_SEC}: setp"),
-    Inst("set", (slot("cmp", INT_CMP), slot("boolop", BOOLOP, optional=True),
-                 slot("dtype", "u32 s32 f32"), slot("stype", BITS + " " + INT)),
-         (op("d", "reg", "$dtype", out=True), op("a", "reg imm", "$stype"),
-          op("b", "reg imm", "$stype"), C_BOOL),
-         rules=SET_INT_RULES, section=f"{_CMP_SEC}: set", sim="set",
-         summary="compare integers, write all-ones/1.0 or zero"),
-    _set_float("u32 s32 f32", "f32", True, Requires(), f"{_CMP_SEC}: set"),
-    _set_float("u32 s32 f32", "f64", False, Requires(), f"{_CMP_SEC}: set"),
-    _set_float("f16 u16 s16", "f16", True, SM53_F16, f"{_HALF_CMP_SEC}: set"),
-    _set_float("f16x2 u32 s32", "f16x2", True, SM53_F16, f"{_HALF_CMP_SEC}: set"),
-    _set_float("bf16 u16 s16", "bf16", False, SM90_BF16, f"{_HALF_CMP_SEC}: set"),
-    _set_float("bf16x2 u32 s32", "bf16x2", False, SM90_BF16, f"{_HALF_CMP_SEC}: set"),
+    _set(INT_CMP, SET_DTYPES, BITS + " " + INT, False, Requires(), f"{_CMP_SEC}: set"),
+    _set(FLT_CMP, SET_DTYPES, "f32", True, Requires(), f"{_CMP_SEC}: set"),
+    _set(FLT_CMP, SET_DTYPES, "f64", False, Requires(), f"{_CMP_SEC}: set"),
+    _set(FLT_CMP, "f16 bf16 u16 s16 u32 s32", "f16", True, SM53_F16, f"{_HALF_CMP_SEC}: set"),
+    _set(FLT_CMP, "f16x2 u32 s32", "f16x2", True, SM53_F16, f"{_HALF_CMP_SEC}: set"),
+    _set(FLT_CMP, "bf16 u16 s16 u32 s32", "bf16", False, SM90_BF16, f"{_HALF_CMP_SEC}: set"),
+    _set(FLT_CMP, "bf16x2 u32 s32", "bf16x2", False, SM90_BF16, f"{_HALF_CMP_SEC}: set"),
     Inst("selp", (slot("type", BITS + " " + INT + " f32 f64"),),
          (D, A, B, op("c", "pred", neg=True)), section=f"{_CMP_SEC}: selp", sim="selp",
          summary="select a if predicate c, else b"),

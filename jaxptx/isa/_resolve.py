@@ -7,6 +7,7 @@ Pure table logic; checking IR operands against it is ``jaxptx.validate``.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Mapping
 
 from ..errors import PtxModifierError
@@ -73,11 +74,15 @@ def _bad_modifier(inst: Inst, mods: tuple[str, ...], i: int, pos: int) -> str:
     return f"unknown modifier .{mod}{hint}; expected one of {shown or 'nothing more'}"
 
 
-def resolve(opcode: str, mods: tuple[str, ...], n_operands: int | None = None) -> Resolved:
+@functools.lru_cache(maxsize=4096)
+def resolve(opcode: str, mods: tuple[str, ...], n_operands: int | None = None,
+            kinds: tuple[str, ...] | None = None) -> Resolved:
     """Find the table form for ``opcode.mods``.
 
     Among forms whose modifiers match, one whose operand count fits
-    ``n_operands`` is preferred.
+    ``n_operands`` is preferred, and among those one whose operand kinds
+    accept ``kinds`` (``("reg", "mem", ...)``), when given. The result is
+    cached; treat it as read-only.
 
     Raises:
         PtxModifierError: unknown opcode, or no form accepts the modifiers;
@@ -107,11 +112,16 @@ def resolve(opcode: str, mods: tuple[str, ...], n_operands: int | None = None) -
             raise PtxModifierError(
                 f"{name}: unknown modifier .{unknown[0]}{hint}; {opcode} takes {shown}")
         raise PtxModifierError(f"{name}: {best[1]}")
+    if kinds is not None:
+        n_operands = len(kinds)
     if n_operands is not None:
-        for r in matches:
-            lo, hi = arity(r)
-            if lo <= n_operands <= hi:
-                return r
+        fits = [r for r in matches if arity(r)[0] <= n_operands <= arity(r)[1]]
+        if kinds is not None:
+            for r in fits:
+                if all(k in o.kinds for k, o in zip(kinds, active_operands(r))):
+                    return r
+        if fits:
+            return fits[0]
     return matches[0]
 
 

@@ -75,7 +75,9 @@ class Operand:
         widen: a register may be wider than the instruction type (``ld``,
             ``st``, ``cvt`` of narrow integers).
         neg: a predicate operand may be negated (``!%p``).
-        example: an immediate value for generated examples (``"0x1f"``).
+        example: the operand's text in generated examples (``"0x1f"``);
+            each ``%{type}`` in it becomes a fresh register of that type
+            (``"[%{u64}, {%{s32}, 0}]"``).
     """
 
     name: str
@@ -130,7 +132,8 @@ class Inst:
             it has no emulator semantics yet).
         summary: one line for generated docs.
         example: a complete PTX line used instead of a generated one in the
-            table sweep (for forms whose operands need context, like ``bra``).
+            table sweep (for forms whose operands need context); ``%{type}``
+            placeholders become fresh registers as in ``Operand.example``.
         predicable: accepts a ``@p`` guard.
     """
 
