@@ -217,7 +217,7 @@ def new_reg(ptype: PtxType, name: str | None = None) -> Reg:
     return Reg(current().new_register(ptype, name)[0], ptype)
 
 
-def _immediate(value: int | float, want: PtxType | None, where: str) -> ir.Immediate:
+def _immediate(value: int | float, want: PtxType | None, where: Any) -> ir.Immediate:
     if isinstance(value, bool):
         raise PtxOperandError(f"{where}: expected a register or number, got {value!r}")
     if want is not None and want.name in ("f32", "f64") or (want is None and isinstance(value, float)):
@@ -238,7 +238,7 @@ def _immediate(value: int | float, want: PtxType | None, where: str) -> ir.Immed
     return ir.Immediate(int(value))
 
 
-def to_operand(value: Any, o: isa.Operand | None, want: PtxType | None, where: str) -> ir.Operand:
+def to_operand(value: Any, o: isa.Operand | None, want: PtxType | None, where: Any) -> ir.Operand:
     """Convert a Python argument to an IR operand for table operand ``o``."""
     kinds = o.kinds if o is not None else ()
     if isinstance(value, Reg):
@@ -267,7 +267,7 @@ def to_operand(value: Any, o: isa.Operand | None, want: PtxType | None, where: s
     raise PtxOperandError(f"{where}: expected a register, number, address or label, got {value!r}")
 
 
-def _address(a: Addr, where: str) -> ir.Address:
+def _address(a: Addr, where: Any) -> ir.Address:
     base: ir.Register | ir.Symbol | None
     if isinstance(a.base, Reg):
         base = ir.Register(a.base.name)
@@ -300,16 +300,16 @@ def emit_instruction(opcode: str, mods: tuple[str, ...], args: tuple[Any, ...],
     args, mods = _split_type(args, mods)
     try:
         r = isa.resolve(opcode, mods, len(args))
-        operands = isa.active_operands(r)
-        lo, hi = isa.arity(r)
-        if len(args) == lo - 1 and operands and operands[0].out and not (lo <= len(args) <= hi):
+        operands, types = r.operands, r.types
+        lo, hi = r.bounds
+        if len(args) == lo - 1 and operands and operands[0].out:
             args = (_allocate(operands[0], r),) + args
         converted = []
         for i, value in enumerate(args):
-            o = operands[i] if i < len(operands) else None
-            want = isa.expected_type(o, r.values) if o is not None else None
-            where = f"{r.inst.opcode}{''.join('.' + m for m in mods)} operand {o.name if o else i}"
-            converted.append(to_operand(value, o, want, where))
+            if i < len(operands):
+                converted.append(to_operand(value, operands[i], types[i], _Where(opcode, mods, operands[i].name)))
+            else:
+                converted.append(to_operand(value, None, None, _Where(opcode, mods, str(i))))
     except PtxError as e:
         raise with_location(e, loc) from None
     guard = None
@@ -318,6 +318,19 @@ def emit_instruction(opcode: str, mods: tuple[str, ...], args: tuple[Any, ...],
         guard = ir.Guard(ir.Register(reg.name), isinstance(pred, NegPred))
     trace.emit(ir.Instruction(opcode, mods, tuple(converted), guard, loc=loc))
     return args[0] if operands and operands[0].out else None
+
+
+class _Where:
+    """``add.f32 operand b`` for messages, built only when one is raised."""
+
+    __slots__ = ("opcode", "mods", "operand")
+
+    def __init__(self, opcode: str, mods: tuple[str, ...], operand: str) -> None:
+        self.opcode, self.mods, self.operand = opcode, mods, operand
+
+    def __str__(self) -> str:
+        return f"{'.'.join((self.opcode, *self.mods))} operand {self.operand}"
+
 
 
 def _allocate(o: isa.Operand, r: isa.Resolved) -> Any:

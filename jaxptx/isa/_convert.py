@@ -129,22 +129,24 @@ def _mov_vec(type_: str, elem: str, pack: bool) -> Inst:
                         f"{'into' if pack else 'of'} a {type_}")
 
 
-# The fp4 type e2m1x2 lives in an 8-bit register, which the generated
-# examples cannot declare; these forms carry their own declarations.
-_E2M1_PACK = (".reg .b8 %e2m1; .reg .f32 %e2m1a, %e2m1b; "
-              "cvt.rn.satfinite.relu.e2m1x2.f32 %e2m1, %e2m1a, %e2m1b;")
-_E2M1_UNPACK = (".reg .b8 %e2m1; .reg .b32 %e2m1d; "
-                "cvt.rn.relu.f16x2.e2m1x2 %e2m1d, %e2m1;")
+# The fp4 pair e2m1x2 lives in an 8-bit register, which ``%{type}``
+# placeholders cannot declare (they declare at least 16 bits); these forms
+# declare their .b8 register inline.
+_E2M1_PACK = ".reg .b8 %e2m1; cvt.rn.satfinite.relu.e2m1x2.f32 %e2m1, %{f32}, %{f32};"
+_E2M1_UNPACK = ".reg .b8 %e2m1; cvt.rn.relu.f16x2.e2m1x2 %{f16x2}, %e2m1;"
 
 ENTRIES: tuple[Inst, ...] = (
     # --- mov ---------------------------------------------------------------
     Inst("mov", (slot("type", "pred"),), (op("d", "pred", out=True), op("a", "pred imm")),
          section=_MOV, sim="mov", summary="copy a predicate"),
-    Inst("mov", (slot("type", "b16 u16 s16 b32 u32 s32 f32 f64"),), (D, A),
-         section=_MOV, sim="mov", summary="copy a register, immediate or special register"),
-    Inst("mov", (slot("type", "b64 u64 s64"),), (D, op("a", "reg imm sym", "$type")),
+    Inst("mov", (slot("type", "b16 u16 s16 f32 f64"),), (D, A),
+         section=_MOV, sim="mov", summary="copy a register or immediate"),
+    # 32-bit symbol addresses: .shared variables (the shared window) and
+    # functions; .global addresses need the 64-bit types.
+    Inst("mov", (slot("type", "b32 u32 s32 b64 u64 s64"),), (D, op("a", "reg imm sym", "$type")),
          section=_MOV, sim="mov",
-         summary="copy a register or immediate, or take the address of a variable or function"),
+         summary="copy a register, immediate or special register, or take the address "
+                 "of a variable or function"),
     Inst("mov", (slot("type", "b128"),), (D, op("a", "reg", "$type")),
          requires=Requires(sm=70, ptx=(8, 3)), section=_MOV, sim="mov",
          summary="copy a 128-bit register"),

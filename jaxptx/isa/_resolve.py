@@ -15,20 +15,61 @@ from ..types import TYPES, PtxType
 from ._counts import COUNTS
 from ._schema import Inst, Operand
 from ._table import BY_OPCODE
-from ._targets import Target
+from ._targets import Requires, Target
 
 __all__ = ["Resolved", "resolve", "arity", "active_operands", "expected_type",
            "vector_count", "compatible"]
 
 
 class Resolved:
-    """A form chosen for an instruction: the entry and its slot values."""
+    """A form chosen for an instruction: the entry and its slot values.
 
-    __slots__ = ("inst", "values")
+    ``operands``, ``types``, ``counts``, ``bounds`` and ``requirements`` are
+    derived once per resolved form (resolution is cached, so tracing a
+    50k-instruction kernel computes them once per distinct instruction).
+    """
+
+    __slots__ = ("inst", "values", "_derived")
 
     def __init__(self, inst: Inst, values: dict[str, str]) -> None:
         self.inst = inst
         self.values = values
+        self._derived: tuple | None = None
+
+    def _derive(self) -> tuple:
+        if self._derived is None:
+            ops = tuple(active_operands(self))
+            reqs = tuple((v, req) for s in self.inst.slots
+                         if (v := self.values.get(s.name)) is not None
+                         and (req := s.requirement(v)) is not None)
+            self._derived = (ops, tuple(expected_type(o, self.values) for o in ops),
+                             tuple(vector_count(o, self.values) for o in ops), arity(self), reqs)
+        return self._derived
+
+    @property
+    def operands(self) -> tuple[Operand, ...]:
+        """The operand positions present for these slot values."""
+        return self._derive()[0]
+
+    @property
+    def types(self) -> tuple[PtxType | None, ...]:
+        """The expected type of each present operand."""
+        return self._derive()[1]
+
+    @property
+    def counts(self) -> tuple[int | None, ...]:
+        """The vector length of each present operand (``None`` if not a vector)."""
+        return self._derive()[2]
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """The least and most operands (see :func:`arity`)."""
+        return self._derive()[3]
+
+    @property
+    def requirements(self) -> tuple[tuple[str, Requires], ...]:
+        """``(value, Requires)`` for each chosen modifier value that has one."""
+        return self._derive()[4]
 
     def __repr__(self) -> str:
         return f"Resolved({self.inst.opcode}, {self.values})"
@@ -181,7 +222,7 @@ def compatible(want: PtxType, got: PtxType, widen: bool = False) -> bool:
     the same size, signed and unsigned integers of one size match, and
     ``widen`` positions (ld/st/cvt) take wider integer registers.
     """
-    if want == got:
+    if want is got:
         return True
     if "pred" in (want.kind, got.kind):
         return False

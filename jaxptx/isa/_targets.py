@@ -135,6 +135,14 @@ class Requires:
             return " or ".join(self.only)
         return f"sm_{self.sm} or newer"
 
+    def allows(self, target: Target, version: tuple[int, int]) -> bool:
+        """Whether ``target``/``version`` meet this requirement."""
+        if self.only:
+            ok = target.name in self.only
+        else:
+            ok = target.sm >= self.sm
+        return ok and version >= self.ptx
+
     def check(self, what: str, target: Target, version: tuple[int, int]) -> None:
         """Raise if ``target``/``version`` lack this requirement.
 

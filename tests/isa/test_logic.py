@@ -124,9 +124,11 @@ def test_selp_and_slct() -> None:
 
 # --- mov / cvt / cvta -------------------------------------------------------
 
-def test_mov_symbol_address_only_for_64_bit() -> None:
-    assert "sym" in isa.active_operands(isa.resolve("mov", ("u64",), 2))[1].kinds
-    assert "sym" not in isa.active_operands(isa.resolve("mov", ("u32",), 2))[1].kinds
+def test_mov_symbol_address_only_for_integer_words() -> None:
+    for t in ("u64", "u32"):  # u32: a .shared variable's address in the shared window
+        assert "sym" in isa.active_operands(isa.resolve("mov", (t,), 2))[1].kinds
+    for t in ("f32", "u16"):
+        assert "sym" not in isa.active_operands(isa.resolve("mov", (t,), 2))[1].kinds
 
 
 def test_mov_pack_forms_have_two_halves() -> None:
