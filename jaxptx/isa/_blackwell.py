@@ -108,21 +108,17 @@ TAILS = (
 )
 
 
-def _tmem(name: str, a_tmem: bool) -> Operand:
-    """A ``[tensor-memory]`` operand of tcgen05.mma (a ``.b32`` address).
-
-    The generated example names the ``idesc`` register, the first ``.b32``
-    register the generator declares: ``%x1`` after ``b_desc`` when A comes
-    from tensor memory, ``%x2`` after ``a`` and ``b_desc`` otherwise.
-    """
-    return op(name, "mem", "b32", example=f"[%x{1 if a_tmem else 2}]")
+def _tmem(name: str) -> Operand:
+    """A ``[tensor-memory]`` operand of tcgen05.mma: ptxas wants a ``.b32``
+    address register (``.u32`` fails with "Arguments mismatch")."""
+    return op(name, "mem", "b32")
 
 
 def _mma_head(a_tmem: bool, sparse: bool) -> tuple[Operand, ...]:
     """``[d-tmem], a-desc|[a-tmem], b-desc{, [sp-meta-tmem]}, idesc``."""
-    a = _tmem("a_tmem", a_tmem) if a_tmem else A_EITHER
-    meta = (_tmem("sp_meta_tmem", a_tmem),) if sparse else ()
-    return (_tmem("d_tmem", a_tmem), a, B_DESC, *meta, IDESC)
+    a = _tmem("a_tmem") if a_tmem else A_EITHER
+    meta = (_tmem("sp_meta_tmem"),) if sparse else ()
+    return (_tmem("d_tmem"), a, B_DESC, *meta, IDESC)
 
 
 def _mma_forms(opcode: str, sparse: bool) -> tuple[Inst, ...]:
@@ -138,7 +134,7 @@ def _mma_forms(opcode: str, sparse: bool) -> tuple[Inst, ...]:
     bs_default_kind = slot("kind", "kind::mxf8f6f4 kind::mxf4",
                            requires={"kind::mxf4": ONLY_A} if sparse else None)
     head = _mma_head(False, sparse)
-    scale_tmem = (_tmem("scale_a_tmem", False), _tmem("scale_b_tmem", False))
+    scale_tmem = (_tmem("scale_a_tmem"), _tmem("scale_b_tmem"))
     out: list[Inst] = []
     for ashift in (False, True):
         shift = (slot("ashift", "ashift"), ASHIFT_COLLECTOR) if ashift else (COLLECTOR_A,)

@@ -303,10 +303,9 @@ _DIMS = (1, 2, 3, 4, 5)
 
 def _tensor_operand(dims: int) -> Operand:
     """``[tensorMap, {c0, ...}]``: the tensor map's generic address and the
-    coordinates (.s32). The example reuses ``%x0``, the 64-bit address
-    register the generator declares for the copy's shared-memory operand."""
-    coords = ", ".join("0" for _ in range(dims))
-    return op("tensor", "mem", example=f"[%x0, {{{coords}}}]")
+    coordinates (.s32 registers or immediates)."""
+    coords = ", ".join("%{s32}" if i % 2 else "0" for i in range(dims))
+    return op("tensor", "mem", count=dims, example=f"[%{{u64}}, {{{coords}}}]")
 
 
 def _tensor_load(dims: int, mode: str) -> Inst:
