@@ -235,6 +235,8 @@ def _immediate(value: int | float, want: PtxType | None, where: Any) -> ir.Immed
         hi = (1 << want.bits) - 1 if want.kind in "bu" else (1 << (want.bits - 1)) - 1
         if not lo <= value <= hi:
             raise PtxOperandError(f"{where}: immediate {value} does not fit .{want.name}")
+    if want is not None and want.kind == "b" and value >= 256:
+        return ir.Immediate(int(value), "hex")  # bit patterns read better in hex
     return ir.Immediate(int(value))
 
 

@@ -393,3 +393,11 @@ def test_unknown_instruction_name() -> None:
         ptx.cp.bogus()
     with pytest.raises(PtxModifierError, match=r"cp.bogus: no instruction of that name"):
         k.ptx()
+
+
+def test_instruction_newer_than_declared_version() -> None:
+    @kernel(arch="sm_90", version=(7, 8))
+    def k():
+        ptx.elect.sync((reg.scalar(u32), reg.pred()), 0xFFFFFFFF)
+    with pytest.raises(PtxVersionError, match=r"elect.sync needs PTX ISA 8.0, kernel declares 7.8; pass version=\(8, 0\), at test_kernel.py:\d+"):
+        k.ptx()

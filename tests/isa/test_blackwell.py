@@ -3,7 +3,6 @@ table: forms, vector lengths, operand types and refused combinations."""
 
 from __future__ import annotations
 
-import re
 
 import pytest
 
@@ -209,36 +208,3 @@ def test_shift_is_arch_specific_only() -> None:
     _check(r, "sm_103a", (8, 8))
     with pytest.raises(PtxTargetError, match=r"kernel targets sm_100f"):
         _check(r, "sm_100f", (8, 8))
-
-
-def test_dsl_tcgen05_kernel_assembles() -> None:
-    """The table's forms spelled through the DSL, down to ptxas."""
-    from jaxptx import kernel, ptx, reg, smem
-    from jaxptx.runtime import ptxas
-    from jaxptx.types import b32, b64
-
-    @kernel(arch="sm_100a")
-    def k():
-        slot = smem.alloc(b32, 1)
-        bar = smem.mbarrier()
-        ptx.tcgen05.alloc.cta_group__1.sync.aligned.shared__cta.b32(ptx.addr(slot), 64)
-        ptx.tcgen05.fence__after_thread_sync()
-        taddr, idesc = reg.scalar(b32), reg.scalar(b32)
-        adesc, bdesc = reg.scalar(b64), reg.scalar(b64)
-        vals = ptx.tcgen05.ld.sync.aligned._16x256b.x2.b32(ptx.addr(taddr))
-        ptx.tcgen05.wait__ld.sync.aligned()
-        ptx.tcgen05.st.sync.aligned._16x32bx2.x2.b32(ptx.addr(taddr), 4, vals[:2])
-        p, lanes = reg.pred(), reg.array(b32, 4)
-        ptx.tcgen05.mma.cta_group__1.kind__f16(ptx.addr(taddr), adesc, bdesc, idesc, p)
-        ptx.tcgen05.mma.cta_group__1.kind__f16(ptx.addr(taddr), ptx.addr(taddr), bdesc, idesc, ~p)
-        ptx.tcgen05.mma.cta_group__1.kind__tf32(ptx.addr(taddr), adesc, bdesc, idesc, lanes, p)
-        ptx.tcgen05.mma.cta_group__1.kind__tf32(ptx.addr(taddr), adesc, bdesc, idesc, p, 3)
-        ptx.tcgen05.commit.cta_group__1.mbarrier__arrive__one.shared__cluster.b64(ptx.addr(bar))
-        ptx.tcgen05.fence__before_thread_sync()
-        ptx.tcgen05.dealloc.cta_group__1.sync.aligned.b32(taddr, 64)
-
-    text = k.specialize().ptx
-    (ld,) = [ln for ln in text.splitlines() if "tcgen05.ld" in ln]
-    assert ld.count("%r") == 9   # 8 registers (16x256b.x2) and the address
-    assert re.search(r"kind::f16 \[(%r\d+)\], \[\1\], %rd", text)
-    ptxas(text, "sm_100a")
