@@ -61,7 +61,10 @@ def rms_norm(x, w, y, *, eps=1e-6):
 
 def main() -> None:
     """Print the PTX and the ptxas resource report for B=4, N=1024."""
-    print(rms_norm.ptx(B=4, N=1024))
+    spec = rms_norm.specialize(B=4, N=1024)
+    print(f"== PTX of rms_norm for B=4, N=1024 (grid {spec.grid}, block {spec.block}) ==")
+    print(spec.ptx)
+    print(f"== ptxas -arch={spec.target.name} ==")
     print(rms_norm.resources(B=4, N=1024))
 
 

@@ -66,6 +66,14 @@ class Instr:
         return f"ptx.{'.'.join(self._parts)}"
 
     @property
+    def doc(self) -> str:
+        """Documentation of the instruction, generated from the table."""
+        split = isa.split_name(self._parts)
+        if split is None:
+            return f"no instruction named {'.'.join(self._parts)}"
+        return isa.describe(split[0])
+
+    @property
     def forms(self) -> list[str]:
         """The table forms this name can reach (for help and error messages)."""
         split = isa.split_name(self._parts)

@@ -6,6 +6,7 @@ emulator all read this table.
 """
 
 from ._counts import COUNTS as COUNTS
+from ._docs import describe as describe
 from ._names import to_ptx as to_ptx
 from ._names import to_python as to_python
 from ._resolve import Resolved as Resolved
