@@ -27,6 +27,8 @@ INDENT = "\t"
 
 def operand_text(op: ir.Operand) -> str:
     """An operand in canonical spelling (``[%rd1+4]``, ``{%f1, %f2}``)."""
+    if type(op) is ir.Register:
+        return op.name  # the common case, without building a token list
     return "".join(", " if t == "," else t for t in op.tokens())
 
 

@@ -88,18 +88,18 @@ def check_instruction(ins: ir.Instruction, *, target: Target, version: tuple[int
     """
     kinds = tuple(operand_kind(x, type_of) for x in ins.operands)
     r = resolve(ins.opcode, ins.modifiers, len(ins.operands), kinds)
+    operands, types, counts, (lo, hi), requirements = r.derived
     if not r.inst.requires.allows(target, version):
         r.inst.requires.check(ins.name, target, version)
-    for v, req in r.requirements:
+    for v, req in requirements:
         req.check(f"{ins.name} (.{v})", target, version)
     if ins.guard is not None and not r.inst.predicable:
         raise PtxOperandError(f"{ins.name}: cannot be guarded by a predicate")
-    lo, hi = r.bounds
     if not lo <= len(ins.operands) <= hi:
         want = str(lo) if lo == hi else f"{lo} to {hi}"
-        names = ", ".join(o.name for o in r.operands)
+        names = ", ".join(o.name for o in operands)
         raise PtxOperandError(
             f"{ins.name}: expected {want} operands ({names}), got {len(ins.operands)}")
-    for o, want, count, x, kind in zip(r.operands, r.types, r.counts, ins.operands, kinds):
+    for o, want, count, x, kind in zip(operands, types, counts, ins.operands, kinds):
         _check_operand(ins, o, want, count, x, kind, type_of)
     return r

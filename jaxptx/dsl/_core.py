@@ -307,11 +307,11 @@ def emit_instruction(opcode: str, mods: tuple[str, ...], args: tuple[Any, ...],
         if len(args) == lo - 1 and operands and operands[0].out:
             args = (_allocate(operands[0], r),) + args
         converted = []
+        where = _Where(opcode, mods)
         for i, value in enumerate(args):
-            if i < len(operands):
-                converted.append(to_operand(value, operands[i], types[i], _Where(opcode, mods, operands[i].name)))
-            else:
-                converted.append(to_operand(value, None, None, _Where(opcode, mods, str(i))))
+            o = operands[i] if i < len(operands) else None
+            where.operand = o.name if o is not None else str(i)
+            converted.append(to_operand(value, o, types[i] if o is not None else None, where))
     except PtxError as e:
         raise with_location(e, loc) from None
     guard = None
@@ -327,8 +327,8 @@ class _Where:
 
     __slots__ = ("opcode", "mods", "operand")
 
-    def __init__(self, opcode: str, mods: tuple[str, ...], operand: str) -> None:
-        self.opcode, self.mods, self.operand = opcode, mods, operand
+    def __init__(self, opcode: str, mods: tuple[str, ...]) -> None:
+        self.opcode, self.mods, self.operand = opcode, mods, ""
 
     def __str__(self) -> str:
         return f"{'.'.join((self.opcode, *self.mods))} operand {self.operand}"

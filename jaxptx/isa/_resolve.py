@@ -36,6 +36,11 @@ class Resolved:
         self.values = values
         self._derived: tuple | None = None
 
+    @property
+    def derived(self) -> tuple:
+        """``(operands, types, counts, bounds, requirements)`` in one lookup."""
+        return self._derived or self._derive()
+
     def _derive(self) -> tuple:
         if self._derived is None:
             ops = tuple(active_operands(self))
