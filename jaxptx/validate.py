@@ -89,10 +89,8 @@ def check_instruction(ins: ir.Instruction, *, target: Target, version: tuple[int
     kinds = tuple(operand_kind(x, type_of) for x in ins.operands)
     r = resolve(ins.opcode, ins.modifiers, len(ins.operands), kinds)
     operands, types, counts, (lo, hi), requirements = r.derived
-    if not r.inst.requires.allows(target, version):
-        r.inst.requires.check(ins.name, target, version)
-    for v, req in requirements:
-        req.check(f"{ins.name} (.{v})", target, version)
+    if requirements or not r.inst.requires.allows(target, version):
+        r.check_target(ins.name, target, version)
     if ins.guard is not None and not r.inst.predicable:
         raise PtxOperandError(f"{ins.name}: cannot be guarded by a predicate")
     if not lo <= len(ins.operands) <= hi:

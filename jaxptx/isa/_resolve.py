@@ -36,6 +36,18 @@ class Resolved:
         self.values = values
         self._derived: tuple | None = None
 
+    def check_target(self, name: str, target: Target, version: tuple[int, int]) -> None:
+        """Raise if ``target``/``version`` lack this form or a chosen modifier.
+
+        Raises:
+            PtxTargetError, PtxVersionError: naming ``name`` (and the value).
+        """
+        if not self.inst.requires.allows(target, version):
+            self.inst.requires.check(name, target, version)
+        for v, req in self.requirements:
+            if not req.allows(target, version):
+                req.check(f"{name} (.{v})", target, version)
+
     @property
     def derived(self) -> tuple:
         """``(operands, types, counts, bounds, requirements)`` in one lookup."""

@@ -5,24 +5,16 @@ from __future__ import annotations
 import pytest
 
 from jaxptx import isa
+
+from isa_helpers import operands, resolve_name
 from jaxptx.errors import PtxModifierError, PtxTargetError, PtxVersionError
 from jaxptx.runtime import ptxas
-
-
-def _resolve(name: str, n_operands: int | None = None) -> isa.Resolved:
-    split = isa.split_name(tuple(name.split(".")))
-    assert split is not None, name
-    return isa.resolve(*split, n_operands)
-
-
-def _operands(r: isa.Resolved) -> dict[str, isa.Operand]:
-    return {o.name: o for o in isa.active_operands(r)}
 
 
 def _shape(r: isa.Resolved) -> dict[str, tuple[str | None, int | None]]:
     """operand name → (expected type name, vector length)."""
     out = {}
-    for name, o in _operands(r).items():
+    for name, o in operands(r).items():
         t = isa.expected_type(o, r.values)
         out[name] = (t.name if t else None, isa.vector_count(o, r.values))
     return out
@@ -39,20 +31,20 @@ def test_cp_async_opcodes_split_longest_first() -> None:
 
 
 def test_cp_async_cache_policy_follows_the_hint() -> None:
-    plain = _resolve("cp.async.cg.shared.global", 3)
+    plain = resolve_name("cp.async.cg.shared.global", 3)
     assert [o.name for o in isa.active_operands(plain)] == ["dst", "src", "cp_size"]
-    hinted = _resolve("cp.async.cg.shared.global.L2::cache_hint.L2::128B", 4)
+    hinted = resolve_name("cp.async.cg.shared.global.L2::cache_hint.L2::128B", 4)
     assert [o.name for o in isa.active_operands(hinted)] == ["dst", "src", "cp_size",
                                                              "cache_policy"]
-    sized = _resolve("cp.async.cg.shared.global.L2::cache_hint", 5)
+    sized = resolve_name("cp.async.cg.shared.global.L2::cache_hint", 5)
     assert [o.name for o in isa.active_operands(sized)] == ["dst", "src", "cp_size", "src_size",
                                                             "cache_policy"]
     # src-size or, as a predicate, ignore-src.
-    assert set(_operands(sized)["src_size"].kinds) == {"reg", "imm", "pred"}
+    assert set(operands(sized)["src_size"].kinds) == {"reg", "imm", "pred"}
 
 
 def test_cp_async_requirements() -> None:
-    r = _resolve("cp.async.ca.shared.global", 3)
+    r = resolve_name("cp.async.ca.shared.global", 3)
     with pytest.raises(PtxTargetError, match="sm_80"):
         r.inst.requires.check("cp.async", isa.parse_target("sm_75"), (8, 0))
     hint = r.inst.slot("hint").requirement("L2::cache_hint")
@@ -62,21 +54,21 @@ def test_cp_async_requirements() -> None:
 
 def test_cp_async_bad_prefetch_size() -> None:
     with pytest.raises(PtxModifierError, match=r"unknown modifier \.L2::512B.*did you mean"):
-        _resolve("cp.async.ca.shared.global.L2::512B")
+        resolve_name("cp.async.ca.shared.global.L2::512B")
 
 
 # --- ldmatrix / stmatrix -------------------------------------------------------
 
 @pytest.mark.parametrize("num, n", [("x1", 1), ("x2", 2), ("x4", 4)])
 def test_ldmatrix_fragment_length(num: str, n: int) -> None:
-    r = _resolve(f"ldmatrix.sync.aligned.m8n8.{num}.trans.shared.b16")
+    r = resolve_name(f"ldmatrix.sync.aligned.m8n8.{num}.trans.shared.b16")
     assert _shape(r)["d"] == ("b32", n)
-    s = _resolve(f"stmatrix.sync.aligned.m8n8.{num}.shared::cta.b16")
+    s = resolve_name(f"stmatrix.sync.aligned.m8n8.{num}.shared::cta.b16")
     assert _shape(s)["r"] == ("b32", n)
 
 
 def test_ldmatrix_m16n16_takes_two_registers_per_matrix() -> None:
-    r = _resolve("ldmatrix.sync.aligned.m16n16.x2.trans.shared.b8")
+    r = resolve_name("ldmatrix.sync.aligned.m16n16.x2.trans.shared.b8")
     assert _shape(r)["d"] == ("b32", 4)
     with pytest.raises(PtxTargetError, match="sm_100a"):
         r.inst.requires.check("ldmatrix.m16n16", isa.parse_target("sm_90a"), (8, 6))
@@ -84,9 +76,9 @@ def test_ldmatrix_m16n16_takes_two_registers_per_matrix() -> None:
 
 def test_ldmatrix_bad_modifiers() -> None:
     with pytest.raises(PtxModifierError, match=r"unknown modifier \.x3"):
-        _resolve("ldmatrix.sync.aligned.m8n8.x3.b16")
+        resolve_name("ldmatrix.sync.aligned.m8n8.x3.b16")
     with pytest.raises(PtxModifierError, match="missing its trans modifier"):
-        _resolve("ldmatrix.sync.aligned.m16n16.x1.b8")
+        resolve_name("ldmatrix.sync.aligned.m16n16.x1.b8")
 
 
 # --- mma -----------------------------------------------------------------------
@@ -118,15 +110,15 @@ def test_ldmatrix_bad_modifiers() -> None:
      {"d": ("f32", 8), "a": ("b32", 2), "b": ("b32", 2), "c": ("f16x2", 4)}),
 ])
 def test_mma_fragments(name: str, want: dict) -> None:
-    assert _shape(_resolve(name, 4)) == want
+    assert _shape(resolve_name(name, 4)) == want
 
 
 def test_mma_shape_requirements() -> None:
-    r = _resolve("mma.sync.aligned.m16n8k16.row.col.f32.e4m3.e4m3.f32")
+    r = resolve_name("mma.sync.aligned.m16n8k16.row.col.f32.e4m3.e4m3.f32")
     req = r.inst.slot("shape").requirement("m16n8k16")
     with pytest.raises(PtxVersionError, match=r"8\.7"):
         req.check("mma.m16n8k16.e4m3", isa.parse_target("sm_89"), (8, 4))
-    f16 = _resolve("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")
+    f16 = resolve_name("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")
     with pytest.raises(PtxTargetError, match="sm_80"):
         f16.inst.slot("shape").requirement("m16n8k16").check(
             "mma.m16n8k16", isa.parse_target("sm_75"), (7, 0))
@@ -135,11 +127,11 @@ def test_mma_shape_requirements() -> None:
 def test_mma_bad_modifiers() -> None:
     # D and C must agree for the m16n8 shapes.
     with pytest.raises(PtxModifierError):
-        _resolve("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f16")
+        resolve_name("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f16")
     with pytest.raises(PtxModifierError, match=r"\.row"):
-        _resolve("mma.sync.aligned.m16n8k16.row.row.f32.f16.f16.f32")
+        resolve_name("mma.sync.aligned.m16n8k16.row.row.f32.f16.f16.f32")
     with pytest.raises(PtxModifierError, match=r"unknown modifier \.m16n8k12"):
-        _resolve("mma.sync.aligned.m16n8k12.row.col.f32.f16.f16.f32")
+        resolve_name("mma.sync.aligned.m16n8k12.row.col.f32.f16.f16.f32")
 
 
 def test_ignore_src_form_assembles() -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 
 from jaxptx import isa
+
+from isa_helpers import check_target
 from jaxptx.errors import PtxModifierError, PtxTargetError, PtxVersionError
 
 LD = ("sync", "aligned")
@@ -14,16 +16,6 @@ LD = ("sync", "aligned")
 
 def _operand(r: isa.Resolved, name: str) -> isa.Operand:
     return next(o for o in isa.active_operands(r) if o.name == name)
-
-
-def _check(r: isa.Resolved, arch: str, version: tuple[int, int]) -> None:
-    """What the validator does with a resolved form's target requirements."""
-    target = isa.parse_target(arch)
-    r.inst.requires.check(r.inst.opcode, target, version)
-    for s in r.inst.slots:
-        req = s.requirement(r.values[s.name]) if s.name in r.values else None
-        if req is not None:
-            req.check(f"{r.inst.opcode} (.{r.values[s.name]})", target, version)
 
 
 @pytest.mark.parametrize("shape, num, regs", [
@@ -92,9 +84,9 @@ def test_mma_a_is_a_descriptor_or_a_tensor_memory_address() -> None:
 def test_mma_scale_input_d_is_limited_to_sm100_and_sm103() -> None:
     r = isa.resolve("tcgen05.mma", ("cta_group::1", "kind::tf32"), 7)
     assert [o.name for o in isa.active_operands(r)][-1] == "scale_input_d"
-    _check(r, "sm_103f", (8, 8))
+    check_target(r, "sm_103f", (8, 8))
     with pytest.raises(PtxTargetError, match=r"kernel targets sm_110a"):
-        _check(r, "sm_110a", (9, 0))
+        check_target(r, "sm_110a", (9, 0))
     # Only f16 and tf32 take scale-input-d: an i8 MMA never reaches 7 operands.
     lo, hi = isa.arity(isa.resolve("tcgen05.mma", ("cta_group::1", "kind::i8"), 7))
     assert hi < 7
@@ -102,9 +94,9 @@ def test_mma_scale_input_d_is_limited_to_sm100_and_sm103() -> None:
 
 def test_mma_kind_i8_needs_an_arch_specific_target() -> None:
     r = isa.resolve("tcgen05.mma", ("cta_group::2", "kind::i8"), 5)
-    _check(r, "sm_100a", (8, 6))
+    check_target(r, "sm_100a", (8, 6))
     with pytest.raises(PtxTargetError, match=r"\.kind::i8\) needs sm_100a or .*targets sm_100f"):
-        _check(r, "sm_100f", (8, 8))
+        check_target(r, "sm_100f", (8, 8))
 
 
 def test_mma_ashift_takes_a_from_tensor_memory_only() -> None:
@@ -123,9 +115,9 @@ def test_mma_block_scale_vector_sizes_per_kind() -> None:
     names = [o.name for o in isa.active_operands(r)]
     assert names[4:] == ["scale_a_tmem", "scale_b_tmem", "enable_input_d"]
     with pytest.raises(PtxVersionError, match=r"needs PTX ISA 8\.7"):
-        _check(r, "sm_100a", (8, 6))
+        check_target(r, "sm_100a", (8, 6))
     with pytest.raises(PtxTargetError, match=r"\.scale_vec::4X\) needs sm_100a"):
-        _check(r, "sm_100f", (8, 8))
+        check_target(r, "sm_100f", (8, 8))
     with pytest.raises(PtxModifierError,
                        match=r"\.kind::mxf4 needs \.scale_vec::2X or \.block32, "
                              r"got \.scale_vec::1X"):
@@ -136,7 +128,7 @@ def test_mma_block_scale_default_vector_size_needs_ptx_88() -> None:
     r = isa.resolve("tcgen05.mma", ("cta_group::2", "kind::mxf8f6f4", "block_scale"), 7)
     assert "scale" not in r.values
     with pytest.raises(PtxVersionError, match=r"needs PTX ISA 8\.8"):
-        _check(r, "sm_100a", (8, 7))
+        check_target(r, "sm_100a", (8, 7))
     with pytest.raises(PtxModifierError, match=r"missing its scale modifier"):
         isa.resolve("tcgen05.mma", ("cta_group::2", "kind::mxf4nvf4", "block_scale"))
 
@@ -147,7 +139,7 @@ def test_sparse_mma_takes_a_metadata_address() -> None:
         "d_tmem", "a", "b_desc", "sp_meta_tmem", "idesc", "enable_input_d"]
     sp4 = isa.resolve("tcgen05.mma.sp", ("cta_group::1", "kind::mxf4", "block_scale", "block32"), 8)
     with pytest.raises(PtxTargetError, match=r"kernel targets sm_103f"):
-        _check(sp4, "sm_103f", (8, 8))
+        check_target(sp4, "sm_103f", (8, 8))
 
 
 def test_warp_specialised_mma_is_single_cta_with_b_collectors() -> None:
@@ -205,6 +197,6 @@ def test_cp_shape_decides_the_warp_multicast() -> None:
 
 def test_shift_is_arch_specific_only() -> None:
     r = isa.resolve("tcgen05.shift", ("cta_group::2", "down"), 1)
-    _check(r, "sm_103a", (8, 8))
+    check_target(r, "sm_103a", (8, 8))
     with pytest.raises(PtxTargetError, match=r"kernel targets sm_100f"):
-        _check(r, "sm_100f", (8, 8))
+        check_target(r, "sm_100f", (8, 8))

@@ -5,13 +5,9 @@ from __future__ import annotations
 import pytest
 
 from jaxptx import isa
+
+from isa_helpers import resolve_name
 from jaxptx.errors import PtxModifierError, PtxTargetError, PtxVersionError
-
-
-def _resolve(name: str, n_operands: int | None = None) -> isa.Resolved:
-    split = isa.split_name(tuple(name.split(".")))
-    assert split is not None, name
-    return isa.resolve(*split, n_operands)
 
 
 def _names(r: isa.Resolved) -> list[str]:
@@ -19,11 +15,11 @@ def _names(r: isa.Resolved) -> list[str]:
 
 
 def test_branches() -> None:
-    bra = _resolve("bra.uni")
+    bra = resolve_name("bra.uni")
     assert bra.values == {"uni": "uni"} and bra.inst.operands[0].kinds == ("sym",)
-    assert _resolve("brx.idx", 2).inst.opcode == "brx.idx"
-    assert isa.arity(_resolve("ret")) == (0, 0)
-    assert _resolve("exit").inst.predicable
+    assert resolve_name("brx.idx", 2).inst.opcode == "brx.idx"
+    assert isa.arity(resolve_name("ret")) == (0, 0)
+    assert resolve_name("exit").inst.predicable
 
 
 @pytest.mark.parametrize("name, n_ops, names", [
@@ -35,20 +31,20 @@ def test_branches() -> None:
     ("barrier.sync.aligned", 2, ["a", "b"]),
 ])
 def test_barrier_operands(name: str, n_ops: int, names: list[str]) -> None:
-    r = _resolve(name, n_ops)
+    r = resolve_name(name, n_ops)
     assert _names(r) == names
     lo, hi = isa.arity(r)
     assert lo <= n_ops <= hi
 
 
 def test_barrier_operand_kinds() -> None:
-    r = _resolve("bar.red.and.pred", 4)
+    r = resolve_name("bar.red.and.pred", 4)
     ops = {o.name: o for o in isa.active_operands(r)}
     assert ops["p"].kinds == ("pred",) and ops["p"].out
     assert ops["c"].neg and ops["a"].kinds == ("reg", "imm")
     assert isa.expected_type(ops["b"], r.values).name == "u32"
     with pytest.raises(PtxVersionError, match=r"pass version=\(7, 8\)"):
-        _resolve("bar.cta.sync").inst.slot("cta").requirement("cta").check(
+        resolve_name("bar.cta.sync").inst.slot("cta").requirement("cta").check(
             "bar.cta", isa.parse_target("sm_80"), (7, 0))
 
 
@@ -61,26 +57,26 @@ def test_longest_opcode_wins() -> None:
 
 
 def test_fence_forms_and_requirements() -> None:
-    assert _resolve("fence.sc.cluster").inst.slot("scope").requirement("cluster").sm == 90
-    assert _resolve("fence.acq_rel.gpu").inst.requires.sm == 70
-    init = _resolve("fence.mbarrier_init.release.cluster")
+    assert resolve_name("fence.sc.cluster").inst.slot("scope").requirement("cluster").sm == 90
+    assert resolve_name("fence.acq_rel.gpu").inst.requires.sm == 70
+    init = resolve_name("fence.mbarrier_init.release.cluster")
     assert init.values["op_restrict"] == "mbarrier_init" and init.inst.requires.ptx == (8, 0)
-    acq = _resolve("fence.proxy.tensormap::generic.acquire.gpu", 2)
+    acq = resolve_name("fence.proxy.tensormap::generic.acquire.gpu", 2)
     assert _names(acq) == ["addr", "size"] and acq.inst.operands[1].example == "128"
-    restricted = _resolve("fence.proxy.async::generic.release.sync_restrict::shared::cta.cluster")
+    restricted = resolve_name("fence.proxy.async::generic.release.sync_restrict::shared::cta.cluster")
     assert restricted.inst.requires.ptx == (8, 6)
-    r = _resolve("fence.proxy.async.global")
+    r = resolve_name("fence.proxy.async.global")
     with pytest.raises(PtxTargetError, match="pass arch='sm_90'"):
         r.inst.slot("kind").requirement("async").check("fence.proxy.async",
                                                        isa.parse_target("sm_80"), (8, 5))
 
 
 def test_misc() -> None:
-    assert _resolve("griddepcontrol.launch_dependents").inst.requires.sm == 90
-    sleep = _resolve("nanosleep.u32")
+    assert resolve_name("griddepcontrol.launch_dependents").inst.requires.sm == 90
+    sleep = resolve_name("nanosleep.u32")
     assert sleep.inst.operands[0].kinds == ("reg", "imm") and sleep.inst.requires.sm == 70
-    assert _resolve("pmevent.mask").values == {"mask": "mask"}
-    assert isa.arity(_resolve("trap")) == (0, 0)
+    assert resolve_name("pmevent.mask").values == {"mask": "mask"}
+    assert isa.arity(resolve_name("trap")) == (0, 0)
 
 
 @pytest.mark.parametrize("name, message", [
@@ -96,4 +92,4 @@ def test_misc() -> None:
 ])
 def test_bad_modifiers(name: str, message: str) -> None:
     with pytest.raises(PtxModifierError, match=message):
-        _resolve(name)
+        resolve_name(name)

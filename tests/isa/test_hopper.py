@@ -5,29 +5,12 @@ from __future__ import annotations
 import pytest
 
 from jaxptx import isa
+
+from isa_helpers import operand_count, operand_type, operands, resolve_name
 from jaxptx.errors import PtxModifierError, PtxTargetError, PtxVersionError
 from jaxptx.runtime import ptxas
 
 WGMMA = "wgmma.mma_async.sync.aligned"
-
-
-def _resolve(name: str, n_operands: int | None = None) -> isa.Resolved:
-    split = isa.split_name(tuple(name.split(".")))
-    assert split is not None, name
-    return isa.resolve(*split, n_operands)
-
-
-def _operands(r: isa.Resolved) -> dict[str, isa.Operand]:
-    return {o.name: o for o in isa.active_operands(r)}
-
-
-def _type(r: isa.Resolved, name: str) -> str | None:
-    t = isa.expected_type(_operands(r)[name], r.values)
-    return t.name if t else None
-
-
-def _count(r: isa.Resolved, name: str) -> int | None:
-    return isa.vector_count(_operands(r)[name], r.values)
 
 
 # --- wgmma ---------------------------------------------------------------------
@@ -41,47 +24,47 @@ def _count(r: isa.Resolved, name: str) -> int | None:
     ("m64n24k256.s32.b1.b1.and.popc", 4, "s32", 12),
 ])
 def test_wgmma_accumulator_length(mods: str, n_ops: int, d_type: str, d_len: int) -> None:
-    r = _resolve(f"{WGMMA}.{mods}", n_ops)
-    assert (_type(r, "d"), _count(r, "d")) == (d_type, d_len)
-    assert _type(r, "b_desc") == "u64"
+    r = resolve_name(f"{WGMMA}.{mods}", n_ops)
+    assert (operand_type(r, "d"), operand_count(r, "d")) == (d_type, d_len)
+    assert operand_type(r, "b_desc") == "u64"
 
 
 def test_wgmma_a_from_descriptor_or_registers() -> None:
-    desc = _resolve(f"{WGMMA}.m64n64k16.f32.f16.f16", 8)
+    desc = resolve_name(f"{WGMMA}.m64n64k16.f32.f16.f16", 8)
     assert [o.name for o in isa.active_operands(desc)] == [
         "d", "a_desc", "b_desc", "scale_d", "imm_scale_a", "imm_scale_b", "imm_trans_a",
         "imm_trans_b"]
-    regs = _resolve(f"{WGMMA}.m64n64k16.f32.f16.f16", 7)
-    assert _operands(regs)["a"].kinds == ("vec",)
-    assert (_type(regs, "a"), _count(regs, "a")) == ("b32", 4)
+    regs = resolve_name(f"{WGMMA}.m64n64k16.f32.f16.f16", 7)
+    assert operands(regs)["a"].kinds == ("vec",)
+    assert (operand_type(regs, "a"), operand_count(regs, "a")) == ("b32", 4)
     # Same operand count either way: one operand takes both.
-    tf32 = _resolve(f"{WGMMA}.m64n64k8.f32.tf32.tf32", 6)
-    assert set(_operands(tf32)["a"].kinds) == {"reg", "vec"}
+    tf32 = resolve_name(f"{WGMMA}.m64n64k8.f32.tf32.tf32", 6)
+    assert set(operands(tf32)["a"].kinds) == {"reg", "vec"}
 
 
 def test_wgmma_targets() -> None:
-    r = _resolve(f"{WGMMA}.m64n64k16.f32.f16.f16", 8)
+    r = resolve_name(f"{WGMMA}.m64n64k16.f32.f16.f16", 8)
     with pytest.raises(PtxTargetError, match="sm_90a"):
         r.inst.requires.check("wgmma.mma_async", isa.parse_target("sm_90"), (8, 0))
     with pytest.raises(PtxTargetError, match="sm_90a"):
         r.inst.requires.check("wgmma.mma_async", isa.parse_target("sm_100a"), (8, 6))
     # Mixed-signedness integer inputs need PTX 8.4.
-    mixed = _resolve(f"{WGMMA}.m64n64k32.s32.s8.u8", 4)
+    mixed = resolve_name(f"{WGMMA}.m64n64k32.s32.s8.u8", 4)
     with pytest.raises(PtxVersionError, match=r"8\.4"):
         mixed.inst.requires.check("wgmma.mma_async", isa.parse_target("sm_90a"), (8, 0))
-    same = _resolve(f"{WGMMA}.m64n64k32.s32.u8.u8", 4)
+    same = resolve_name(f"{WGMMA}.m64n64k32.s32.u8.u8", 4)
     same.inst.requires.check("wgmma.mma_async", isa.parse_target("sm_90a"), (8, 0))
 
 
 def test_wgmma_bad_modifiers() -> None:
     with pytest.raises(PtxModifierError):  # integer N jumps from 32 to 48
-        _resolve(f"{WGMMA}.m64n40k32.s32.s8.s8")
+        resolve_name(f"{WGMMA}.m64n40k32.s32.s8.s8")
     with pytest.raises(PtxModifierError):  # bf16 accumulates in f32 only
-        _resolve(f"{WGMMA}.m64n8k16.f16.bf16.bf16")
+        resolve_name(f"{WGMMA}.m64n8k16.f16.bf16.bf16")
     with pytest.raises(PtxModifierError, match=r"\.f16 needs \.f16, got \.bf16"):
-        _resolve(f"{WGMMA}.m64n8k16.f32.f16.bf16")
+        resolve_name(f"{WGMMA}.m64n8k16.f32.f16.bf16")
     with pytest.raises(PtxModifierError, match=r"unknown modifier \.m64n264k16"):
-        _resolve(f"{WGMMA}.m64n264k16.f32.f16.f16")
+        resolve_name(f"{WGMMA}.m64n264k16.f32.f16.f16")
 
 
 def test_wgmma_descriptor_forms_assemble() -> None:
@@ -105,24 +88,24 @@ def test_wgmma_descriptor_forms_assemble() -> None:
 # --- mbarrier --------------------------------------------------------------------
 
 def test_mbarrier_arrive_forms() -> None:
-    local = _resolve("mbarrier.arrive.shared.b64", 2)
-    assert _type(local, "state") == "b64" and _operands(local)["state"].out
+    local = resolve_name("mbarrier.arrive.shared.b64", 2)
+    assert operand_type(local, "state") == "b64" and operands(local)["state"].out
     assert local.inst.requires.sm == 80
-    counted = _resolve("mbarrier.arrive.release.cta.shared::cta.b64", 3)
+    counted = resolve_name("mbarrier.arrive.release.cta.shared::cta.b64", 3)
     assert counted.inst.requires.sm == 90  # a count without .noComplete needs sm_90
-    remote = _resolve("mbarrier.arrive.release.cluster.shared::cluster.b64", 2)
-    assert _operands(remote)["state"].kinds == ("sink",)
-    tx = _resolve("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64", 3)
+    remote = resolve_name("mbarrier.arrive.release.cluster.shared::cluster.b64", 2)
+    assert operands(remote)["state"].kinds == ("sink",)
+    tx = resolve_name("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64", 3)
     assert [o.name for o in isa.active_operands(tx)] == ["state", "addr", "tx_count"]
 
 
 def test_mbarrier_waits() -> None:
-    r = _resolve("mbarrier.try_wait.parity.acquire.cta.shared::cta.b64", 4)
-    assert _type(r, "wait_complete") == "pred"
-    assert _type(r, "phase_parity") == "u32"
+    r = resolve_name("mbarrier.try_wait.parity.acquire.cta.shared::cta.b64", 4)
+    assert operand_type(r, "wait_complete") == "pred"
+    assert operand_type(r, "phase_parity") == "u32"
     assert isa.arity(r) == (3, 4)  # suspendTimeHint is optional
-    t = _resolve("mbarrier.test_wait.shared.b64")
-    assert _type(t, "state") == "b64"
+    t = resolve_name("mbarrier.test_wait.shared.b64")
+    assert operand_type(t, "state") == "b64"
     relaxed = t.inst.slot("sem").requirement("relaxed")
     with pytest.raises(PtxVersionError, match=r"8\.6"):
         relaxed.check("mbarrier.test_wait.relaxed", isa.parse_target("sm_90"), (8, 5))
@@ -130,34 +113,34 @@ def test_mbarrier_waits() -> None:
 
 def test_mbarrier_bad_modifiers() -> None:
     with pytest.raises(PtxModifierError, match=r"\.release needs its scope"):
-        _resolve("mbarrier.arrive.release.shared.b64")
+        resolve_name("mbarrier.arrive.release.shared.b64")
     with pytest.raises(PtxModifierError, match=r"\.cta needs its sem"):
-        _resolve("mbarrier.test_wait.cta.shared.b64")
+        resolve_name("mbarrier.test_wait.cta.shared.b64")
     with pytest.raises(PtxModifierError, match=r"unknown modifier \.cluster"):
-        _resolve("mbarrier.arrive.noComplete.release.cluster.shared.b64")
+        resolve_name("mbarrier.arrive.noComplete.release.cluster.shared.b64")
 
 
 # --- clusters, registers -----------------------------------------------------------
 
 def test_mapa_and_getctarank_types() -> None:
-    r = _resolve("mapa.shared::cluster.u32")
-    assert (_type(r, "d"), _type(r, "a"), _type(r, "b")) == ("u32", "u32", "u32")
-    g = _resolve("getctarank.u64")
-    assert (_type(g, "d"), _type(g, "a")) == ("u32", "u64")
+    r = resolve_name("mapa.shared::cluster.u32")
+    assert (operand_type(r, "d"), operand_type(r, "a"), operand_type(r, "b")) == ("u32", "u32", "u32")
+    g = resolve_name("getctarank.u64")
+    assert (operand_type(g, "d"), operand_type(g, "a")) == ("u32", "u64")
 
 
 def test_setmaxnreg_is_arch_specific() -> None:
-    r = _resolve("setmaxnreg.inc.sync.aligned.u32")
+    r = resolve_name("setmaxnreg.inc.sync.aligned.u32")
     with pytest.raises(PtxTargetError, match="sm_90a"):
         r.inst.requires.check("setmaxnreg", isa.parse_target("sm_90"), (8, 0))
     r.inst.requires.check("setmaxnreg", isa.parse_target("sm_100a"), (8, 6))
 
 
 def test_barrier_cluster() -> None:
-    r = _resolve("barrier.cluster.arrive.release.aligned")
+    r = resolve_name("barrier.cluster.arrive.release.aligned")
     assert r.values == {"sem": "release", "aligned": "aligned"}
     with pytest.raises(PtxModifierError, match=r"unknown modifier \.acquire"):
-        _resolve("barrier.cluster.arrive.acquire")
+        resolve_name("barrier.cluster.arrive.acquire")
 
 
 # --- bulk and tensor copies ---------------------------------------------------------
@@ -166,23 +149,23 @@ def test_bulk_tensor_operands_follow_modifiers() -> None:
     name = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
             ".multicast::cluster.L2::cache_hint")
     assert isa.split_name(tuple(name.split(".")))[0] == "cp.async.bulk.tensor"
-    r = _resolve(name)
+    r = resolve_name(name)
     assert [o.name for o in isa.active_operands(r)] == [
         "dst", "tensor", "mbar", "cta_mask", "cache_policy"]
-    assert _type(r, "cta_mask") == "u16"
-    im2col = _resolve("cp.async.bulk.tensor.5d.shared::cluster.global.im2col"
+    assert operand_type(r, "cta_mask") == "u16"
+    im2col = resolve_name("cp.async.bulk.tensor.5d.shared::cluster.global.im2col"
                       ".mbarrier::complete_tx::bytes")
-    assert _count(im2col, "im2col_offsets") == 3
-    store = _resolve("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group")
+    assert operand_count(im2col, "im2col_offsets") == 3
+    store = resolve_name("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group")
     assert [o.name for o in isa.active_operands(store)] == ["tensor", "src"]
 
 
 def test_bulk_bad_modifiers() -> None:
     with pytest.raises(PtxModifierError, match=r"\.shared::cta cannot be combined"):
-        _resolve("cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes"
+        resolve_name("cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes"
                  ".multicast::cluster")
     with pytest.raises(PtxModifierError, match="im2col_no_offs"):
-        _resolve("cp.async.bulk.tensor.2d.global.shared::cta.im2col_no_offs.bulk_group")
-    r = _resolve("cp.async.bulk.wait_group.read")
+        resolve_name("cp.async.bulk.tensor.2d.global.shared::cta.im2col_no_offs.bulk_group")
+    r = resolve_name("cp.async.bulk.wait_group.read")
     with pytest.raises(PtxTargetError, match="sm_90"):
         r.inst.requires.check("cp.async.bulk.wait_group", isa.parse_target("sm_80"), (8, 0))

@@ -6,28 +6,10 @@ from __future__ import annotations
 import pytest
 
 from jaxptx import isa
+
+from isa_helpers import check_target, operand_types
 from jaxptx.errors import PtxModifierError, PtxTargetError, PtxVersionError
 from jaxptx.types import TYPES
-
-
-def _types(r: isa.Resolved) -> list[str | None]:
-    """The expected type of each active operand, by name."""
-    out = []
-    for o in isa.active_operands(r):
-        t = isa.expected_type(o, r.values)
-        out.append(t.name if t is not None else None)
-    return out
-
-
-def _check(r: isa.Resolved, target: str, version: tuple[int, int]) -> None:
-    """Raise as the validator would if ``target``/``version`` lack the form."""
-    t = isa.parse_target(target)
-    r.inst.requires.check(r.inst.opcode, t, version)
-    for s in r.inst.slots:
-        v = r.values.get(s.name)
-        req = s.requirement(v) if v is not None else None
-        if req is not None:
-            req.check(f"{r.inst.opcode} (.{v})", t, version)
 
 
 # --- logic and bits ---------------------------------------------------------
@@ -41,14 +23,14 @@ def test_and_pred_takes_negatable_predicates() -> None:
 
 def test_bit_counts_write_u32() -> None:
     for opcode in ("popc", "clz"):
-        assert _types(isa.resolve(opcode, ("b64",), 2)) == ["u32", "b64"]
+        assert operand_types(isa.resolve(opcode, ("b64",), 2)) == ["u32", "b64"]
     r = isa.resolve("bfind", ("shiftamt", "s64"), 2)
     assert r.values == {"shiftamt": "shiftamt", "type": "s64"}
-    assert _types(r) == ["u32", "s64"]
+    assert operand_types(r) == ["u32", "s64"]
 
 
 def test_shift_amount_is_u32() -> None:
-    assert _types(isa.resolve("shr", ("s64",), 3)) == ["s64", "s64", "u32"]
+    assert operand_types(isa.resolve("shr", ("s64",), 3)) == ["s64", "s64", "u32"]
     with pytest.raises(PtxModifierError, match=r"shl\.u32: unknown modifier \.u32"):
         isa.resolve("shl", ("u32",), 3)
 
@@ -84,7 +66,7 @@ def test_setp_boolop_adds_predicate_operand() -> None:
     assert isa.arity(r) == (4, 4)
     p, a, b, c = isa.active_operands(r)
     assert set(p.kinds) == {"pred", "pair"} and c.neg
-    assert _types(r)[1:3] == ["s32", "s32"]
+    assert operand_types(r)[1:3] == ["s32", "s32"]
 
 
 def test_setp_unsigned_and_bit_comparisons() -> None:
@@ -104,22 +86,22 @@ def test_setp_float_forms() -> None:
     assert isa.active_operands(x2)[0].kinds == ("pair",)
     bf = isa.resolve("setp", ("lt", "bf16"), 3)
     with pytest.raises(PtxTargetError, match=r"needs sm_90 or newer, kernel targets sm_80"):
-        _check(bf, "sm_80", (8, 5))
+        check_target(bf, "sm_80", (8, 5))
 
 
 def test_set_destination_types() -> None:
     r = isa.resolve("set", ("lt", "u32", "f16"), 3)
-    assert _types(r) == ["u32", "f16", "f16"]
+    assert operand_types(r) == ["u32", "f16", "f16"]
     with pytest.raises(PtxModifierError, match=r"\.ftz needs .*got \.bf16"):
         isa.resolve("set", ("lt", "ftz", "bf16", "f32"), 3)
 
 
 def test_selp_and_slct() -> None:
     r = isa.resolve("selp", ("f64",), 4)
-    assert _types(r) == ["f64", "f64", "f64", None]
+    assert operand_types(r) == ["f64", "f64", "f64", None]
     assert isa.active_operands(r)[3].neg
     r = isa.resolve("slct", ("ftz", "u16", "f32"), 4)
-    assert _types(r) == ["u16", "u16", "u16", "f32"]
+    assert operand_types(r) == ["u16", "u16", "u16", "f32"]
 
 
 # --- mov / cvt / cvta -------------------------------------------------------
@@ -155,7 +137,7 @@ def test_cvt_integer_widen_and_saturation() -> None:
 
 def test_cvt_rounding_by_type_pair() -> None:
     r = isa.resolve("cvt", ("rzi", "ftz", "s32", "f32"), 2)
-    assert _types(r) == ["s32", "f32"]
+    assert operand_types(r) == ["s32", "f32"]
     with pytest.raises(PtxModifierError, match=r"\.ftz needs \.f32, got \.f64"):
         isa.resolve("cvt", ("rni", "ftz", "s32", "f64"), 2)
     assert isa.resolve("cvt", ("rn", "f32", "s32"), 2).values["frnd"] == "rn"
@@ -164,21 +146,21 @@ def test_cvt_rounding_by_type_pair() -> None:
 
 def test_cvt_packed_half_and_fp8() -> None:
     r = isa.resolve("cvt", ("rn", "relu", "f16x2", "f32"), 3)
-    assert _types(r) == ["f16x2", "f32", "f32"]
+    assert operand_types(r) == ["f16x2", "f32", "f32"]
     r = isa.resolve("cvt", ("rn", "satfinite", "relu", "e4m3x2", "f32"), 3)
-    assert _types(r) == ["e4m3x2", "f32", "f32"]
-    _check(r, "sm_89", (8, 1))
+    assert operand_types(r) == ["e4m3x2", "f32", "f32"]
+    check_target(r, "sm_89", (8, 1))
     with pytest.raises(PtxVersionError, match=r"needs PTX ISA 8\.1"):
-        _check(r, "sm_89", (7, 8))
+        check_target(r, "sm_89", (7, 8))
     with pytest.raises(PtxModifierError, match=r"missing its satfinite modifier"):
         isa.resolve("cvt", ("rn", "relu", "e4m3x2", "f32"), 3)
 
 
 def test_cvt_tf32_satfinite_needs_sm100_except_rna() -> None:
-    _check(isa.resolve("cvt", ("rna", "satfinite", "tf32", "f32"), 2), "sm_80", (8, 1))
+    check_target(isa.resolve("cvt", ("rna", "satfinite", "tf32", "f32"), 2), "sm_80", (8, 1))
     r = isa.resolve("cvt", ("rn", "satfinite", "tf32", "f32"), 2)
     with pytest.raises(PtxTargetError, match=r"needs sm_100 or newer"):
-        _check(r, "sm_90", (8, 6))
+        check_target(r, "sm_90", (8, 6))
 
 
 def test_cvt_stochastic_rounding_vector_source() -> None:
@@ -187,13 +169,13 @@ def test_cvt_stochastic_rounding_vector_source() -> None:
     assert isa.vector_count(a, r.values) == 4
     assert isa.expected_type(d, r.values) == TYPES["b32"]
     with pytest.raises(PtxTargetError, match=r"sm_100a or sm_103a"):
-        _check(r, "sm_120a", (8, 7))
+        check_target(r, "sm_120a", (8, 7))
 
 
 def test_cvta_spaces() -> None:
     r = isa.resolve("cvta", ("to", "shared::cluster", "u64"), 2)
     with pytest.raises(PtxTargetError, match=r"needs sm_90 or newer"):
-        _check(r, "sm_80", (8, 5))
+        check_target(r, "sm_80", (8, 5))
     with pytest.raises(PtxModifierError, match=r"unknown modifier \.u32"):
         isa.resolve("cvta", ("global", "u32"), 2)
 

@@ -5,26 +5,9 @@ from __future__ import annotations
 import pytest
 
 from jaxptx import isa, types
+
+from isa_helpers import operand_count, operand_type, operands, resolve_name
 from jaxptx.errors import PtxModifierError, PtxTargetError
-
-
-def _resolve(name: str, n_operands: int | None = None) -> isa.Resolved:
-    split = isa.split_name(tuple(name.split(".")))
-    assert split is not None, name
-    return isa.resolve(*split, n_operands)
-
-
-def _operands(r: isa.Resolved) -> dict[str, isa.Operand]:
-    return {o.name: o for o in isa.active_operands(r)}
-
-
-def _type(r: isa.Resolved, name: str) -> str | None:
-    t = isa.expected_type(_operands(r)[name], r.values)
-    return t.name if t else None
-
-
-def _count(r: isa.Resolved, name: str) -> int | None:
-    return isa.vector_count(_operands(r)[name], r.values)
 
 
 def _needs(r: isa.Resolved) -> int:
@@ -48,45 +31,45 @@ def _needs(r: isa.Resolved) -> int:
 ])
 def test_ld_destination_shape(name: str, kind: str, d_type: str, d_len: int | None,
                               sm: int) -> None:
-    r = _resolve(name)
-    d = _operands(r)["d"]
+    r = resolve_name(name)
+    d = operands(r)["d"]
     assert d.kinds == (kind,) and d.out
-    assert (_type(r, "d"), _count(r, "d")) == (d_type, d_len)
+    assert (operand_type(r, "d"), operand_count(r, "d")) == (d_type, d_len)
     assert _needs(r) == sm
 
 
 def test_narrow_loads_and_stores_take_wider_registers() -> None:
-    ld = _resolve("ld.global.u8")
-    st = _resolve("st.shared.s16")
-    d = _operands(ld)["d"]
-    assert d.widen and _operands(st)["b"].widen
+    ld = resolve_name("ld.global.u8")
+    st = resolve_name("st.shared.s16")
+    d = operands(ld)["d"]
+    assert d.widen and operands(st)["b"].widen
     assert isa.compatible(isa.expected_type(d, ld.values), types.u32, widen=d.widen)
     assert not isa.compatible(isa.expected_type(d, ld.values), types.u32)
 
 
 def test_cache_hint_adds_the_policy_operand() -> None:
-    plain = _resolve("ld.global.f32")
-    hinted = _resolve("ld.global.L2::cache_hint.f32")
+    plain = resolve_name("ld.global.f32")
+    hinted = resolve_name("ld.global.L2::cache_hint.f32")
     assert isa.arity(plain) == (2, 2)
     assert isa.arity(hinted) == (3, 3)
-    assert _type(hinted, "cache_policy") == "u64"
-    st = _resolve("st.global.L1::no_allocate.L2::cache_hint.v4.b32")
+    assert operand_type(hinted, "cache_policy") == "u64"
+    st = resolve_name("st.global.L1::no_allocate.L2::cache_hint.v4.b32")
     assert [o.name for o in isa.active_operands(st)] == ["a", "b", "cache_policy"]
-    assert _count(st, "b") == 4
+    assert operand_count(st, "b") == 4
 
 
 def test_store_forms() -> None:
-    assert _resolve("st.release.gpu.global.u32").values["sem"] == "release"
-    assert _resolve("st.volatile.shared.f64").values["sem"] == "volatile"
-    param = _resolve("st.param::func.b64")
+    assert resolve_name("st.release.gpu.global.u32").values["sem"] == "release"
+    assert resolve_name("st.volatile.shared.f64").values["sem"] == "volatile"
+    param = resolve_name("st.param::func.b64")
     assert param.inst.example is not None and param.values["space"] == "param::func"
-    assert _resolve("st.mmio.relaxed.sys.global.u32").inst.requires.ptx == (8, 2)
+    assert resolve_name("st.mmio.relaxed.sys.global.u32").inst.requires.ptx == (8, 2)
 
 
 def test_prefetch_forms() -> None:
-    assert _resolve("prefetch.global.L2").values == {"space": "global", "level": "L2"}
-    assert _resolve("prefetch.global.L2::evict_last").inst.requires.sm == 80
-    assert _resolve("prefetchu.L1").values == {"level": "L1"}
+    assert resolve_name("prefetch.global.L2").values == {"space": "global", "level": "L2"}
+    assert resolve_name("prefetch.global.L2::evict_last").inst.requires.sm == 80
+    assert resolve_name("prefetchu.L1").values == {"level": "L1"}
 
 
 # --- atom / red --------------------------------------------------------------
@@ -99,22 +82,22 @@ def test_prefetch_forms() -> None:
     ("red.global.add.noftz.f16x2", None, ["a", "b"]),
 ])
 def test_atomic_operands(name: str, n_ops: int | None, names: list[str]) -> None:
-    assert [o.name for o in isa.active_operands(_resolve(name, n_ops))] == names
+    assert [o.name for o in isa.active_operands(resolve_name(name, n_ops))] == names
 
 
 def test_vector_atomics() -> None:
-    r = _resolve("atom.global.max.noftz.v8.bf16")
-    assert (_count(r, "d"), _count(r, "b"), _type(r, "b")) == (8, 8, "bf16")
+    r = resolve_name("atom.global.max.noftz.v8.bf16")
+    assert (operand_count(r, "d"), operand_count(r, "b"), operand_type(r, "b")) == (8, 8, "bf16")
     assert r.inst.requires.sm == 90 and r.inst.requires.ptx == (8, 1)
-    red = _resolve("red.global.add.v4.f32")
-    assert (_count(red, "b"), _type(red, "b")) == (4, "f32")
+    red = resolve_name("red.global.add.v4.f32")
+    assert (operand_count(red, "b"), operand_type(red, "b")) == (4, "f32")
 
 
 def test_atomic_type_requirements() -> None:
-    r = _resolve("atom.global.add.noftz.bf16x2")
+    r = resolve_name("atom.global.add.noftz.bf16x2")
     with pytest.raises(PtxTargetError, match="pass arch='sm_90'"):
         r.inst.slot("type").requirement("bf16x2").check("atom", isa.parse_target("sm_80"), (8, 5))
-    cas = _resolve("atom.global.cas.b128")
+    cas = resolve_name("atom.global.cas.b128")
     assert cas.inst.slot("type").requirement("b128").sm == 90
 
 
@@ -135,4 +118,4 @@ def test_atomic_type_requirements() -> None:
 ])
 def test_bad_modifiers(name: str, message: str) -> None:
     with pytest.raises(PtxModifierError, match=message):
-        _resolve(name)
+        resolve_name(name)

@@ -5,15 +5,9 @@ from __future__ import annotations
 import pytest
 
 from jaxptx import isa
+
+from isa_helpers import operand_types
 from jaxptx.errors import PtxModifierError, PtxTargetError, PtxVersionError
-
-
-def _types(r: isa.Resolved) -> list[str | None]:
-    out = []
-    for o in isa.active_operands(r):
-        t = isa.expected_type(o, r.values)
-        out.append(t.name if t is not None else None)
-    return out
 
 
 def test_shfl_sync_operands() -> None:
@@ -21,7 +15,7 @@ def test_shfl_sync_operands() -> None:
     assert isa.arity(r) == (5, 5)
     d = isa.active_operands(r)[0]
     assert set(d.kinds) == {"reg", "pair"}
-    assert _types(r) == ["b32", "b32", "u32", "u32", "b32"]
+    assert operand_types(r) == ["b32", "b32", "u32", "u32", "b32"]
     with pytest.raises(PtxModifierError, match=r"unknown modifier \.b64"):
         isa.resolve("shfl.sync", ("idx", "b64"), 5)
 
@@ -35,14 +29,14 @@ def test_vote_sync_predicate_and_ballot() -> None:
     d, a, mask = isa.active_operands(r)
     assert d.kinds == ("pred",) and a.neg
     ballot = isa.resolve("vote.sync", ("ballot", "b32"), 3)
-    assert _types(ballot) == ["b32", None, "b32"]
+    assert operand_types(ballot) == ["b32", None, "b32"]
     with pytest.raises(PtxModifierError,
                        match=r"vote\.sync\.ballot\.pred: unknown modifier \.pred"):
         isa.resolve("vote.sync", ("ballot", "pred"), 3)
 
 
 def test_redux_sync_integer_ops_and_types() -> None:
-    assert _types(isa.resolve("redux.sync", ("min", "s32"), 3)) == ["s32", "s32", "b32"]
+    assert operand_types(isa.resolve("redux.sync", ("min", "s32"), 3)) == ["s32", "s32", "b32"]
     assert isa.resolve("redux.sync", ("xor", "b32"), 3).inst.requires.sm == 80
     with pytest.raises(PtxModifierError, match=r"redux\.sync\.and\.u32: unknown modifier \.u32"):
         isa.resolve("redux.sync", ("and", "u32"), 3)
@@ -62,7 +56,7 @@ def test_redux_sync_f32_is_sm100_family_only() -> None:
 
 def test_match_sync_forms() -> None:
     r = isa.resolve("match.any.sync", ("b64",), 3)
-    assert _types(r) == ["b32", "b64", "b32"]
+    assert operand_types(r) == ["b32", "b64", "b32"]
     r = isa.resolve("match.all.sync", ("b32",), 3)
     assert "pair" in isa.active_operands(r)[0].kinds
     assert r.inst.requires.sm == 70
