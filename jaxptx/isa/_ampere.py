@@ -20,10 +20,9 @@ from collections.abc import Mapping
 
 from ._schema import Inst, Slot, op, slot
 from ._targets import SM100_FAMILY, Requires
+from ._common import SM80, SM90_PTX78
 
 SM75 = Requires(sm=75, ptx=(6, 5))
-SM80 = Requires(sm=80, ptx=(7, 0))
-SM90_PTX78 = Requires(sm=90, ptx=(7, 8))
 SM89_PTX84 = Requires(sm=89, ptx=(8, 4))
 SM89_PTX87 = Requires(sm=89, ptx=(8, 7))
 PTX78 = Requires(ptx=(7, 8))

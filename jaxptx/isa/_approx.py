@@ -7,15 +7,13 @@ f16 / bf16 and their packed pairs).
 
 from __future__ import annotations
 
-from ._schema import Inst, op, slot
+from ._schema import Inst, slot
 from ._targets import Requires
+from ._common import D, A, SM90_PTX78
 
 RND = "rn rz rm rp"
 SM75_PTX70 = Requires(sm=75, ptx=(7, 0))
-SM90_PTX78 = Requires(sm=90, ptx=(7, 8))
 
-D = op("d", "reg", "$type", out=True)
-A = op("a", "reg imm", "$type")
 DA = (D, A)
 
 _FLT_SEC = "9.7.3 Floating-Point Instructions"

@@ -9,18 +9,12 @@ from __future__ import annotations
 
 from ._schema import Inst, Rule, op, slot
 from ._targets import Requires
+from ._common import D, A, B, C, SM53_F16, SM80, SM90_PTX78
 
 INT = "u16 u32 u64 s16 s32 s64"
 SINT = "s16 s32 s64"
 RND = "rn rz rm rp"
-SM53_F16 = Requires(sm=53, ptx=(4, 2))
-SM80 = Requires(sm=80, ptx=(7, 0))
-SM90_PTX78 = Requires(sm=90, ptx=(7, 8))
 
-D = op("d", "reg", "$type", out=True)
-A = op("a", "reg imm", "$type")
-B = op("b", "reg imm", "$type")
-C = op("c", "reg imm", "$type")
 D_WIDE = op("d", "reg", "$type:wide", out=True)
 NARROW = "u16 u32 s16 s32"
 ABC2 = (D, A, B)

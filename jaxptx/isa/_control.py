@@ -15,11 +15,9 @@ from __future__ import annotations
 
 from ._schema import Inst, Rule, Slot, op, slot
 from ._targets import Requires
+from ._common import SM90_PTX78, SM90_PTX83, SM90_PTX86
 
 SCOPES = "cta cluster gpu sys"
-SM90_PTX78 = Requires(sm=90, ptx=(7, 8))
-SM90_PTX83 = Requires(sm=90, ptx=(8, 3))
-SM90_PTX86 = Requires(sm=90, ptx=(8, 6))
 SYNC_RESTRICT = "sync_restrict::shared::cluster sync_restrict::shared::cta"
 # .sync_restrict::shared::cluster goes with .acquire, ::shared::cta with .release.
 RESTRICT_RULES = (

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 from ._schema import Inst, Operand, Rule, Slot, op, slot
 from ._targets import SM100_FAMILY, Requires
+from ._common import D, A, SM80, SM90_PTX78
 
 INT = ("u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64")
 IRND = "rni rzi rmi rpi"
 FRND = "rn rz rm rp"
-SM80 = Requires(sm=80, ptx=(7, 0))
 SM80_PTX71 = Requires(sm=80, ptx=(7, 1))
 SM89_FP8 = Requires(sm=89, ptx=(8, 1))
-SM90_PTX78 = Requires(sm=90, ptx=(7, 8))
 SATFINITE = {"satfinite": Requires(ptx=(8, 1))}
 # fp6 / fp4 / ue8m0 conversions: the sm_100 and sm_120 arch- and
 # family-specific targets.
@@ -30,8 +29,6 @@ BLACKWELL_CVT = Requires(ptx=(8, 6), only=FP6_TARGETS)
 # Stochastic rounding (.rs) exists on sm_100a / sm_103a only.
 CVT_RS = Requires(ptx=(8, 7), only=("sm_100a", "sm_103a"))
 
-D = op("d", "reg", "$type", out=True)
-A = op("a", "reg imm", "$type")
 DD = op("d", "reg", "$dtype", out=True, widen=True)
 DA = op("a", "reg imm", "$atype", widen=True)
 PACK_AB = (op("d", "reg", "$dtype", out=True), op("a", "reg", "$atype"),

@@ -21,13 +21,10 @@ from collections.abc import Mapping
 
 from ._schema import Inst, Operand, Rule, Slot, op, slot
 from ._targets import SM100_FAMILY, Requires
+from ._common import SM80, SM90_PTX78, SM90_PTX80, SM90_PTX86
 
-SM80 = Requires(sm=80, ptx=(7, 0))
-SM90_PTX78 = Requires(sm=90, ptx=(7, 8))
-SM90_PTX80 = Requires(sm=90, ptx=(8, 0))
 PTX78 = Requires(ptx=(7, 8))
 PTX80 = Requires(ptx=(8, 0))
-SM90_PTX86 = Requires(sm=90, ptx=(8, 6))
 SM90A = Requires(sm=90, ptx=(8, 0), only=("sm_90a",))
 # setmaxnreg: every arch-specific target from sm_90a on (ptxas 13.0).
 SETMAXNREG_TARGETS = ("sm_90a", *SM100_FAMILY, "sm_120a", "sm_121a", "sm_120f", "sm_121f")

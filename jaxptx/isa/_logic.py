@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ._schema import Inst, Rule, op, slot
 from ._targets import Requires
+from ._common import D, A, B, C, SM53_F16
 
 BITS = "b16 b32 b64"
 INT = "u16 u32 u64 s16 s32 s64"
@@ -19,14 +20,9 @@ INT_CMP = "eq ne lt le gt ge lo ls hi hs"
 FLT_CMP = "eq ne lt le gt ge equ neu ltu leu gtu geu num nan"
 BOOLOP = "and or xor"
 SET_DTYPES = "u32 s32 f32 f16 bf16"
-SM53_F16 = Requires(sm=53, ptx=(4, 2))
 SM90_BF16 = Requires(sm=90, ptx=(7, 8))
 SM70_PTX76 = Requires(sm=70, ptx=(7, 6))
 
-D = op("d", "reg", "$type", out=True)
-A = op("a", "reg imm", "$type")
-B = op("b", "reg imm", "$type")
-C = op("c", "reg imm", "$type")
 D_U32 = op("d", "reg", "u32", out=True)
 SHAMT = op("b", "reg imm", "u32")
 PD = op("d", "pred", out=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ._schema import Inst, Rule, Slot, op, slot
 from ._targets import Requires
+from ._common import SM70_PTX60, SM90_PTX78, SM90_PTX83
 
 LD_TYPES = "b8 b16 b32 b64 b128 u8 u16 u32 u64 s8 s16 s32 s64 f32 f64"
 VEC_TYPES = "b8 b16 b32 b64 u8 u16 u32 u64 s8 s16 s32 s64 f32 f64"
@@ -27,12 +28,9 @@ PREFETCH = "L2::64B L2::128B L2::256B"
 SCOPES = "cta cluster gpu sys"
 ATOM_SPACES = "global shared shared::cta shared::cluster"
 
-SM70_PTX60 = Requires(sm=70, ptx=(6, 0))
 SM70_PTX74 = Requires(sm=70, ptx=(7, 4))
 SM75_PTX74 = Requires(sm=75, ptx=(7, 4))
 SM80_PTX74 = Requires(sm=80, ptx=(7, 4))
-SM90_PTX78 = Requires(sm=90, ptx=(7, 8))
-SM90_PTX83 = Requires(sm=90, ptx=(8, 3))
 # .b128 with .sys scope arrived a version after .b128 itself; only the mmio
 # forms, whose scope is always .sys, can say so.
 B128_SYS = Requires(sm=70, ptx=(8, 4))

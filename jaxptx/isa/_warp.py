@@ -9,16 +9,13 @@ from __future__ import annotations
 
 from ._schema import Inst, op, slot
 from ._targets import Requires
+from ._common import D, A, SM70_PTX60, SM80
 
 PTX60 = Requires(sm=30, ptx=(6, 0))
-SM70_PTX60 = Requires(sm=70, ptx=(6, 0))
-SM80 = Requires(sm=80, ptx=(7, 0))
 # redux.sync on f32 (min/max only): sm_100a / sm_100f / sm_103a / sm_103f.
 REDUX_F32 = Requires(ptx=(8, 6), only=("sm_100a", "sm_103a", "sm_100f", "sm_103f"))
 
 MASK = op("membermask", "reg imm", "b32", example="0xffffffff")
-D = op("d", "reg", "$type", out=True)
-A = op("a", "reg imm", "$type")
 
 _SYNC_SEC = "9.7.13 Parallel Synchronization and Communication Instructions"
 

@@ -10,7 +10,7 @@ import pytest
 from jaxptx import Tile, kernel, ptx, reg, smem
 from jaxptx.errors import PtxTargetError
 from jaxptx.runtime import ptxas
-from jaxptx.types import b32, b64, bf16, f16x2, f32, pred, s32, u32, u64
+from jaxptx.types import b32, b64, bf16, f32, s32, u64
 
 
 def assembled(k, **kw) -> str:

@@ -14,7 +14,7 @@ from jaxptx import Layout, Tile, kernel, ptx, reg, smem
 from jaxptx.errors import (PtxModifierError, PtxTargetError, PtxTypeError, PtxVersionError,
                            SpecError, TraceError)
 from jaxptx.runtime import ptxas
-from jaxptx.types import bf16, f32, pred, s32, u32, u64
+from jaxptx.types import bf16, f32, s32, u32, u64
 
 
 def assembles(k, **kw) -> str:
@@ -291,7 +291,7 @@ def test_named_registers_and_arrays() -> None:
         acc = reg.array(f32, 4, name="acc")
         for r in acc:
             r.set(0.0)
-        p = reg.pred(name="done")
+        reg.pred(name="done")
         ptx.ret()
     text = assembles(k)
     assert ".reg .f32 %acc<4>;" in text and "mov.f32 %acc3, 0f00000000;" in text
@@ -343,7 +343,7 @@ def test_smem_static_and_extern() -> None:
 
     @kernel(arch="sm_90a", extern_smem=True)
     def dynamic():
-        a = smem.alloc(f32, 100)
+        smem.alloc(f32, 100)
         b = smem.alloc(f32, 4, align=128)
         ptx.st.shared.f32(b[1], reg.scalar(f32, 2.0))
         ptx.ret()
