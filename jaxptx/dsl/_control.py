@@ -25,7 +25,7 @@ from ..types import PtxType, s32
 from ._core import Label, NegPred, Reg, emit_instruction, new_reg
 from ._trace import current, user_location
 
-__all__ = ["if_", "else_", "range_", "while_", "break_", "continue_", "label"]
+__all__ = ["if_", "else_", "range_", "while_", "break_", "continue_", "label", "new_label"]
 
 
 def _condition(cond: Any, what: str) -> Reg | NegPred:
@@ -40,9 +40,24 @@ def _negate(p: Reg | NegPred) -> Reg | NegPred:
 
 
 def label(name: str | None = None) -> Label:
-    """A new label; call ``.place()`` where it goes, pass it to ``ptx.bra``."""
+    """Place a label here and return it (``ptx.label("done")``, then
+    ``ptx.bra("done")`` or ``ptx.bra(lbl)``). Unnamed labels are numbered per
+    trace. For a forward branch, make one first with :func:`new_label`.
+
+    Raises:
+        TraceError: the name is not a PTX identifier or is already used.
+    """
+    return new_label(name).place()
+
+
+def new_label(name: str | None = None) -> Label:
+    """A label to branch to now and ``.place()`` later."""
     trace = current()
-    return Label(trace.new_label("user") if name is None else "$" + trace.new_symbol(name))
+    if name is None:
+        return Label(trace.new_label("user"))
+    if not (name.replace("$", "_").isidentifier()):
+        raise TraceError(f"ptx.label: expected a PTX identifier such as 'loop' or '$done', got {name!r}")
+    return Label(trace.new_symbol(name))
 
 
 @contextmanager

@@ -15,7 +15,7 @@ A PtxType as the first argument is taken as the type modifier
 (``ptx.add(f32, d, a, b)``). Every call takes ``pred=`` for a guard.
 Beyond instructions: ``special`` registers, structured control flow
 (``if_``, ``else_``, ``range_``, ``while_``, ``break_``, ``continue_``),
-``label``, ``addr``, ``comment``, ``param`` and ``global_ptrs``.
+``label``/``new_label``, ``addr``, ``comment``, ``param`` and ``global_ptrs``.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from typing import Any
 
 from .. import isa
 from ..errors import PtxModifierError
-from ._control import break_, continue_, else_, if_, label, range_, while_
+from ._control import break_, continue_, else_, if_, label, new_label, range_, while_
 from ._core import SINK, Addr, NegPred, Reg, emit_instruction
 from ._trace import user_location, with_location
 from ._special import special
 from ._params import comment, global_ptrs, param
 
 __all__ = ["inst", "special", "if_", "else_", "range_", "while_", "break_", "continue_",
-           "label", "addr", "comment", "param", "global_ptrs", "SINK", "Instr"]
+           "label", "new_label", "addr", "comment", "param", "global_ptrs", "SINK", "Instr"]
 
 _FIRST_PARTS = frozenset(op.split(".")[0] for op in isa.BY_OPCODE)
 

@@ -401,3 +401,37 @@ def test_instruction_newer_than_declared_version() -> None:
         ptx.elect.sync((reg.scalar(u32), reg.pred()), 0xFFFFFFFF)
     with pytest.raises(PtxVersionError, match=r"elect.sync needs PTX ISA 8.0, kernel declares 7.8; pass version=\(8, 0\), at test_kernel.py:\d+"):
         k.ptx()
+
+
+def test_labels_placed_and_forward() -> None:
+    @kernel(arch="sm_80")
+    def k(x):
+        tid = ptx.special.tid.x()
+        ptx.bra("skip", pred=tid > 3)                 # pyptx style: by name
+        done = ptx.new_label()                        # forward, placed later
+        ptx.bra(done, pred=tid == 0)
+        ptx.st.global_.u32(x.ptr, tid)
+        ptx.label("skip")
+        done.place()
+        top = ptx.label()
+        ptx.bra(top, pred=tid > 100)
+    text = assembles(k)
+    lines = [l.strip() for l in text.splitlines()]
+    assert "@%p1 bra skip;" in lines and "skip:" in lines
+    assert "@%p2 bra $L_user_1;" in lines and "$L_user_1:" in lines
+    assert "$L_user_2:" in lines and "@%p3 bra $L_user_2;" in lines
+
+
+def test_bad_label_names() -> None:
+    @kernel(arch="sm_80")
+    def k():
+        ptx.label("has space")
+    with pytest.raises(TraceError, match=r"ptx.label: expected a PTX identifier"):
+        k.ptx()
+
+    @kernel(arch="sm_80")
+    def twice():
+        ptx.label("a")
+        ptx.label("a")
+    with pytest.raises(TraceError, match=r"name 'a' is already used in kernel twice"):
+        twice.ptx()
