@@ -173,7 +173,7 @@ class Kernel:
             >>> @kernel(arch="sm_80")
             ... def noop():
             ...     ptx.ret()
-            >>> print(noop.ptx().splitlines()[3])
+            >>> print(noop.ptx().splitlines()[1])
             .version 8.5
         """
         return self.specialize(**kwargs).ptx
