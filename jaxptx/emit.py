@@ -59,16 +59,20 @@ def _guard_tokens(g: ir.Guard | None) -> list[str]:
     return ["@", "!", g.register.name] if g.negated else ["@", g.register.name]
 
 
+VARDECL_ORDER = ("linkage", "space", "attr", "align", "vector", "type")
+
+
 def _vardecl_tokens(d: ir.VarDecl, *, semicolon: bool) -> list[str]:
-    out = [f".{x}" for x in d.linkage]
-    out.append(f".{d.space}")
-    for attr in d.attributes:
-        out.extend(attr.split(" "))
-    if d.align is not None:
-        out.extend([".align", str(d.align)])
-    if d.vector is not None:
-        out.append(f".v{d.vector}")
-    out.extend([f".{d.type}", d.name])
+    groups = {
+        "linkage": [f".{x}" for x in d.linkage],
+        "space": [f".{d.space}"],
+        "attr": [t for attr in d.attributes for t in attr.split(" ")],
+        "align": [] if d.align is None else [".align", str(d.align)],
+        "vector": [] if d.vector is None else [f".v{d.vector}"],
+        "type": [f".{d.type}"],
+    }
+    out = [t for key in (d.layout or VARDECL_ORDER) for t in groups[key]]
+    out.append(d.name)
     for n in d.dims:
         out.extend(["[", "]"] if n < 0 else ["[", str(n), "]"])
     if d.init is not None:
@@ -106,14 +110,7 @@ def statement_tokens(s: ir.Statement) -> list[str]:
     if isinstance(s, ir.VarDecl):
         return _vardecl_tokens(s, semicolon=True)
     if isinstance(s, ir.Directive):
-        out = [f".{s.name}"]
-        for i, a in enumerate(s.args):
-            if i and s.commas:
-                out.append(",")
-            out.append(a)
-        if s.semicolon:
-            out.append(";")
-        return out
+        return [f".{s.name}", *s.args, *([";"] if s.semicolon else [])]
     raise TypeError(f"expected an ir statement, got {type(s).__name__}")
 
 
@@ -129,8 +126,8 @@ def _canonical_statement(s: ir.Statement, indent: str) -> str:
     return f"{indent}{_canonical_join(statement_tokens(s))}\n"
 
 
-_NO_SPACE_BEFORE = frozenset([",", ";", "]", "}", "<", ">", "["])
-_NO_SPACE_AFTER = frozenset(["[", "<", "{"])
+_NO_SPACE_BEFORE = frozenset([",", ";", "]", "}", ")", "<", ">", "["])
+_NO_SPACE_AFTER = frozenset(["[", "<", "{", "("])
 
 
 def _canonical_join(tokens: list[str]) -> str:
@@ -215,9 +212,18 @@ def _function(f: ir.Function, style: str) -> Iterator[str]:
     for d in f.directives:
         yield from _statement(d, style, 0)
     if f.body is None:
-        yield (f.close_trivia[0] + ";" + f.close_trivia[1]) if src and f.close_trivia else ";\n"
+        yield (f.brace_trivia[0] + ";" + f.brace_trivia[1]) if src and f.brace_trivia else ";\n"
         return
-    yield from _block(f.body, f.close_trivia, style, 1)
+    yield from _block(f.body, f.brace_trivia, style, 1)
+
+
+def _section(sec: ir.Section, style: str) -> Iterator[str]:
+    tokens = [".section", sec.name]
+    if style == "source" and sec.trivia is not None:
+        yield _join(tokens, sec.trivia)
+    else:
+        yield f"\t.section\t{sec.name}\n"
+    yield from _block(sec.body, sec.brace_trivia, style, 1)
 
 
 def emit(module: ir.Module, style: str = "source") -> str:
@@ -242,6 +248,8 @@ def emit(module: ir.Module, style: str = "source") -> str:
             if style == "canonical" or item.trivia is None:
                 parts.append("\n")
             parts.extend(_function(item, style))
+        elif isinstance(item, ir.Section):
+            parts.extend(_section(item, style))
         else:
             parts.extend(_statement(item, style, 0))
     if style == "source" and module.trailing is not None:

@@ -311,7 +311,7 @@ def _build_module(k: Kernel, trace: Trace, target: isa.Target, version: tuple[in
         directives.append(_dim_directive("maxntid", k._block))
     if k._cluster != (1, 1, 1):
         directives.append(_dim_directive("reqnctapercluster", k._cluster))
-    directives.extend(ir.Directive(n, a, commas=True) for n, a in k._raw_directives)
+    directives.extend(ir.Directive.listing(n, *a) for n, a in k._raw_directives)
     shared = list(trace.shared)
     if trace.extern_smem is not None:
         shared.insert(0, ir.VarDecl("shared", "b8", trace.extern_smem, linkage=("extern",),
@@ -329,7 +329,7 @@ def _build_module(k: Kernel, trace: Trace, target: isa.Target, version: tuple[in
 
 
 def _dim_directive(name: str, dims: tuple[int, int, int]) -> ir.Directive:
-    return ir.Directive(name, tuple(str(d) for d in dims), commas=True)
+    return ir.Directive.listing(name, *dims)
 
 
 def kernel(fn: Callable[..., Any] | None = None, **options: Any) -> Kernel | Callable[[Callable[..., Any]], Kernel]:

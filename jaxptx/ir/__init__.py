@@ -11,6 +11,7 @@ from ._nodes import Label as Label
 from ._nodes import Module as Module
 from ._nodes import RegDecl as RegDecl
 from ._nodes import RegName as RegName
+from ._nodes import Section as Section
 from ._nodes import Statement as Statement
 from ._nodes import Trivia as Trivia
 from ._nodes import VarDecl as VarDecl
@@ -19,6 +20,7 @@ from ._operands import Immediate as Immediate
 from ._operands import Negated as Negated
 from ._operands import Operand as Operand
 from ._operands import Pair as Pair
+from ._operands import Parens as Parens
 from ._operands import Register as Register
 from ._operands import Sink as Sink
 from ._operands import Symbol as Symbol

@@ -108,6 +108,10 @@ class VarDecl:
             ``init_braced``).
         attributes: ``.ptr``-style attribute modifiers on params
             (``("ptr", "global", "align 16")`` are emitted in order).
+        layout: the order the qualifier groups were written in, when it is
+            not the canonical one (``("space", "type", "attr", "align")``
+            for ``.param .u64 .ptr .global .align 1 p``); keys are
+            ``linkage``, ``space``, ``attr``, ``align``, ``vector``, ``type``.
     """
 
     space: str
@@ -120,27 +124,40 @@ class VarDecl:
     init: tuple[Operand, ...] | None = None
     init_braced: bool = False
     attributes: tuple[str, ...] = ()
+    layout: tuple[str, ...] | None = dataclasses.field(default=None, compare=False)
     trivia: Trivia = dataclasses.field(default=None, compare=False)
 
 
 @dataclasses.dataclass(slots=True)
 class Directive:
     """A directive with plain arguments: ``.version 8.5``, ``.maxntid 128, 1, 1``,
-    ``.pragma "nounroll";``, ``.loc 1 12 3``.
+    ``.pragma "nounroll";``, ``.loc 1 12 3``, ``.b8 1, 2, 3`` in a section.
 
     Attributes:
         name: directive name without the dot.
-        args: arguments; ints, strings (kept as tokens; quoted strings keep
-            their quotes) and operands.
-        commas: arguments separated by commas (``.maxntid``) or by spaces
-            (``.loc``).
+        args: the argument tokens in order, separators included: numbers,
+            names, quoted strings (with their quotes), ``,``, ``(``, ``)``.
         semicolon: ends with ``;`` (``.pragma``).
     """
 
     name: str
     args: tuple[str, ...] = ()
-    commas: bool = False
     semicolon: bool = False
+
+    @classmethod
+    def listing(cls, name: str, *args: object, semicolon: bool = False) -> "Directive":
+        """A directive whose arguments are separated by commas."""
+        tokens: list[str] = []
+        for i, a in enumerate(args):
+            if i:
+                tokens.append(",")
+            tokens.append(str(a))
+        return cls(name, tuple(tokens), semicolon)
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        """The arguments without the ``,`` separators."""
+        return tuple(a for a in self.args if a != ",")
     trivia: Trivia = dataclasses.field(default=None, compare=False)
 
 
@@ -150,6 +167,21 @@ class Block:
 
     body: list["Statement"] = dataclasses.field(default_factory=list)
     trivia: Trivia = dataclasses.field(default=None, compare=False)
+
+
+@dataclasses.dataclass(slots=True)
+class Section:
+    """A debug section: ``.section .debug_info { .b8 1, 2 ... }``.
+
+    ``body`` holds data directives (``.b8``/``.b32``/``.b64``), labels and
+    comments; ``trivia`` covers the ``.section name`` tokens and
+    ``brace_trivia`` the braces, as for functions.
+    """
+
+    name: str
+    body: list["Statement"] = dataclasses.field(default_factory=list)
+    trivia: Trivia = dataclasses.field(default=None, compare=False)
+    brace_trivia: Trivia = dataclasses.field(default=None, compare=False)
 
 
 Statement = Union[Instruction, Label, Comment, RegDecl, VarDecl, Directive, Block]
@@ -179,10 +211,10 @@ class Function:
     directives: list[Directive] = dataclasses.field(default_factory=list)
     body: list[Statement] | None = dataclasses.field(default_factory=list)
     trivia: Trivia = dataclasses.field(default=None, compare=False)
-    close_trivia: Trivia = dataclasses.field(default=None, compare=False)
+    brace_trivia: Trivia = dataclasses.field(default=None, compare=False)
 
 
-Item = Union[Directive, VarDecl, Function, Comment]
+Item = Union[Directive, VarDecl, Function, Comment, Section]
 
 
 @dataclasses.dataclass(slots=True)
@@ -215,7 +247,7 @@ class Module:
     def target(self) -> tuple[str, ...]:
         """The ``.target`` arguments (``("sm_90a",)``)."""
         d = self._directive("target")
-        return d.args if d is not None else ()
+        return d.values if d is not None else ()
 
     @property
     def functions(self) -> list[Function]:

@@ -37,6 +37,9 @@ class Immediate:
         unsigned: trailing ``U`` suffix on an integer literal.
         upper: hex digits in upper case (``hex``, ``f32``, ``f64`` forms).
         pad: minimum number of hex digits (leading zeros) for ``hex``.
+        literal: the parser's spelling of the literal where the fields above
+            do not determine it (``1.50e-3``, ``0X1f``); the value is still
+            ``value``. Not part of equality; canonical output ignores it.
     """
 
     value: int | float
@@ -44,13 +47,16 @@ class Immediate:
     unsigned: bool = False
     upper: bool = True
     pad: int = 0
+    literal: str | None = dataclasses.field(default=None, compare=False)
 
     def tokens(self) -> list[str]:
         """The literal as one token."""
         return [self.spelling()]
 
-    def spelling(self) -> str:
-        """The literal in PTX syntax."""
+    def spelling(self, canonical: bool = False) -> str:
+        """The literal in PTX syntax (as written, unless ``canonical``)."""
+        if self.literal is not None and not canonical:
+            return self.literal
         v = self.value
         if self.form == "f32":
             return "0f" + _hex(struct.unpack("<I", struct.pack("<f", v))[0], 8, self.upper)
@@ -78,17 +84,23 @@ def _hex(value: int, width: int, upper: bool) -> str:
 class Symbol:
     """A named variable, parameter, function or label used as an operand.
 
-    ``offset`` renders as ``name+offset`` (address arithmetic on a symbol).
+    ``offset`` renders as ``name+offset`` (``name-offset`` when ``minus``):
+    address arithmetic on a symbol.
     """
 
     name: str
-    offset: int | None = None
+    offset: "int | Immediate | None" = None
+    minus: bool = False
 
     def tokens(self) -> list[str]:
-        """``name`` or ``name``, ``+``, ``offset``."""
+        """``name`` or ``name``, ``+``/``-``, ``offset``."""
         if self.offset is None:
             return [self.name]
-        return [self.name, "+", str(self.offset)]
+        return [self.name, "-" if self.minus else "+", _offset_text(self.offset)]
+
+
+def _offset_text(offset: "int | Immediate") -> str:
+    return str(offset) if isinstance(offset, int) else offset.spelling()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -119,13 +131,7 @@ class Vector:
 
     def tokens(self) -> list[str]:
         """``{``, items separated by ``,``, ``}``."""
-        out = ["{"]
-        for i, item in enumerate(self.items):
-            if i:
-                out.append(",")
-            out.extend(item.tokens())
-        out.append("}")
-        return out
+        return _enclosed("{", self.items, "}")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -149,15 +155,17 @@ class Address:
 
     Attributes:
         base: register or symbol, or ``None`` for an absolute address.
-        offset: byte offset, rendered as ``+offset`` (``+-4`` when negative,
-            as nvcc writes it) or alone when there is no base.
+        offset: byte offset (an int or a spelled immediate), rendered as
+            ``+offset`` (``+-4`` when negative, as nvcc writes it), as
+            ``-offset`` when ``minus``, or alone when there is no base.
         extra: a second comma-separated element inside the brackets (the TMA
             coordinate vector or an immediate).
     """
 
     base: Register | Symbol | None
-    offset: int | None = None
+    offset: "int | Immediate | None" = None
     extra: "Operand | None" = None
+    minus: bool = False
 
     def tokens(self) -> list[str]:
         """``[``, base, ``+``, offset, ``,`` extra, ``]``."""
@@ -165,9 +173,9 @@ class Address:
         if self.base is not None:
             out.extend(self.base.tokens())
             if self.offset is not None:
-                out.extend(["+", str(self.offset)])
+                out.extend(["-" if self.minus else "+", _offset_text(self.offset)])
         elif self.offset is not None:
-            out.append(str(self.offset))
+            out.append(_offset_text(self.offset))
         if self.extra is not None:
             out.append(",")
             out.extend(self.extra.tokens())
@@ -175,4 +183,25 @@ class Address:
         return out
 
 
-Operand = Union[Register, Immediate, Symbol, Sink, Negated, Vector, Pair, Address]
+@dataclasses.dataclass(frozen=True, slots=True)
+class Parens:
+    """A parenthesised operand list, as in ``call (r), f, (a, b);``."""
+
+    items: tuple["Operand", ...]
+
+    def tokens(self) -> list[str]:
+        """``(``, items separated by ``,``, ``)``."""
+        return _enclosed("(", self.items, ")")
+
+
+def _enclosed(open_: str, items: tuple["Operand", ...], close: str) -> list[str]:
+    out = [open_]
+    for i, item in enumerate(items):
+        if i:
+            out.append(",")
+        out.extend(item.tokens())
+    out.append(close)
+    return out
+
+
+Operand = Union[Register, Immediate, Symbol, Sink, Negated, Vector, Pair, Address, Parens]

@@ -57,7 +57,7 @@ def test_canonical_instruction_forms() -> None:
 
 def _module() -> ir.Module:
     fn = ir.Function("entry", "k", [ir.VarDecl("param", "u64", "p"), ir.VarDecl("param", "u32", "n")],
-                     linkage=("visible",), directives=[ir.Directive("maxntid", ("128", "1", "1"), commas=True)],
+                     linkage=("visible",), directives=[ir.Directive.listing("maxntid", 128, 1, 1)],
                      body=[ir.RegDecl("b64", (ir.RegName("%rd", 2),)),
                            ir.Instruction("ld", ("param", "u64"), (R("%rd1"), ir.Address(ir.Symbol("p")))),
                            ir.Block([ir.Instruction("ret")])])
