@@ -29,7 +29,9 @@ from .dsl import reg as reg
 from .dsl import smem as smem
 from .dsl import unify_envs as unify_envs
 from .emit import emit as emit
+from .errors import ParseError as ParseError
 from .errors import PtxError as PtxError
+from .parse import parse as parse
 
 try:
     __version__ = _version("jaxptx")

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 from . import ir
 
-__all__ = ["emit", "emit_statement", "operand_text", "statement_tokens"]
+__all__ = ["emit", "emit_statement", "operand_text", "statement_tokens", "function_header_tokens"]
 
 INDENT = "\t"
 
@@ -66,7 +66,7 @@ def _vardecl_tokens(d: ir.VarDecl, *, semicolon: bool) -> list[str]:
     groups = {
         "linkage": [f".{x}" for x in d.linkage],
         "space": [f".{d.space}"],
-        "attr": [t for attr in d.attributes for t in attr.split(" ")],
+        "attr": list(d.attributes),
         "align": [] if d.align is None else [".align", str(d.align)],
         "vector": [] if d.vector is None else [f".v{d.vector}"],
         "type": [f".{d.type}"],
@@ -111,6 +111,8 @@ def statement_tokens(s: ir.Statement) -> list[str]:
         return _vardecl_tokens(s, semicolon=True)
     if isinstance(s, ir.Directive):
         return [f".{s.name}", *s.args, *([";"] if s.semicolon else [])]
+    if isinstance(s, ir.Unknown):
+        return list(s.tokens)
     raise TypeError(f"expected an ir statement, got {type(s).__name__}")
 
 
@@ -164,7 +166,8 @@ def emit_statement(s: ir.Statement, style: str = "source", depth: int = 1) -> st
     return "".join(_statement(s, style, depth))
 
 
-def _function_header_tokens(f: ir.Function) -> list[str]:
+def function_header_tokens(f: ir.Function) -> list[str]:
+    """The tokens of a function's header, from its linkage to the ``)``."""
     out = [f".{x}" for x in f.linkage]
     out.append(f".{f.kind}")
     if f.returns is not None:
@@ -175,7 +178,7 @@ def _function_header_tokens(f: ir.Function) -> list[str]:
             out.extend(_vardecl_tokens(p, semicolon=False))
         out.append(")")
     out.append(f.name)
-    if f.params or f.kind == "entry" or f.returns is not None:
+    if f.params or f.params_parens:
         out.append("(")
         for i, p in enumerate(f.params):
             if i:
@@ -194,7 +197,7 @@ def _canonical_header(f: ir.Function) -> str:
     if f.params:
         params = ",\n".join(INDENT + _decl_text(p) for p in f.params)
         head += f"(\n{params}\n)"
-    elif f.kind == "entry" or f.returns is not None:
+    elif f.params_parens:
         head += "()"
     return head + "\n"
 
@@ -206,7 +209,7 @@ def _decl_text(d: ir.VarDecl) -> str:
 def _function(f: ir.Function, style: str) -> Iterator[str]:
     src = style == "source"
     if src and f.trivia is not None:
-        yield _join(_function_header_tokens(f), f.trivia)
+        yield _join(function_header_tokens(f), f.trivia)
     else:
         yield _canonical_header(f)
     for d in f.directives:

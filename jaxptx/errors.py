@@ -10,7 +10,7 @@ from __future__ import annotations
 __all__ = [
     "PtxError", "PtxTypeError", "PtxModifierError", "PtxOperandError",
     "PtxTargetError", "PtxVersionError", "SpecError", "ToolchainError",
-    "PtxasError", "TraceError",
+    "PtxasError", "TraceError", "ParseError",
 ]
 
 
@@ -56,3 +56,22 @@ class PtxasError(ToolchainError):
     def __init__(self, message: str, log: str = "") -> None:
         super().__init__(message)
         self.log = log
+
+
+class ParseError(PtxError, ValueError):
+    """Malformed PTX text.
+
+    Attributes:
+        line, column: 1-based position of the offending token.
+        source: the name of the file (or ``"<string>"``).
+        excerpt: the offending line with a caret under the column.
+    """
+
+    def __init__(self, message: str, *, source: str = "<string>", line: int = 0,
+                 column: int = 0, excerpt: str = "") -> None:
+        super().__init__(f"{source}:{line}:{column}: {message}" + (f"\n{excerpt}" if excerpt else ""))
+        self.message = message
+        self.source = source
+        self.line = line
+        self.column = column
+        self.excerpt = excerpt

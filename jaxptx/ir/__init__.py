@@ -14,6 +14,7 @@ from ._nodes import RegName as RegName
 from ._nodes import Section as Section
 from ._nodes import Statement as Statement
 from ._nodes import Trivia as Trivia
+from ._nodes import Unknown as Unknown
 from ._nodes import VarDecl as VarDecl
 from ._operands import Address as Address
 from ._operands import Immediate as Immediate

@@ -106,8 +106,8 @@ class VarDecl:
         dims: array dimensions; ``-1`` renders an unsized ``[]``.
         init: initialiser operands (``= {1, 2}`` when more than one or when
             ``init_braced``).
-        attributes: ``.ptr``-style attribute modifiers on params
-            (``("ptr", "global", "align 16")`` are emitted in order).
+        attributes: the tokens of ``.ptr`` attributes on params
+            (``(".ptr", ".global", ".align", "16")``), emitted in order.
         layout: the order the qualifier groups were written in, when it is
             not the canonical one (``("space", "type", "attr", "align")``
             for ``.param .u64 .ptr .global .align 1 p``); keys are
@@ -184,6 +184,15 @@ class Section:
     brace_trivia: Trivia = dataclasses.field(default=None, compare=False)
 
 
+@dataclasses.dataclass(slots=True)
+class Unknown:
+    """A top-level statement outside PTX's grammar, kept as its tokens so the
+    text still round-trips; ``jaxptx.check`` reports it as an error."""
+
+    tokens: tuple[str, ...]
+    trivia: Trivia = dataclasses.field(default=None, compare=False)
+
+
 Statement = Union[Instruction, Label, Comment, RegDecl, VarDecl, Directive, Block]
 
 
@@ -201,6 +210,8 @@ class Function:
         directives: performance-tuning directives between the signature and
             the body (``.maxntid``, ``.reqntid``, ``.reqnctapercluster``...).
         body: statements, or ``None`` for a declaration ending in ``;``.
+        params_parens: the parameter list is written in parentheses (legacy
+            PTX may write ``.entry k`` with none).
     """
 
     kind: str
@@ -210,11 +221,12 @@ class Function:
     linkage: tuple[str, ...] = ()
     directives: list[Directive] = dataclasses.field(default_factory=list)
     body: list[Statement] | None = dataclasses.field(default_factory=list)
+    params_parens: bool = True
     trivia: Trivia = dataclasses.field(default=None, compare=False)
     brace_trivia: Trivia = dataclasses.field(default=None, compare=False)
 
 
-Item = Union[Directive, VarDecl, Function, Comment, Section]
+Item = Union[Directive, VarDecl, Function, Comment, Section, Unknown]
 
 
 @dataclasses.dataclass(slots=True)

@@ -1,0 +1,112 @@
+"""PTX text → tokens and the trivia between them.
+
+``lex(text)`` returns the tokens and ``len(tokens) + 1`` gap strings
+(whitespace and comments): ``gaps[i]`` precedes ``tokens[i]`` and the last
+gap follows the last token. Joining gaps and tokens alternately gives the
+text back exactly; the parser hands each node its share of the gaps.
+
+A ``-`` directly followed by a digit is part of the number unless it
+directly follows a value (``foo-4`` is ``foo``, ``-``, ``4``; ``, -4`` and
+``bar.sync -1`` have the literal ``-4`` / ``-1``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import ParseError
+
+__all__ = ["Tokens", "lex", "excerpt"]
+
+_TOKEN = re.compile(r"""
+    (?P<gap>(?:\s+|//[^\n]*|/\*.*?\*/)+)
+  | (?P<str>"(?:[^"\\\n]|\\.)*")
+  | (?P<num>0[fF][0-9a-fA-F]{8}(?![0-9a-zA-Z_])|0[dD][0-9a-fA-F]{16}(?![0-9a-zA-Z_])
+           |0[xX][0-9a-fA-F]+U?|0[bB][01]+U?
+           |[0-9]+\.[0-9]*(?:[eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+|[0-9]+U?)
+  | (?P<id>[A-Za-z_$%.][A-Za-z0-9_$.]*(?:::[A-Za-z0-9_$.]+)*)
+  | (?P<op>[,;:{}\[\]()<>@!|+\-=*/~&^?])
+""", re.VERBOSE | re.DOTALL)
+
+_VALUE_END = re.compile(r"[A-Za-z0-9_$%.)\]]$")
+_DOT_WORDS = re.compile(r"\.[^.]+")
+
+
+class Tokens:
+    """The lexed text: ``tokens``, ``gaps`` and each token's start offset."""
+
+    __slots__ = ("text", "source", "tokens", "gaps", "starts")
+
+    def __init__(self, text: str, source: str, tokens: list[str], gaps: list[str],
+                 starts: list[int]) -> None:
+        self.text = text
+        self.source = source
+        self.tokens = tokens
+        self.gaps = gaps
+        self.starts = starts
+
+    def position(self, offset: int) -> tuple[int, int]:
+        """1-based (line, column) of a character offset."""
+        line = self.text.count("\n", 0, offset) + 1
+        column = offset - (self.text.rfind("\n", 0, offset) + 1) + 1
+        return line, column
+
+    def error(self, message: str, index: int) -> ParseError:
+        """A ParseError pointing at token ``index`` (or the end of the text)."""
+        offset = self.starts[index] if index < len(self.starts) else len(self.text)
+        line, column = self.position(offset)
+        return ParseError(message, source=self.source, line=line, column=column,
+                          excerpt=excerpt(self.text, offset))
+
+
+def excerpt(text: str, offset: int) -> str:
+    """The line containing ``offset`` and a caret under it."""
+    start = text.rfind("\n", 0, offset) + 1
+    end = text.find("\n", offset)
+    line = text[start:end if end >= 0 else len(text)]
+    shown = line.expandtabs(1)[:160]
+    return f"  {shown}\n  {' ' * min(offset - start, 160)}^"
+
+
+def lex(text: str, source: str = "<string>") -> Tokens:
+    """Split ``text`` into tokens and gaps.
+
+    Raises:
+        ParseError: a character that starts no PTX token, or an unterminated
+            comment or string.
+    """
+    tokens: list[str] = []
+    gaps: list[str] = []
+    starts: list[int] = []
+    gap = ""
+    pos, n = 0, len(text)
+    match = _TOKEN.match
+    while pos < n:
+        m = match(text, pos)
+        if m is None:
+            t = Tokens(text, source, tokens, gaps, starts + [pos])
+            what = "unterminated comment" if text.startswith("/*", pos) else \
+                "unterminated string" if text[pos] == '"' else f"unexpected character {text[pos]!r}"
+            raise t.error(what, len(starts))
+        kind = m.lastgroup
+        tok = m.group()
+        if kind == "gap":
+            gap = tok
+        elif kind == "id" and tok[0] == "." and "." in tok[1:]:
+            # `.param.u64` is two words written without a space.
+            for k, word in enumerate(_DOT_WORDS.findall(tok)):
+                gaps.append(gap if k == 0 else "")
+                gap = ""
+                tokens.append(word)
+                starts.append(pos + tok.index(word) if k == 0 else starts[-1] + len(tokens[-2]))
+        elif (kind == "num" and gap == "" and tokens and tokens[-1] == "-"
+              and not (len(tokens) > 1 and gaps[-1] == "" and _VALUE_END.search(tokens[-2]))):
+            tokens[-1] = "-" + tok          # a negative literal
+        else:
+            gaps.append(gap)
+            gap = ""
+            tokens.append(tok)
+            starts.append(pos)
+        pos = m.end()
+    gaps.append(gap)
+    return Tokens(text, source, tokens, gaps, starts)

@@ -1,0 +1,403 @@
+"""PTX text → IR, lossless.
+
+The parser reads the token stream of :mod:`._lexer` by recursive descent and
+gives each node the gaps around and between its tokens as ``trivia``: a
+node's trailing trivia runs to the end of its line, the rest of the gap
+leads the next node. After building a node it checks that the node's tokens
+(as the emitter spells them) are exactly the tokens it read, so anything the
+IR cannot represent is a ParseError, never a silent change.
+"""
+
+from __future__ import annotations
+
+from .. import ir, isa
+from ..emit import function_header_tokens, statement_tokens
+from ..errors import ParseError
+from ._lexer import Tokens, lex
+from ._literals import immediate, offset_value
+
+__all__ = ["parse"]
+
+_LINKAGE = frozenset([".extern", ".visible", ".weak", ".common"])
+_SPACES = frozenset([".global", ".const", ".shared", ".local", ".param", ".reg", ".tex",
+                     ".shared::cta", ".shared::cluster"])
+_DECL_START = (_LINKAGE | _SPACES) - {".reg"}
+_KINDS = frozenset([".entry", ".func"])
+
+
+class _Parser:
+    def __init__(self, toks: Tokens) -> None:
+        self.toks = toks
+        self.t = toks.tokens
+        self.g = toks.gaps
+        self.n = len(self.t)
+        self.i = 0
+        self.rest: dict[int, str] = {}
+
+    # token access --------------------------------------------------------
+    def peek(self, k: int = 0) -> str | None:
+        j = self.i + k
+        return self.t[j] if j < self.n else None
+
+    def next(self, what: str = "a token") -> str:
+        if self.i >= self.n:
+            raise self.toks.error(f"expected {what}, got end of input", self.i)
+        tok = self.t[self.i]
+        self.i += 1
+        return tok
+
+    def expect(self, tok: str) -> int:
+        if self.peek() != tok:
+            raise self.toks.error(f"expected {tok!r}, got {self._shown()}", self.i)
+        self.i += 1
+        return self.i - 1
+
+    def _shown(self) -> str:
+        tok = self.peek()
+        return "end of input" if tok is None else repr(tok)
+
+    # trivia ----------------------------------------------------------------
+    def trivia(self, first: int, last: int) -> tuple[str, ...]:
+        """Gaps of tokens ``first..last``: the lead, the inner gaps, and the
+        trail up to the end of the line."""
+        lead = self.rest.pop(first, self.g[first])
+        after = self.g[last + 1]
+        cut = after.find("\n")
+        trail, rest = (after, "") if cut < 0 else (after[:cut + 1], after[cut + 1:])
+        self.rest[last + 1] = rest
+        return (lead, *self.g[first + 1:last + 1], trail)
+
+    def finish(self, node, first: int, tokens: list[str]):
+        last = self.i - 1
+        if tokens != self.t[first:self.i]:
+            raise self.toks.error("jaxptx cannot represent this statement exactly: "
+                                  f"read {' '.join(self.t[first:self.i])!r}", first)
+        node.trivia = self.trivia(first, last)
+        return node
+
+    # module ----------------------------------------------------------------
+    def module(self) -> ir.Module:
+        items: list[ir.Item] = []
+        while self.i < self.n:
+            items.append(self.item())
+        return ir.Module(items, trailing=self.rest.pop(self.n, self.g[self.n]))
+
+    def item(self) -> ir.Item:
+        tok = self.peek()
+        j = self.i
+        while j < self.n and self.t[j] in _LINKAGE:
+            j += 1
+        if j < self.n and self.t[j] in _KINDS:
+            return self.function()
+        if tok == ".section":
+            return self.section()
+        if tok in _DECL_START:
+            return self.vardecl(semicolon=True)
+        if tok is not None and tok.startswith("."):
+            return self.directive()
+        if tok is not None and (tok[0].isalpha() or tok[0] == "_"):
+            return self.unknown()
+        raise self.toks.error(f"expected a directive, declaration or function, got {self._shown()}", self.i)
+
+    def unknown(self) -> ir.Unknown:
+        """A top-level statement the grammar does not know (``extern .shared
+        ...`` without its dot): its tokens up to ``;``, for ``check`` to report."""
+        first = self.i
+        depth = 0
+        while True:
+            tok = self.next("';' ending the statement")
+            depth += tok in ("{", "[", "(") and 1 or (-1 if tok in ("}", "]", ")") else 0)
+            if depth < 0:
+                raise self.toks.error(f"unbalanced {tok!r}", self.i - 1)
+            if tok == ";" and depth == 0:
+                break
+        node = ir.Unknown(tuple(self.t[first:self.i]))
+        return self.finish(node, first, statement_tokens(node))
+
+    def section(self) -> ir.Section:
+        first = self.expect(".section")
+        name = self.next("a section name")
+        sec = ir.Section(name)
+        sec.trivia = self.trivia(first, self.i - 1)
+        sec.body, sec.brace_trivia = self.braced(self.section_entry)
+        return sec
+
+    def section_entry(self) -> ir.Statement:
+        if self.peek(1) == ":":
+            return self.label()
+        return self.directive()
+
+    def braced(self, entry) -> tuple[list, tuple[str, ...]]:
+        open_ = self.expect("{")
+        lead_open, trail_open = self.trivia(open_, open_)
+        body = []
+        while self.peek() != "}":
+            if self.peek() is None:
+                raise self.toks.error("expected '}' before end of input", self.i)
+            body.append(entry())
+        close = self.expect("}")
+        lead_close, trail_close = self.trivia(close, close)
+        return body, (lead_open, trail_open, lead_close, trail_close)
+
+    # functions ---------------------------------------------------------------
+    def function(self) -> ir.Function:
+        first = self.i
+        linkage = []
+        while self.peek() in _LINKAGE:
+            linkage.append(self.next()[1:])
+        kind = self.next()[1:]
+        returns = None
+        if self.peek() == "(":
+            returns = self.param_list()
+        name = self.next("a function name")
+        params_parens = self.peek() == "("
+        params = self.param_list() if params_parens else []
+        f = ir.Function(kind, name, params, returns, tuple(linkage), params_parens=params_parens)
+        if function_header_tokens(f) != self.t[first:self.i]:
+            raise self.toks.error("jaxptx cannot represent this function header exactly", first)
+        f.trivia = self.trivia(first, self.i - 1)
+        while self.peek() not in ("{", ";"):
+            if self.peek() is None or not self.peek().startswith("."):
+                raise self.toks.error(f"expected '{{', ';' or a directive after the header of "
+                                      f"{name}, got {self._shown()}", self.i)
+            f.directives.append(self.directive())
+        if self.peek() == ";":
+            end = self.expect(";")
+            f.body, f.brace_trivia = None, self.trivia(end, end)
+        else:
+            f.body, f.brace_trivia = self.braced(self.statement)
+        return f
+
+    def param_list(self) -> list[ir.VarDecl]:
+        self.expect("(")
+        params = []
+        while self.peek() != ")":
+            if params:
+                self.expect(",")
+            params.append(self.vardecl(semicolon=False, trivia=False))
+        self.expect(")")
+        return params
+
+    # statements --------------------------------------------------------------
+    def statement(self) -> ir.Statement:
+        tok = self.peek()
+        if tok == "{":
+            block = ir.Block()
+            block.body, block.trivia = self.braced(self.statement)
+            return block
+        if tok == ".reg":
+            return self.regdecl()
+        if tok in _DECL_START:
+            return self.vardecl(semicolon=True)
+        if tok is not None and tok.startswith(".") and tok not in _KINDS:
+            return self.directive()
+        if self.peek(1) == ":" and tok not in ("@", None):
+            return self.label()
+        return self.instruction()
+
+    def label(self) -> ir.Label:
+        first = self.i
+        name = self.next()
+        self.expect(":")
+        return self.finish(ir.Label(name), first, [name, ":"])
+
+    def directive(self) -> ir.Directive:
+        first = self.i
+        name = self.next()
+        args: list[str] = []
+        semicolon = False
+        while self.i < self.n:
+            tok = self.t[self.i]
+            if tok == ";":
+                self.i += 1
+                semicolon = True
+                break
+            # Arguments end at a brace, or at a line break not after a comma.
+            if tok in ("{", "}") or ("\n" in self.g[self.i] and not (args and args[-1] == ",")):
+                break
+            args.append(tok)
+            self.i += 1
+        d = ir.Directive(name[1:], tuple(args), semicolon)
+        return self.finish(d, first, statement_tokens(d))
+
+    def regdecl(self) -> ir.RegDecl:
+        first = self.expect(".reg")
+        vector = None
+        if self.peek() in (".v2", ".v4", ".v8"):
+            vector = int(self.next()[2:])
+        type_ = self.next("a register type")
+        if not type_.startswith("."):
+            raise self.toks.error(f"expected a register type like .b32, got {type_!r}", self.i - 1)
+        names = []
+        while True:
+            name = self.next("a register name")
+            count = None
+            if self.peek() == "<":
+                self.next()
+                count = self.int_token("a register count")
+                self.expect(">")
+            names.append(ir.RegName(name, count))
+            if self.peek() != ",":
+                break
+            self.next()
+        self.expect(";")
+        d = ir.RegDecl(type_[1:], tuple(names), vector)
+        return self.finish(d, first, statement_tokens(d))
+
+    def int_token(self, what: str) -> int:
+        tok = self.next(what)
+        if not tok.isdigit():
+            raise self.toks.error(f"expected {what} (a decimal integer), got {tok!r}", self.i - 1)
+        return int(tok)
+
+    def vardecl(self, *, semicolon: bool, trivia: bool = True) -> ir.VarDecl:
+        first = self.i
+        linkage, attrs, layout = [], [], []
+        space = type_ = None
+        align = vector = None
+        while self.peek() is not None and self.peek().startswith("."):
+            tok = self.next()
+            if tok in _LINKAGE and space is None:
+                linkage.append(tok[1:])
+                key = "linkage"
+            elif tok in _SPACES and space is None:
+                space, key = tok[1:], "space"
+            elif tok == ".ptr" or (attrs and tok in _SPACES) or (attrs and tok == ".align"):
+                attrs.append(tok)
+                if tok == ".align":
+                    attrs.append(self.next("an alignment"))
+                key = "attr"
+            elif tok == ".align":
+                align, key = self.int_token("an alignment"), "align"
+            elif tok[:2] == ".v" and tok[2:].isdigit():
+                vector, key = int(tok[2:]), "vector"
+            elif type_ is None:
+                type_, key = tok[1:], "type"
+            else:
+                raise self.toks.error(f"unexpected {tok!r} in a declaration", self.i - 1)
+            if not layout or layout[-1] != key:
+                layout.append(key)
+        if space is None or type_ is None:
+            raise self.toks.error("expected a state space and a type before the name", self.i)
+        name = self.next("a name")
+        dims = []
+        while self.peek() == "[":
+            self.next()
+            dims.append(-1 if self.peek() == "]" else self.int_token("an array size"))
+            self.expect("]")
+        init, braced = None, False
+        if self.peek() == "=":
+            self.next()
+            braced = self.peek() == "{"
+            init = self.operand().items if braced else (self.operand(),)
+        if semicolon:
+            self.expect(";")
+        canonical = [k for k in ("linkage", "space", "attr", "align", "vector", "type") if k in layout]
+        d = ir.VarDecl(space, type_, name, tuple(linkage), align, vector, tuple(dims), init, braced,
+                       tuple(attrs), layout=None if layout == canonical else tuple(layout))
+        if not trivia:
+            return d
+        return self.finish(d, first, statement_tokens(d))
+
+    def instruction(self) -> ir.Instruction:
+        first = self.i
+        guard = None
+        if self.peek() == "@":
+            self.next()
+            negated = self.peek() == "!"
+            if negated:
+                self.next()
+            guard = ir.Guard(ir.Register(self.next("a predicate")), negated)
+        name = self.next("an instruction")
+        if not (name[:1].isalpha() or name[:1] == "_"):
+            raise self.toks.error(f"expected an instruction, got {name!r}", self.i - 1)
+        parts = tuple(name.split("."))
+        split = isa.split_name(parts) or (parts[0], parts[1:])
+        operands = []
+        while self.peek() != ";":
+            if operands:
+                self.expect(",")
+            operands.append(self.operand())
+        self.expect(";")
+        ins = ir.Instruction(split[0], tuple(split[1]), tuple(operands), guard)
+        return self.finish(ins, first, statement_tokens(ins))
+
+    # operands ----------------------------------------------------------------
+    def operand(self) -> ir.Operand:
+        tok = self.next("an operand")
+        if tok == "!":
+            return ir.Negated(self.operand())
+        if tok in ("{", "("):
+            close = "}" if tok == "{" else ")"
+            items = []
+            while self.peek() != close:
+                if items:
+                    self.expect(",")
+                items.append(self.operand())
+            self.next()
+            return ir.Vector(tuple(items)) if tok == "{" else ir.Parens(tuple(items))
+        if tok == "[":
+            return self.address()
+        first = tok[:1]
+        if first.isdigit() or (first == "-" and tok[1:2].isdigit()):
+            return immediate(tok, self.toks, self.i - 1)
+        if not (first.isalpha() or first in "_$%."):
+            raise self.toks.error(f"expected an operand, got {tok!r}", self.i - 1)
+        value = self.name_operand(tok)
+        if self.peek() == "|":
+            self.next()
+            return ir.Pair(value, self.operand())
+        return value
+
+    def name_operand(self, tok: str) -> ir.Operand:
+        if tok == "_":
+            return ir.Sink()
+        if tok.startswith("%") and self.peek() not in ("+", "-"):
+            return ir.Register(tok)
+        after = self.peek(1) or ""
+        if self.peek() in ("+", "-") and (after[:1].isdigit() or after[:2].lstrip("-").isdigit()):
+            minus = self.next() == "-"
+            return ir.Symbol(tok, offset_value(self.next(), self.toks, self.i - 1), minus)
+        return ir.Symbol(tok)
+
+    def address(self) -> ir.Address:
+        base = offset = extra = None
+        minus = False
+        tok = self.next("an address")
+        if tok[:1].isdigit() or tok[:1] == "-":
+            offset = offset_value(tok, self.toks, self.i - 1)
+        elif tok[:1].isalpha() or tok[:1] in "_$%":
+            base = ir.Register(tok) if tok.startswith("%") else ir.Symbol(tok)
+            if self.peek() in ("+", "-"):
+                minus = self.next() == "-"
+                offset = offset_value(self.next("an offset"), self.toks, self.i - 1)
+        else:
+            raise self.toks.error(f"expected a register, name or offset in [...], got {tok!r}", self.i - 1)
+        if self.peek() == ",":
+            self.next()
+            extra = self.operand()
+        self.expect("]")
+        return ir.Address(base, offset, extra, minus)
+
+
+def parse(text: str, source: str = "<string>") -> ir.Module:
+    """Parse PTX text into an IR module that re-emits it byte for byte.
+
+    Args:
+        text: PTX source.
+        source: a name for messages (a file path).
+
+    Returns:
+        The module; ``jaxptx.emit(parse(text)) == text``.
+
+    Raises:
+        ParseError: malformed input, with line, column and a caret excerpt.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"parse: expected PTX text (str), got {type(text).__name__}")
+    try:
+        return _Parser(lex(text, source)).module()
+    except ParseError:
+        raise
+    except RecursionError:
+        raise ParseError("nesting too deep", source=source) from None
