@@ -28,6 +28,8 @@ from .dsl import ptx as ptx
 from .dsl import reg as reg
 from .dsl import smem as smem
 from .dsl import unify_envs as unify_envs
+from .check import Diagnostic as Diagnostic
+from .check import check as check
 from .emit import emit as emit
 from .errors import ParseError as ParseError
 from .errors import PtxError as PtxError

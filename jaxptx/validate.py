@@ -31,7 +31,7 @@ def operand_kind(x: ir.Operand, type_of: TypeOf) -> str:
 
 
 _KINDS = {ir.Immediate: "imm", ir.Address: "mem", ir.Vector: "vec", ir.Symbol: "sym",
-          ir.Sink: "sink", ir.Pair: "pair", ir.Negated: "pred"}
+          ir.Sink: "sink", ir.Pair: "pair", ir.Negated: "pred", ir.Parens: "list"}
 
 
 def _describe(x: ir.Operand, type_of: TypeOf) -> str:
@@ -45,7 +45,7 @@ def _describe(x: ir.Operand, type_of: TypeOf) -> str:
 def _kinds_text(o: Operand, want: PtxType | None) -> str:
     ty = f".{want.name} " if want is not None else ""
     words = {"reg": f"{ty}register", "pred": "predicate", "imm": "immediate", "mem": "[address]",
-             "vec": "{vector}", "sym": "name", "sink": "_", "pair": "d|p pair"}
+             "vec": "{vector}", "sym": "name", "sink": "_", "pair": "d|p pair", "list": "(list)"}
     return " or ".join(words[k] for k in o.kinds)
 
 

@@ -37,8 +37,9 @@ class Instruction:
             source order (``("rn", "f32")``).
         operands: operands in order.
         guard: optional predicate guard.
-        loc: the user's Python ``(file, line)`` for traced kernels (not
-            emitted; used for error messages).
+        loc: where it came from, for messages (not emitted): the user's
+            Python ``(file, line)`` for traced kernels, ``(source, line,
+            column)`` for parsed PTX.
     """
 
     opcode: str
@@ -46,7 +47,7 @@ class Instruction:
     operands: tuple[Operand, ...] = ()
     guard: Guard | None = None
     trivia: Trivia = dataclasses.field(default=None, compare=False)
-    loc: tuple[str, int] | None = dataclasses.field(default=None, compare=False)
+    loc: tuple | None = dataclasses.field(default=None, compare=False)
 
     @property
     def name(self) -> str:

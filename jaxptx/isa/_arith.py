@@ -71,7 +71,20 @@ def _fma_like(opcode: str, sim: str) -> tuple[Inst, ...]:
     )
 
 
+_DOT_SEC = "9.7.1.23 Integer Arithmetic Instructions: dp4a / dp2a"
+_DOT_TYPES = (slot("atype", "u32 s32"), slot("btype", "u32 s32"))
+_DOT_OPS = (op("d", "reg", "b32", out=True), op("a", "reg imm", "$atype"),
+            op("b", "reg imm", "$btype"), op("c", "reg imm", "b32"))
+_DOT = (
+    Inst("dp4a", _DOT_TYPES, _DOT_OPS, requires=Requires(sm=61, ptx=(5, 0)), section=_DOT_SEC,
+         sim="dp4a", summary="four-way byte dot product accumulated into 32 bits"),
+    Inst("dp2a", (slot("mode", "lo hi"), *_DOT_TYPES), _DOT_OPS,
+         requires=Requires(sm=61, ptx=(5, 0)), section=_DOT_SEC, sim="dp2a",
+         summary="two-way 16x8-bit dot product accumulated into 32 bits"),
+)
+
 ENTRIES: tuple[Inst, ...] = (
+    *_DOT,
     *_int_binary("add", "add", "integer add", INT + " u16x2 s16x2"),
     *_int_binary("sub", "sub", "integer subtract", INT),
     *_float_binary("add", "add", "floating-point add"),

@@ -63,6 +63,9 @@ def _bar(opcode: str, aligned: bool, requires: Requires) -> tuple[Inst, ...]:
                       summary=summary) for slots, operands, sim, summary in forms)
 
 
+_CALLEE = op("func", "sym reg", "u64")
+_PROTO = op("proto", "sym", optional=True)
+
 ENTRIES: tuple[Inst, ...] = (
     Inst("bra", (UNI,), (TARGET,), section=_CF_SEC.format(3, "bra"), sim="bra",
          summary="branch to a label"),
@@ -76,10 +79,16 @@ ENTRIES: tuple[Inst, ...] = (
     # example cannot add; the example is an indirect call through a
     # prototype declared in place (func is then a register, proto the
     # prototype's label).
-    Inst("call", (UNI,), (op("func", "sym reg", "u64"), op("proto", "sym", optional=True)),
-         section=_CF_SEC.format(5, "call"), sim="call",
-         summary="call a function (argument and return lists not modelled)",
+    # call{.uni} {(ret-list),} func{, (arg-list)}{, proto}: the lists are
+    # parenthesised operand lists; an indirect call names the function in a
+    # register and a prototype (or target list) after the arguments.
+    Inst("call", (UNI,), (_CALLEE, op("args", "list", optional=True), _PROTO),
+         section=_CF_SEC.format(5, "call"), sim="call", summary="call a function",
          example=".reg .u64 %callfp0; callpt0: .callprototype _ (); call %callfp0, callpt0;"),
+    Inst("call", (UNI,), (op("ret", "list", out=True), _CALLEE, op("args", "list", optional=True), _PROTO),
+         section=_CF_SEC.format(5, "call"), sim="call", summary="call a function that returns values",
+         example=".reg .u64 %callfp0; .param .b32 r0; callpt0: .callprototype (.param .b32 _) _ (); "
+                 "call (r0), %callfp0, callpt0;"),
     Inst("ret", (UNI,), section=_CF_SEC.format(6, "ret"), sim="ret",
          summary="return from a function"),
     Inst("exit", section=_CF_SEC.format(7, "exit"), sim="exit", summary="terminate the thread"),

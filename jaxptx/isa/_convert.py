@@ -20,7 +20,9 @@ INT = ("u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64")
 IRND = "rni rzi rmi rpi"
 FRND = "rn rz rm rp"
 SM80_PTX71 = Requires(sm=80, ptx=(7, 1))
-SM89_FP8 = Requires(sm=89, ptx=(8, 1))
+# ptxas wants PTX 8.1 for these on sm_89 but takes 7.8 on sm_90; a single
+# requirement cannot say both, so it says the lenient one (never a false error).
+SM89_FP8 = Requires(sm=89, ptx=(7, 8))
 SATFINITE = {"satfinite": Requires(ptx=(8, 1))}
 # fp6 / fp4 / ue8m0 conversions: the sm_100 and sm_120 arch- and
 # family-specific targets.
@@ -149,6 +151,10 @@ ENTRIES: tuple[Inst, ...] = (
          summary="copy a 128-bit register"),
     _mov_vec("b32", "b16", True),
     _mov_vec("b64", "b32", True),
+    # A vector register (.reg .v4 .u16 v) moves as a whole.
+    Inst("mov", (slot("vec", "v2 v4"), slot("type", "b16 u16 s16 b32 u32 s32 f32 b64 u64 s64 f64")),
+         (op("d", "vec", "$type", out=True, count="$vec"), op("a", "vec", "$type", count="$vec")),
+         section=_MOV, sim="mov", summary="copy a vector register"),
     _mov_vec("b128", "b64", True),
     _mov_vec("b32", "b16", False),
     _mov_vec("b64", "b32", False),

@@ -40,7 +40,8 @@ def example_target(inst: Inst, values: dict[str, str]) -> tuple[Target, tuple[in
     """The oldest convenient target (sm_80 at least) and version for a form."""
     reqs = [inst.requires] + [s.requirement(values[s.name]) for s in inst.slots
                               if s.name in values and s.requirement(values[s.name])]
-    only = next((r.only for r in reqs if r.only), ())
+    onlys = [r.only for r in reqs if r.only]
+    only = [t for t in onlys[0] if all(t in o for o in onlys)] if onlys else []
     if only:
         target = parse_target(only[0])
     else:
@@ -109,6 +110,8 @@ def _operand(o: Operand, r: Resolved, regs: _Regs) -> str:
         return "1"
     if "sym" in kinds:
         return LABEL
+    if "list" in kinds:
+        return "()"
     return "_"
 
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 from ._schema import Inst, Operand, Rule, Slot, op, slot
 from ._targets import SM100_FAMILY, Requires
-from ._common import SM80, SM90_PTX78, SM90_PTX80, SM90_PTX86
+from ._common import SM90_PTX83, SM80, SM90_PTX78, SM90_PTX80, SM90_PTX86
 
 PTX78 = Requires(ptx=(7, 8))
 PTX80 = Requires(ptx=(8, 0))
@@ -366,6 +366,39 @@ _TMA = (
          summary="wait until at most n bulk async-groups are pending (.read: their sources)"),
 )
 
+_TENSORMAP_SEC = "9.7.9.26 Data Movement and Conversion Instructions: tensormap.replace"
+_TENSORMAP_REQ = Requires(sm=90, ptx=(8, 3), only=("sm_90a", *SM100_FAMILY, "sm_120a", "sm_121a",
+                                                   "sm_120f", "sm_121f"))
+_TMAP_ADDR = op("addr", "mem")
+
+
+def _tensormap(fields: str, type_: str, ordinal: bool, enum: bool = False,
+               requires: dict[str, Requires] | None = None) -> Inst:
+    # Enumerated fields (element type, swizzle mode...) take an immediate code.
+    new_val = op("new_val", "imm", "$type", example="1") if enum else op("new_val", "reg imm", "$type")
+    operands = (_TMAP_ADDR, *((op("ord", "imm", "b32", example="0"),) if ordinal else ()), new_val)
+    return Inst("tensormap.replace", (slot("mode", "tile"), slot("field", fields, requires=requires),
+                                      slot("space", "shared::cta global", optional=True),
+                                      slot("size", "b1024"), slot("type", type_)),
+                operands, requires=_TENSORMAP_REQ, section=_TENSORMAP_SEC, sim="tensormap_replace",
+                summary="rewrite one field of a tensor map in memory")
+
+
+_TENSORMAP = (
+    Inst("tensormap.cp_fenceproxy", (slot("dst", "global"), slot("src", "shared::cta"),
+                                     slot("proxy", "tensormap::generic"), slot("sem", "release"),
+                                     slot("scope", "cta cluster gpu sys"), *SYNC),
+         (op("dst", "mem"), op("src", "mem"), op("size", "imm", "u32", example="128")),
+         requires=SM90_PTX83, section="9.7.9.27 tensormap.cp_fenceproxy", sim="tensormap_cp_fenceproxy",
+         summary="copy a tensor map to global memory and release it to the tensormap proxy"),
+    _tensormap("global_address", "b64", False),
+    _tensormap("rank", "b32", False),
+    _tensormap("box_dim global_dim element_stride", "b32", True),
+    _tensormap("global_stride", "b64", True),
+    _tensormap("elemtype interleave_layout swizzle_mode swizzle_atomicity fill_mode", "b32", False,
+               enum=True, requires={"swizzle_atomicity": Requires(sm=100, ptx=(8, 6), only=SM100_FAMILY)}),
+)
+
 ENTRIES: tuple[Inst, ...] = (
     Inst("wgmma.fence", SYNC, requires=SM90A, section=_WGMMA_SEC + ": wgmma.fence",
          sim="wgmma_fence", summary="order register accesses before wgmma.mma_async"),
@@ -379,4 +412,5 @@ ENTRIES: tuple[Inst, ...] = (
     *_MBARRIER,
     *_MISC,
     *_TMA,
+    *_TENSORMAP,
 )

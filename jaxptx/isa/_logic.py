@@ -160,7 +160,7 @@ ENTRIES: tuple[Inst, ...] = (
     _set(FLT_CMP, "bf16 u16 s16 u32 s32", "bf16", False, SM90_BF16, f"{_HALF_CMP_SEC}: set"),
     _set(FLT_CMP, "bf16x2 u32 s32", "bf16x2", False, SM90_BF16, f"{_HALF_CMP_SEC}: set"),
     Inst("selp", (slot("type", BITS + " " + INT + " f32 f64"),),
-         (D, A, B, op("c", "pred", neg=True)), section=f"{_CMP_SEC}: selp", sim="selp",
+         (D, A, B, op("c", "pred imm", neg=True)), section=f"{_CMP_SEC}: selp", sim="selp",
          summary="select a if predicate c, else b"),
     Inst("slct", (slot("dtype", BITS + " " + INT + " f32 f64"), slot("ctype", "s32")),
          (op("d", "reg", "$dtype", out=True), op("a", "reg imm", "$dtype"),

@@ -242,6 +242,28 @@ def _atomic(opcode: str, with_result: bool) -> tuple[Inst, ...]:
     return tuple(forms)
 
 
+_PRIMARY = "L2::evict_last L2::evict_normal L2::evict_first L2::evict_unchanged"
+_SECONDARY = "L2::evict_first L2::evict_unchanged"
+_POLICY_SEC = "9.7.9.18 Data Movement and Conversion Instructions: createpolicy"
+_POLICY_OUT = op("policy", "reg", "b64", out=True)
+_CREATEPOLICY = (
+    Inst("createpolicy", (slot("mode", "fractional"), slot("primary", _PRIMARY),
+                          slot("secondary", _SECONDARY, optional=True), slot("type", "b64")),
+         (_POLICY_OUT, op("fraction", "imm reg", "f32", optional=True, example="0.5")),
+         requires=SM80_PTX74, section=_POLICY_SEC, sim="createpolicy",
+         summary="make an L2 cache policy covering a fraction of accesses"),
+    Inst("createpolicy", (slot("mode", "range"), slot("space", "global", optional=True),
+                          slot("primary", _PRIMARY), slot("secondary", _SECONDARY, optional=True),
+                          slot("type", "b64")),
+         (_POLICY_OUT, ADDR, op("primary_size", "reg imm", "u32"), op("total_size", "reg imm", "u32")),
+         requires=SM80_PTX74, section=_POLICY_SEC, sim="createpolicy",
+         summary="make an L2 cache policy for an address range"),
+    Inst("createpolicy.cvt", (slot("level", "L2"), slot("type", "b64")),
+         (_POLICY_OUT, op("a", "reg", "b64")),
+         requires=SM80_PTX74, section=_POLICY_SEC, sim="createpolicy",
+         summary="convert a CUDA access-property policy to an L2 cache policy"),
+)
+
 ENTRIES: tuple[Inst, ...] = (
     *_ld_st("ld", store=False),
     *_sized("ld", (), "global", "ca cg cs", store=False, evict=True, hint=True, prefetch=True,
@@ -267,4 +289,5 @@ ENTRIES: tuple[Inst, ...] = (
          summary="prefetch a line into the uniform cache"),
     *_atomic("atom", with_result=True),
     *_atomic("red", with_result=False),
+    *_CREATEPOLICY,
 )

@@ -92,18 +92,38 @@ class Resolved:
         return f"Resolved({self.inst.opcode}, {self.values})"
 
 
-def _match(inst: Inst, mods: tuple[str, ...]) -> tuple[dict[str, str], int, str | None]:
-    """Assign modifiers to slots in order. Returns (values, matched, error)."""
+def _assign_any_order(inst: Inst, mods: tuple[str, ...]) -> dict[str, str] | None:
+    # ptxas accepts modifiers out of the ISA's order (``div.ftz.rn.f32``);
+    # when the ordered match fails, each goes to the first free slot taking it.
     values: dict[str, str] = {}
-    pos = 0
-    for i, mod in enumerate(mods):
-        for j in range(pos, len(inst.slots)):
-            if mod in inst.slots[j].values:
-                values[inst.slots[j].name] = mod
-                pos = j + 1
-                break
-        else:
-            return values, i, _bad_modifier(inst, mods, i, pos)
+    for mod in mods:
+        s = next((s for s in inst.slots if s.name not in values and mod in s.values), None)
+        if s is None:
+            return None
+        values[s.name] = mod
+    return values
+
+
+def _match(inst: Inst, mods: tuple[str, ...], any_order: bool = False
+           ) -> tuple[dict[str, str], int, str | None]:
+    """Assign modifiers to slots, in order (or, with ``any_order``, each to
+    the first free slot taking it). Returns (values, matched, error)."""
+    values: dict[str, str] = {}
+    if any_order:
+        assigned = _assign_any_order(inst, mods)
+        if assigned is None:
+            return values, 0, "no slot order fits"
+        values = assigned
+    else:
+        pos = 0
+        for i, mod in enumerate(mods):
+            for j in range(pos, len(inst.slots)):
+                if mod in inst.slots[j].values:
+                    values[inst.slots[j].name] = mod
+                    pos = j + 1
+                    break
+            else:
+                return values, i, _bad_modifier(inst, mods, i, pos)
     for s in inst.slots:
         if not s.optional and s.name not in values:
             allowed = " ".join("." + v for v in s.values)
@@ -160,6 +180,13 @@ def resolve(opcode: str, mods: tuple[str, ...], n_operands: int | None = None,
             matches.append(Resolved(inst, values))
         elif matched > best[0]:
             best = (matched, err)
+    if not matches:
+        # ptxas also takes modifiers out of the ISA's order (div.ftz.rn.f32);
+        # only when no form matches in order, so .f32.f16 keeps its meaning.
+        for inst in forms:
+            values, _, err = _match(inst, mods, any_order=True)
+            if err is None:
+                matches.append(Resolved(inst, values))
     if not matches:
         known = {v for inst in forms for s in inst.slots for v in s.values}
         unknown = [m for m in mods if m not in known]
@@ -245,6 +272,8 @@ def compatible(want: PtxType, got: PtxType, widen: bool = False) -> bool:
         return False
     if want.bits == got.bits and ("b" in (want.kind, got.kind) or (want.is_int and got.is_int)):
         return True
-    return widen and got.bits > want.bits and got.kind in "bus" and want.kind in "bus"
+    if not widen or got.bits <= want.bits:
+        return False
+    return (got.kind in "bus" and want.kind in "bus") or got.kind == "b"
 
 

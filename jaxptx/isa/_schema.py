@@ -24,8 +24,9 @@ __all__ = ["Slot", "Operand", "Rule", "Inst", "slot", "op", "KINDS"]
 
 # Operand kinds: reg (typed register), pred (predicate register, ``!`` allowed
 # when ``neg``), imm (immediate), mem (``[address]``), vec (``{a, b}``),
-# sym (label / function / variable name), sink (``_``), pair (``d|p``).
-KINDS = frozenset(["reg", "pred", "imm", "mem", "vec", "sym", "sink", "pair"])
+# sym (label / function / variable name), sink (``_``), pair (``d|p``),
+# list (a parenthesised operand list, as in ``call``).
+KINDS = frozenset(["reg", "pred", "imm", "mem", "vec", "sym", "sink", "pair", "list"])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,7 @@ ENTRIES: tuple[Inst, ...] = (
          summary="exchange a register between lanes; "
                  "d|p also writes whether the source lane was in range"),
     Inst("vote.sync", (slot("mode", "all any uni"), slot("type", "pred")),
-         (op("d", "pred", out=True), op("a", "pred", neg=True), MASK),
+         (op("d", "pred", out=True), op("a", "pred imm", neg=True), MASK),
          requires=PTX60, section=f"{_SYNC_SEC}: vote.sync", sim="vote_sync",
          summary="whether a predicate holds in all / any / uniformly over the participating lanes"),
     Inst("vote.sync", (slot("mode", "ballot"), slot("type", "b32")),

@@ -12,6 +12,7 @@ directly follows a value (``foo-4`` is ``foo``, ``-``, ``4``; ``, -4`` and
 
 from __future__ import annotations
 
+import bisect
 import re
 
 from ..errors import ParseError
@@ -35,7 +36,7 @@ _DOT_WORDS = re.compile(r"\.[^.]+")
 class Tokens:
     """The lexed text: ``tokens``, ``gaps`` and each token's start offset."""
 
-    __slots__ = ("text", "source", "tokens", "gaps", "starts")
+    __slots__ = ("text", "source", "tokens", "gaps", "starts", "_newlines")
 
     def __init__(self, text: str, source: str, tokens: list[str], gaps: list[str],
                  starts: list[int]) -> None:
@@ -44,12 +45,19 @@ class Tokens:
         self.tokens = tokens
         self.gaps = gaps
         self.starts = starts
+        self._newlines: list[int] | None = None
 
     def position(self, offset: int) -> tuple[int, int]:
         """1-based (line, column) of a character offset."""
-        line = self.text.count("\n", 0, offset) + 1
-        column = offset - (self.text.rfind("\n", 0, offset) + 1) + 1
-        return line, column
+        if self._newlines is None:
+            self._newlines = [m.start() for m in re.finditer("\n", self.text)]
+        line = bisect.bisect_left(self._newlines, offset)
+        start = self._newlines[line - 1] + 1 if line else 0
+        return line + 1, offset - start + 1
+
+    def location(self, index: int) -> tuple[str, int, int]:
+        """``(source, line, column)`` of token ``index``."""
+        return (self.source, *self.position(self.starts[index]))
 
     def error(self, message: str, index: int) -> ParseError:
         """A ParseError pointing at token ``index`` (or the end of the text)."""

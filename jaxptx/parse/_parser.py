@@ -308,6 +308,7 @@ class _Parser:
             if negated:
                 self.next()
             guard = ir.Guard(ir.Register(self.next("a predicate")), negated)
+        at = self.i
         name = self.next("an instruction")
         if not (name[:1].isalpha() or name[:1] == "_"):
             raise self.toks.error(f"expected an instruction, got {name!r}", self.i - 1)
@@ -319,7 +320,8 @@ class _Parser:
                 self.expect(",")
             operands.append(self.operand())
         self.expect(";")
-        ins = ir.Instruction(split[0], tuple(split[1]), tuple(operands), guard)
+        ins = ir.Instruction(split[0], tuple(split[1]), tuple(operands), guard,
+                             loc=self.toks.location(at))
         return self.finish(ins, first, statement_tokens(ins))
 
     # operands ----------------------------------------------------------------

@@ -35,6 +35,8 @@ def _good_operand(o: isa.Operand, r: isa.Resolved, types: dict[str, str], k: int
         return ir.Immediate(1)
     if "sym" in o.kinds:
         return ir.Symbol("$L")
+    if "list" in o.kinds:
+        return ir.Parens(())
     if "pair" in o.kinds:
         types[f"%o{k}"], types[f"%q{k}"] = (want.name if want else "b32"), "pred"
         return ir.Pair(ir.Register(f"%o{k}"), ir.Register(f"%q{k}"))

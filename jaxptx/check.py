@@ -1,0 +1,283 @@
+"""``jaxptx.check``: diagnostics for PTX text or a module, from the ISA table.
+
+Reports unknown instructions, modifiers or types a target lacks, operand
+kind and type mismatches against the registers' declared types, undeclared
+registers, names (labels, variables, functions) that are never defined, and
+statements outside PTX's grammar.
+
+Example:
+    >>> from jaxptx import check
+    >>> text = '''.version 8.5
+    ... .target sm_80
+    ... .address_size 64
+    ... .visible .entry k()
+    ... {
+    ...     .reg .f32 %f<3>;
+    ...     add.f33 %f1, %f2, %f2;
+    ...     bra DONE;
+    ... }'''
+    >>> for d in check(text): print(d)
+    7:5: error: add.f33: unknown modifier .f33 (did you mean .f32?); add takes ...
+    8:5: error: bra: undefined name DONE
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator
+
+from . import ir, isa
+from .errors import PtxError
+from .parse import parse
+from .types import TYPES, PtxType
+from .validate import check_instruction
+
+__all__ = ["Diagnostic", "check"]
+
+_SM = re.compile(r"^sm_\d+[af]?$")
+# Names every PTX module may use (PTX ISA, "Predefined Identifiers").
+PREDEFINED = {"WARP_SZ": 32}
+# Functions the CUDA toolchain provides to every program (PTX ISA, "System Calls").
+SYSTEM_CALLS = frozenset(["vprintf", "__assertfail", "malloc", "free"])
+_NARROW_ADDRESS_SPACES = frozenset(["shared", "shared::cta", "shared::cluster", "local", "const", "param"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnostic:
+    """One finding: 1-based ``line``/``column`` (0 when unknown), ``message``."""
+
+    line: int
+    column: int
+    message: str
+    severity: str = "error"
+
+    def __str__(self) -> str:
+        return f"{self.line}:{self.column}: {self.severity}: {self.message}"
+
+
+def _walk(body: list[ir.Statement]) -> Iterator[ir.Statement]:
+    for s in body:
+        if isinstance(s, ir.Block):
+            yield from _walk(s.body)
+        else:
+            yield s
+
+
+def _reg_names(d: ir.RegDecl) -> Iterator[str]:
+    for n in d.names:
+        if n.count is None:
+            yield n.name
+        else:
+            yield from (f"{n.name}{i}" for i in range(n.count))
+
+
+def _operand_names(op: ir.Operand) -> Iterator[ir.Register | ir.Symbol]:
+    if isinstance(op, (ir.Register, ir.Symbol)):
+        yield op
+    elif isinstance(op, ir.Address):
+        if op.base is not None:
+            yield op.base
+        if op.extra is not None:
+            yield from _operand_names(op.extra)
+    elif isinstance(op, (ir.Vector, ir.Parens)):
+        for item in op.items:
+            yield from _operand_names(item)
+    elif isinstance(op, ir.Pair):
+        yield from _operand_names(op.first)
+        yield from _operand_names(op.second)
+    elif isinstance(op, ir.Negated):
+        yield from _operand_names(op.operand)
+
+
+def _target(module: ir.Module, arch: str | None) -> isa.Target | None:
+    if arch is not None:
+        return isa.parse_target(arch)
+    for t in module.target:
+        if _SM.match(t):
+            return isa.parse_target(t)
+    return None
+
+
+def check(source: str | ir.Module, arch: str | None = None) -> list[Diagnostic]:
+    """Check PTX against the ISA table.
+
+    Args:
+        source: PTX text or a parsed/traced module.
+        arch: target to check for; defaults to the module's ``.target``.
+
+    Returns:
+        Diagnostics in source order (empty when nothing is wrong).
+
+    Raises:
+        ParseError: ``source`` is text that does not parse.
+    """
+    module = parse(source) if isinstance(source, str) else source
+    out: list[Diagnostic] = []
+    target = _target(module, arch)
+    version = module.version or isa.NEWEST_PTX
+    if target is None:
+        out.append(Diagnostic(0, 0, "no .target sm_XX in the module and no arch given"))
+        target = isa.parse_target("sm_90a")
+    out.extend(_module_rules(module, target, version))
+    globals_ = {i.name for i in module.items if isinstance(i, (ir.VarDecl, ir.Function))}
+    for item in module.items:
+        if isinstance(item, ir.Unknown):
+            out.append(Diagnostic(0, 0, f"not a PTX statement: {' '.join(item.tokens)[:60]}"))
+        elif isinstance(item, ir.Function) and item.body is not None:
+            out.extend(_check_function(item, globals_, target, version))
+    return sorted(out, key=lambda d: (d.line, d.column))
+
+
+def _module_rules(module: ir.Module, target: isa.Target, version: tuple[int, int]) -> Iterator[Diagnostic]:
+    """Rules about the module as a whole rather than one instruction."""
+    for item in module.items:
+        if isinstance(item, ir.Directive) and item.name == "address_size" and item.values != ("64",):
+            yield Diagnostic(0, 0, f".address_size {' '.join(item.values)}: only 64-bit addressing "
+                                   "is supported by CUDA 13 (ptxas)")
+    if module.version is not None and module.version < target.min_ptx:
+        v = module.version
+        need = target.min_ptx
+        yield Diagnostic(0, 0, f".version {v[0]}.{v[1]} does not know .target {target.name}; "
+                               f"it needs {need[0]}.{need[1]} or newer")
+    defined = {i.name for i in module.items if isinstance(i, ir.Function) and i.body is not None}
+    extern = {i.name for i in module.items
+              if isinstance(i, ir.Function) and i.body is None and "extern" in i.linkage}
+    called = {x.name for f in module.items if isinstance(f, ir.Function)
+              for s in _walk(f.body or []) if isinstance(s, ir.Instruction) and s.opcode == "call"
+              for op in s.operands for x in _operand_names(op) if isinstance(x, ir.Symbol)}
+    for name in sorted((extern & called) - defined - SYSTEM_CALLS):
+        yield Diagnostic(0, 0, f"unresolved extern function {name} (ptxas compiles whole programs "
+                               "unless given -c)")
+    for item in module.items:
+        if isinstance(item, ir.VarDecl) and -1 in item.dims and "extern" not in item.linkage:
+            yield Diagnostic(0, 0, f"{item.name}: an unsized array [] must be .extern")
+        if isinstance(item, ir.Function):
+            for p in item.params:
+                if item.kind == "entry" and -1 in p.dims:
+                    yield Diagnostic(0, 0, f"{item.name}: entry parameter {p.name} cannot be an unsized array")
+                if p.vector is not None and p.space == "param":
+                    yield Diagnostic(0, 0, f"{item.name}: parameter {p.name} cannot be a vector (.v{p.vector})")
+            for s in _walk(item.body or []):
+                if isinstance(s, ir.VarDecl) and -1 in s.dims and "extern" not in s.linkage:
+                    yield Diagnostic(0, 0, f"{s.name}: an unsized array [] must be .extern")
+            for d in item.directives:
+                if d.name == "noreturn" and item.kind == "entry":
+                    yield Diagnostic(0, 0, f"{item.name}: .noreturn applies to .func, not .entry")
+
+
+def _check_function(f: ir.Function, globals_: set[str], target: isa.Target,
+                    version: tuple[int, int]) -> list[Diagnostic]:
+    regs: dict[str, PtxType | None] = {}
+    vectors: dict[str, int] = {}
+    names = set(globals_) | set(PREDEFINED)
+    for p in [*f.params, *(f.returns or [])]:
+        if p.space == "reg":
+            regs[p.name] = TYPES.get(p.type)
+            if p.vector:
+                vectors[p.name] = p.vector
+        names.add(p.name)
+    instructions = []
+    for s in _walk(f.body or []):
+        if isinstance(s, ir.RegDecl):
+            t = TYPES.get(s.type)
+            for name in _reg_names(s):
+                regs[name] = t
+                if s.vector:
+                    vectors[name] = s.vector
+        elif isinstance(s, (ir.VarDecl, ir.Label)):
+            names.add(s.name)
+        elif isinstance(s, ir.Directive) and s.name == "callprototype":
+            pass
+        elif isinstance(s, ir.Instruction):
+            instructions.append(s)
+    names.update(s.name for s in _walk(f.body or []) if isinstance(s, ir.Label))
+
+    def type_of(name: str) -> PtxType | None:
+        t = regs.get(name) or regs.get(name.rsplit(".", 1)[0])
+        if t is not None:
+            return t
+        special = isa.SPECIAL_REGS.get(name[1:].split(".")[0]) if name.startswith("%") else None
+        return TYPES[special.type] if special is not None else None
+
+    out = []
+    for ins in instructions:
+        line, col = (ins.loc[1], ins.loc[2]) if ins.loc and len(ins.loc) == 3 else (0, 0)
+        ins = _with_registers(ins, regs, vectors)
+        problems = _undefined(ins, regs, names)
+        if not problems:
+            try:
+                r = check_instruction(ins, target=target, version=version, type_of=type_of)
+                problems.extend(_narrow_addresses(ins, r, type_of))
+            except PtxError as e:
+                problems.append(str(e))
+        out.extend(Diagnostic(line, col, p) for p in problems)
+    return out
+
+
+def _as_register(op: ir.Operand, regs: dict, vectors: dict[str, int]) -> ir.Operand:
+    """Normalise register operands for checking: a name declared by ``.reg``
+    is a register even without ``%``; a ``.v4`` register is a vector of its
+    components; ``{%r1}`` is ``%r1``."""
+    if isinstance(op, ir.Symbol) and op.name in PREDEFINED:
+        return ir.Immediate(PREDEFINED[op.name])
+    if isinstance(op, ir.Symbol) and op.offset is not None and op.name in regs:
+        return ir.Register(op.name)   # `temp+1`: ptxas reads a register plus an offset
+    if isinstance(op, (ir.Symbol, ir.Register)) and getattr(op, "offset", None) is None:
+        if op.name in vectors:
+            return ir.Vector(tuple(ir.Register(f"{op.name}.{c}") for c in "xyzw"[:vectors[op.name]]))
+        if op.name in regs or op.name.rsplit(".", 1)[0] in regs:
+            return ir.Register(op.name)
+        return op
+    if isinstance(op, ir.Address) and isinstance(op.base, ir.Symbol) and op.base.name in regs:
+        return ir.Address(ir.Register(op.base.name), op.offset, op.extra, op.minus)
+    if isinstance(op, (ir.Vector, ir.Parens)):
+        items = tuple(_as_register(x, regs, vectors) for x in op.items)
+        if isinstance(op, ir.Vector) and len(items) == 1 and isinstance(items[0], ir.Register):
+            return items[0]
+        return type(op)(items)
+    if isinstance(op, ir.Pair):
+        return ir.Pair(_as_register(op.first, regs, vectors), _as_register(op.second, regs, vectors))
+    if isinstance(op, ir.Negated):
+        return ir.Negated(_as_register(op.operand, regs, vectors))
+    return op
+
+
+def _with_registers(ins: ir.Instruction, regs: dict, vectors: dict[str, int]) -> ir.Instruction:
+    ops = tuple(_as_register(op, regs, vectors) for op in ins.operands)
+    if ops == ins.operands:
+        return ins
+    return ir.Instruction(ins.opcode, ins.modifiers, ops, ins.guard, loc=ins.loc)
+
+
+def _narrow_addresses(ins: ir.Instruction, r: isa.Resolved, type_of) -> list[str]:
+    """A 32-bit register as a generic or global address is 32-bit addressing,
+    which CUDA 13 no longer compiles (shared, local, const, param and
+    tensor-memory addresses may be 32-bit)."""
+    if _NARROW_ADDRESS_SPACES.intersection(ins.modifiers):
+        return []
+    problems = []
+    for o, want, x in zip(r.operands, r.types, ins.operands):
+        if isinstance(x, ir.Address) and isinstance(x.base, ir.Register):
+            got = type_of(x.base.name)
+            if got is not None and got.bits == 32 and not (want is not None and want.bits == 32):
+                problems.append(f"{ins.name} operand {o.name}: {x.base.name} is a 32-bit register; "
+                                "a generic or global address needs a 64-bit one")
+    return problems
+
+
+def _undefined(ins: ir.Instruction, regs: dict, names: set[str]) -> list[str]:
+    problems = []
+    operands = list(ins.operands)
+    if ins.guard is not None:
+        operands.append(ins.guard.register)
+    for op in operands:
+        for x in _operand_names(op):
+            if isinstance(x, ir.Register):
+                base = x.name[1:].split(".")[0]
+                declared = x.name in regs or x.name.rsplit(".", 1)[0] in regs
+                if not declared and base not in isa.SPECIAL_REGS and not base.startswith("envreg"):
+                    problems.append(f"{ins.name}: undeclared register {x.name}")
+            elif x.name not in names:
+                problems.append(f"{ins.name}: undefined name {x.name}")
+    return problems
