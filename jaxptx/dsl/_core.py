@@ -175,13 +175,14 @@ class Addr:
 
     __slots__ = ("base", "offset", "coords")
 
-    def __init__(self, base: Reg | str | None, offset: int = 0, coords: tuple[Any, ...] = ()) -> None:
+    def __init__(self, base: Reg | str | None, offset: int | None = None,
+                 coords: tuple[Any, ...] = ()) -> None:
         self.base = base
         self.offset = offset
         self.coords = coords
 
     def __add__(self, offset: int) -> "Addr":
-        return Addr(self.base, self.offset + offset, self.coords)
+        return Addr(self.base, (self.offset or 0) + offset, self.coords)
 
     def __repr__(self) -> str:
         return f"Addr({self.base!r}, {self.offset})"
@@ -202,6 +203,10 @@ class Label:
 
     def __repr__(self) -> str:
         return f"Label({self.name})"
+
+
+_IR_OPERANDS = (ir.Register, ir.Immediate, ir.Symbol, ir.Sink, ir.Negated, ir.Vector, ir.Pair,
+                ir.Address, ir.Parens)
 
 
 class _SinkType:
@@ -243,6 +248,8 @@ def _immediate(value: int | float, want: PtxType | None, where: Any) -> ir.Immed
 def to_operand(value: Any, o: isa.Operand | None, want: PtxType | None, where: Any) -> ir.Operand:
     """Convert a Python argument to an IR operand for table operand ``o``."""
     kinds = o.kinds if o is not None else ()
+    if isinstance(value, _IR_OPERANDS):
+        return value        # an IR operand built by hand passes through unchanged
     if isinstance(value, Reg):
         return ir.Address(ir.Register(value.name)) if kinds == ("mem",) else ir.Register(value.name)
     if isinstance(value, NegPred):
@@ -280,7 +287,7 @@ def _address(a: Addr, where: Any) -> ir.Address:
     extra = None
     if a.coords:
         extra = ir.Vector(tuple(to_operand(c, None, TYPES["s32"], where) for c in a.coords))
-    return ir.Address(base, a.offset or None if base is not None else a.offset, extra)
+    return ir.Address(base, a.offset, extra)
 
 
 def _split_type(args: tuple[Any, ...], mods: tuple[str, ...]) -> tuple[tuple[Any, ...], tuple[str, ...]]:
@@ -300,6 +307,8 @@ def emit_instruction(opcode: str, mods: tuple[str, ...], args: tuple[Any, ...],
     loc = user_location()
     trace = current()
     args, mods = _split_type(args, mods)
+    if not trace.validate:
+        return _emit_unchecked(trace, opcode, mods, args, pred, loc)
     try:
         r = isa.resolve(opcode, mods, len(args))
         operands, types = r.operands, r.types
@@ -314,12 +323,27 @@ def emit_instruction(opcode: str, mods: tuple[str, ...], args: tuple[Any, ...],
             converted.append(to_operand(value, o, types[i] if o is not None else None, where))
     except PtxError as e:
         raise with_location(e, loc) from None
-    guard = None
-    if pred is not None:
-        reg = pred.reg if isinstance(pred, NegPred) else pred
-        guard = ir.Guard(ir.Register(reg.name), isinstance(pred, NegPred))
-    trace.emit(ir.Instruction(opcode, mods, tuple(converted), guard, loc=loc))
+    trace.emit(ir.Instruction(opcode, mods, tuple(converted), _guard(pred), loc=loc))
     return args[0] if operands and operands[0].out else None
+
+
+def _guard(pred: "Reg | NegPred | str | None") -> ir.Guard | None:
+    if pred is None:
+        return None
+    if isinstance(pred, str):
+        return ir.Guard(ir.Register(pred.lstrip("!")), pred.startswith("!"))
+    reg = pred.reg if isinstance(pred, NegPred) else pred
+    return ir.Guard(ir.Register(reg.name), isinstance(pred, NegPred))
+
+
+def _emit_unchecked(trace: Any, opcode: str, mods: tuple[str, ...], args: tuple[Any, ...],
+                    pred: Any, loc: Any) -> Any:
+    # A kernel traced with validate=False (transpiled PTX that ptxas or the
+    # table would refuse): operands are converted without the table's types.
+    trace.require_function()
+    ops = tuple(to_operand(v, None, None, _Where(opcode, mods)) for v in args)
+    trace.append(ir.Instruction(opcode, mods, ops, _guard(pred), loc=loc))
+    return args[0] if args else None
 
 
 class _Where:

@@ -88,11 +88,17 @@ class Trace:
     """
 
     def __init__(self, name: str, target: isa.Target, version: tuple[int, int],
-                 extern_smem: str | None = None) -> None:
+                 extern_smem: str | None = None, validate: bool = True,
+                 module_mode: bool = False) -> None:
         self.name = name
         self.target = target
         self.version = version
-        self.body: list[ir.Statement] = []
+        self.validate = validate
+        self.items: list[ir.Item] = []
+        self.function: ir.Function | None = None
+        self.module_mode = module_mode
+        # Outside a function of a module kernel, statements are module items.
+        self.body: list[ir.Statement] = self.items if module_mode else []
         self.params: list[ir.VarDecl] = []
         self.shared: list[ir.VarDecl] = []
         self.extern_smem = extern_smem
@@ -111,6 +117,9 @@ class Trace:
         """Allocate one register (or ``count`` of a named array); returns names."""
         prefix, declared = _register_class(ptype)
         if name is None:
+            if prefix in self._symbols:
+                raise TraceError(f"registers {prefix}<N> were declared with reg.declare in kernel "
+                                 f"{self.name}; give new .{ptype.name} registers a name=")
             n = count or 1
             first = self._counters.get(prefix, 0) + 1
             self._counters[prefix] = first + n - 1
@@ -125,7 +134,7 @@ class Trace:
         return names
 
     def _claim(self, symbol: str, shown: str) -> None:
-        if not shown.isidentifier():
+        if not shown.replace("$", "_").isidentifier():
             raise TraceError(f"register name {shown!r}: expected an identifier")
         if symbol in self._symbols or symbol.rstrip("0123456789") in _CLASS_ORDER:
             raise TraceError(f"register name {shown!r} is already used in kernel {self.name}")
@@ -179,12 +188,39 @@ class Trace:
         self.body.append(stmt)
         self.last_if = None
 
+    def reset_registers(self) -> None:
+        """Forget the registers of the function just finished (module mode)."""
+        self.reg_types.clear()
+        self._counters.clear()
+        self._named.clear()
+        self._symbols = {s for s in self._symbols if not s.startswith("%")}
+
+    def declare_registers(self, decl: ir.RegDecl, logical: PtxType) -> list[str]:
+        """Append a ``.reg`` line as written and record its registers' type."""
+        names = []
+        for n in decl.names:
+            if n.name in self._symbols:
+                raise TraceError(f"register name {n.name!r} is already used in kernel {self.name}")
+            self._symbols.add(n.name)
+            names.extend([n.name] if n.count is None else [f"{n.name}{i}" for i in range(n.count)])
+        for name in names:
+            self.reg_types[name] = logical
+        self.append(decl)
+        return names
+
+    def require_function(self) -> None:
+        """Raise unless instructions can go here (inside a function)."""
+        if self.module_mode and self.function is None:
+            raise TraceError("instructions go inside `with ptx.function(...)` in a "
+                             "@kernel(module=True) body")
+
     def emit(self, ins: ir.Instruction) -> isa.Resolved:
         """Validate ``ins`` against the table and append it.
 
         Raises:
             PtxError: the validation error, with the user's line appended.
         """
+        self.require_function()
         try:
             r = check_instruction(ins, target=self.target, version=self.version, type_of=self.type_of)
         except PtxError as e:

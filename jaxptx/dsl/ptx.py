@@ -28,10 +28,13 @@ from ._control import break_, continue_, else_, if_, label, new_label, range_, w
 from ._core import SINK, Addr, NegPred, Reg, emit_instruction
 from ._trace import user_location, with_location
 from ._special import special
+from ._module import args, block, decl, declare, directive, function, imm, pair, section, sym, unparsed
 from ._params import comment, global_ptrs, param
 
 __all__ = ["inst", "special", "if_", "else_", "range_", "while_", "break_", "continue_",
-           "label", "new_label", "addr", "comment", "param", "global_ptrs", "SINK", "Instr"]
+           "label", "new_label", "addr", "comment", "param", "global_ptrs", "SINK", "Instr",
+           "function", "section", "block", "decl", "declare", "directive", "unparsed",
+           "imm", "sym", "args", "pair"]
 
 _FIRST_PARTS = frozenset(op.split(".")[0] for op in isa.BY_OPCODE)
 
@@ -94,17 +97,18 @@ class _Inst:
 inst = _Inst()
 
 
-def addr(base: Any, offset: int = 0, *, coords: tuple[Any, ...] = ()) -> Addr:
+def addr(base: Any, offset: int | None = None, *, coords: tuple[Any, ...] = ()) -> Addr:
     """A memory operand ``[base+offset]`` (or ``[base, {coords}]`` for TMA).
 
     ``base`` is a register, a symbol name, a shared-memory array or a tensor
-    argument; ``offset`` is a byte offset.
+    argument; ``offset`` is a byte offset (``0`` is written, ``None`` is not).
     """
     symbol = getattr(base, "__ptx_symbol__", None)
     if symbol is not None:
         base = symbol()
         if isinstance(base, Addr):
-            return Addr(base.base, base.offset + offset, coords)
+            total = (base.offset or 0) + (offset or 0)
+            return Addr(base.base, total if (base.offset is not None or offset is not None) else None, coords)
     return Addr(base, offset, coords)
 
 

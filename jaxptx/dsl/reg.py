@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import ir
 from ..errors import TraceError
 from ..types import PtxType, from_dtype
 from ..types import pred as PRED
 from ._core import NegPred, Reg, RegArray, emit_instruction
 from ._trace import current
 
-__all__ = ["Reg", "RegArray", "NegPred", "scalar", "array", "from_", "pred"]
+__all__ = ["Reg", "RegArray", "NegPred", "scalar", "array", "from_", "pred", "declare"]
 
 
 def _type(dtype: Any, what: str) -> PtxType:
@@ -62,6 +63,28 @@ def from_(src: Any, dtype: Any) -> Reg:
     """A new register of ``dtype`` holding ``src`` (one ``mov``)."""
     t = _type(dtype, "reg.from_ dtype")
     return emit_instruction("mov", (t.name,), (src,))
+
+
+def declare(dtype: Any, *names: str | tuple[str, int], vector: int | None = None) -> Any:
+    """Declare registers exactly as PTX writes them, here in the body.
+
+    ``reg.declare(b32, ("%r", 5), "%x")`` emits ``.reg .b32 %r<5>, %x;`` and
+    returns ``[RegArray(%r0..%r4), Reg(%x)]`` (one value for one name).
+    Numbered registers of a declared prefix are then ``r[3]``.
+    """
+    t = _type(dtype, "reg.declare dtype")
+    if not names:
+        raise TraceError("reg.declare: expected at least one register name")
+    decl_names = tuple(ir.RegName(n, None) if isinstance(n, str) else ir.RegName(n[0], n[1])
+                       for n in names)
+    current().declare_registers(ir.RegDecl(t.name, decl_names, vector), t)
+    out: list[Any] = []
+    for n in decl_names:
+        if n.count is None:
+            out.append(Reg(n.name, t))
+        else:
+            out.append(RegArray([Reg(f"{n.name}{i}", t) for i in range(n.count)]))
+    return out[0] if len(out) == 1 else out
 
 
 def pred(init: Any = None, *, name: str | None = None) -> Reg:

@@ -66,7 +66,7 @@ class SmemArray:
         return Layout.for_swizzle(self.swizzle)
 
     def __ptx_symbol__(self) -> Addr:
-        return Addr(self.symbol, self.offset)
+        return Addr(self.symbol, self.offset or None)
 
     @property
     def base(self) -> Reg:
@@ -96,8 +96,8 @@ class SmemArray:
             else:
                 raise TraceError(f"shared array {self.symbol} index: expected int or u32 register, got {i!r}")
         if dynamic is None:
-            return Addr(self.symbol, static)
-        return Addr(emit_instruction("add", ("u32",), (dynamic, self.base)), static - self.offset)
+            return Addr(self.symbol, static or None)
+        return Addr(emit_instruction("add", ("u32",), (dynamic, self.base)), (static - self.offset) or None)
 
     def desc(self, *, lbo: int | None = None, sbo: int | None = None, base_offset: int = 0) -> Reg:
         """The 64-bit wgmma shared-memory matrix descriptor of this tile.

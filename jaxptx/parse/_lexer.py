@@ -30,7 +30,7 @@ _TOKEN = re.compile(r"""
 """, re.VERBOSE | re.DOTALL)
 
 _VALUE_END = re.compile(r"[A-Za-z0-9_$%.)\]]$")
-_DOT_WORDS = re.compile(r"\.[^.]+")
+_DOT_WORDS = re.compile(r"\.[^.]*")
 
 
 class Tokens:

@@ -111,13 +111,16 @@ def mutate(text: str, mutations) -> str:
 
 
 def check(text: str) -> None:
-    """Parse either round-trips exactly or raises ParseError."""
+    """Parse either raises ParseError or round-trips exactly (and then the
+    canonical text re-parses to an equal module)."""
     try:
         module = jaxptx.parse(text, source="<fuzz>")
     except ParseError as e:
         assert e.line >= 1 and e.column >= 1 or e.message == "nesting too deep", e
         return
     assert jaxptx.emit(module) == text
+    canonical = jaxptx.emit(module, style="canonical")
+    assert jaxptx.parse(canonical) == module
 
 
 cases = st.tuples(st.integers(0, max(len(SEEDS) - 1, 0)), st.lists(mutation, min_size=1, max_size=3))
@@ -139,7 +142,7 @@ def test_seed_selection_is_stable_and_diverse() -> None:
         check(text)
 
 
-@settings(max_examples=600, **COMMON)
+@settings(max_examples=4000, **COMMON)
 @given(cases)
 def test_mutated_corpus_parses_or_raises_parse_error(case) -> None:
     seed, mutations = case
@@ -147,8 +150,26 @@ def test_mutated_corpus_parses_or_raises_parse_error(case) -> None:
 
 
 @pytest.mark.slow
-@settings(max_examples=20000, **COMMON)
+@settings(max_examples=50000, **COMMON)
 @given(cases)
 def test_mutated_corpus_parses_or_raises_parse_error_long(case) -> None:
     seed, mutations = case
     check(mutate(TEXTS[seed], mutations))
+
+
+# Minimal reproducers the fuzzer found: the lexer splits a dotted word such
+# as ``.param.u64`` into ``.param``, ``.u64`` and drops empty words, so a
+# doubled or trailing dot (and, for a bare ``..``, the trivia before it)
+# vanishes from the output.
+@pytest.mark.parametrize("text", [
+    "..\n",
+    "..version 6.5\n",
+    ".version. 6.5\n",
+    ".version 6.5 /*c*/ .. /*d*/ 7\n",
+    ".global..u32 x;\n",
+    ".global .u32. x;\n",
+    ".shared::cta. .b8 x;\n",
+    ".entry k()\n{\n\t.reg .b8. %r<5>;\n}\n",
+])
+def test_fuzz_regressions(text) -> None:
+    check(text)
