@@ -25,7 +25,7 @@ from ..types import PtxType, s32
 from ._core import Label, NegPred, Reg, emit_instruction, new_reg
 from ._trace import current, user_location
 
-__all__ = ["if_", "else_", "range_", "while_", "break_", "continue_", "label", "new_label"]
+__all__ = ["if_", "else_", "range_", "while_", "break_", "continue_", "label", "new_label", "loop"]
 
 
 def _condition(cond: Any, what: str) -> Reg | NegPred:
@@ -61,11 +61,14 @@ def new_label(name: str | None = None) -> Label:
 
 
 @contextmanager
-def if_(cond: Reg | NegPred) -> Iterator[None]:
-    """Run the body when ``cond`` holds (a runtime branch around it)."""
+def if_(cond: Reg | NegPred, *, label: str | None = None) -> Iterator[None]:
+    """Run the body when ``cond`` holds (a runtime branch around it).
+
+    ``label`` names the label after the body (numbered per trace if omitted).
+    """
     p = _condition(cond, "ptx.if_")
     trace = current()
-    skip = trace.new_label("endif")
+    skip = new_label(label).name if label is not None else trace.new_label("endif")
     emit_instruction("bra", (), (Label(skip),), pred=_negate(p))
     yield
     trace.append(ir.Label(skip))
@@ -92,6 +95,28 @@ def else_() -> Iterator[None]:
     trace.body[index:index] = jump
     yield
     trace.append(ir.Label(end))
+
+
+class _Loop:
+    """The handle of a ``ptx.loop()`` body: ``again(p)`` branches back to the top."""
+
+    __slots__ = ("label",)
+
+    def __init__(self, label: Label) -> None:
+        self.label = label
+
+    def again(self, pred: Reg | NegPred | None = None) -> None:
+        """Emit ``@pred bra top`` (or an unconditional branch)."""
+        emit_instruction("bra", (), (self.label,), pred=pred)
+
+
+@contextmanager
+def loop(*, label: str | None = None) -> Iterator[_Loop]:
+    """A loop whose body ends with ``loop.again(pred)`` (a do-while).
+
+    ``label`` names the label at the top (numbered per trace if omitted).
+    """
+    yield _Loop(new_label(label).place())
 
 
 def range_(start: Any, stop: Any, step: int = 1, *, dtype: PtxType = s32) -> Iterator[Reg]:

@@ -173,13 +173,14 @@ class Addr:
     """A memory operand: ``[base+offset]``; base is a register, symbol name or
     ``None``; ``coords`` makes a tensor address ``[tmap, {c0, c1}]``."""
 
-    __slots__ = ("base", "offset", "coords")
+    __slots__ = ("base", "offset", "coords", "minus")
 
-    def __init__(self, base: Reg | str | None, offset: int | None = None,
-                 coords: tuple[Any, ...] = ()) -> None:
+    def __init__(self, base: Reg | str | None, offset: "int | ir.Immediate | None" = None,
+                 coords: tuple[Any, ...] = (), minus: bool = False) -> None:
         self.base = base
         self.offset = offset
         self.coords = coords
+        self.minus = minus
 
     def __add__(self, offset: int) -> "Addr":
         return Addr(self.base, (self.offset or 0) + offset, self.coords)
@@ -287,7 +288,7 @@ def _address(a: Addr, where: Any) -> ir.Address:
     extra = None
     if a.coords:
         extra = ir.Vector(tuple(to_operand(c, None, TYPES["s32"], where) for c in a.coords))
-    return ir.Address(base, a.offset, extra)
+    return ir.Address(base, a.offset, extra, a.minus)
 
 
 def _split_type(args: tuple[Any, ...], mods: tuple[str, ...]) -> tuple[tuple[Any, ...], tuple[str, ...]]:
@@ -310,7 +311,7 @@ def emit_instruction(opcode: str, mods: tuple[str, ...], args: tuple[Any, ...],
     if not trace.validate:
         return _emit_unchecked(trace, opcode, mods, args, pred, loc)
     try:
-        r = isa.resolve(opcode, mods, len(args))
+        r = isa.resolve(opcode, mods, len(args), tuple(_kind(a) for a in args))
         operands, types = r.operands, r.types
         lo, hi = r.bounds
         if len(args) == lo - 1 and operands and operands[0].out:
@@ -325,6 +326,29 @@ def emit_instruction(opcode: str, mods: tuple[str, ...], args: tuple[Any, ...],
         raise with_location(e, loc) from None
     trace.emit(ir.Instruction(opcode, mods, tuple(converted), _guard(pred), loc=loc))
     return args[0] if operands and operands[0].out else None
+
+
+def _kind(value: Any) -> str:
+    """The table kind a Python argument will become (for choosing the form)."""
+    if isinstance(value, Reg):
+        return "pred" if value.type.kind == "pred" else "reg"
+    if isinstance(value, (NegPred, ir.Negated)):
+        return "pred"
+    if isinstance(value, (int, float, ir.Immediate)):
+        return "imm"
+    if isinstance(value, (Addr, ir.Address)):
+        return "mem"
+    if isinstance(value, (tuple, list, RegArray, ir.Vector)):
+        return "vec"
+    if isinstance(value, ir.Parens):
+        return "list"
+    if isinstance(value, ir.Pair):
+        return "pair"
+    if value is SINK or isinstance(value, ir.Sink):
+        return "sink"
+    if isinstance(value, str) and value.startswith("%") or isinstance(value, ir.Register):
+        return "reg"
+    return "sym"
 
 
 def _guard(pred: "Reg | NegPred | str | None") -> ir.Guard | None:

@@ -26,7 +26,7 @@ from ._core import to_operand
 from ._trace import current
 
 __all__ = ["function", "section", "block", "decl", "declare", "directive", "unparsed",
-           "imm", "sym", "args", "pair"]
+           "imm", "sym", "args", "pair", "negate"]
 
 
 def _tokens(text: str) -> tuple[str, ...]:
@@ -97,6 +97,7 @@ def function(kind: str, name: str, *, params: Sequence[ir.VarDecl] = (),
         yield f
         return
     trace.function = f
+    module_symbols = set(trace._symbols)   # labels and registers are per function
     with trace.block(f.body):
         for p in [*f.params, *(f.returns or [])]:
             if p.space == "reg":
@@ -105,6 +106,7 @@ def function(kind: str, name: str, *, params: Sequence[ir.VarDecl] = (),
     f.body[0:0] = trace.register_decls()
     trace.function = None
     trace.reset_registers()
+    trace._symbols = module_symbols
 
 
 @contextmanager
@@ -143,6 +145,11 @@ def sym(name: str, offset: int | None = None, *, minus: bool = False) -> ir.Symb
 def args(*items: Any) -> ir.Parens:
     """A parenthesised operand list, as in ``call (r), f, (a, b)``."""
     return ir.Parens(tuple(to_operand(x, None, None, "argument list") for x in items))
+
+
+def negate(operand: Any) -> ir.Negated:
+    """``!operand`` for any operand (``~p`` does this for predicate registers)."""
+    return ir.Negated(to_operand(operand, None, None, "negation"))
 
 
 def pair(first: Any, second: Any) -> ir.Pair:

@@ -24,17 +24,18 @@ from typing import Any
 
 from .. import isa
 from ..errors import PtxModifierError
-from ._control import break_, continue_, else_, if_, label, new_label, range_, while_
+from ._control import break_, continue_, else_, if_, label, loop, new_label, range_, while_
 from ._core import SINK, Addr, NegPred, Reg, emit_instruction
 from ._trace import user_location, with_location
 from ._special import special
-from ._module import args, block, decl, declare, directive, function, imm, pair, section, sym, unparsed
+from ._module import (args, block, decl, declare, directive, function, imm, negate, pair, section,
+                      sym, unparsed)
 from ._params import comment, global_ptrs, param
 
 __all__ = ["inst", "special", "if_", "else_", "range_", "while_", "break_", "continue_",
            "label", "new_label", "addr", "comment", "param", "global_ptrs", "SINK", "Instr",
            "function", "section", "block", "decl", "declare", "directive", "unparsed",
-           "imm", "sym", "args", "pair"]
+           "imm", "sym", "args", "pair", "negate", "loop"]
 
 _FIRST_PARTS = frozenset(op.split(".")[0] for op in isa.BY_OPCODE)
 
@@ -97,12 +98,15 @@ class _Inst:
 inst = _Inst()
 
 
-def addr(base: Any, offset: int | None = None, *, coords: tuple[Any, ...] = ()) -> Addr:
+def addr(base: Any, offset: Any = None, *, coords: tuple[Any, ...] = (), minus: bool = False) -> Addr:
     """A memory operand ``[base+offset]`` (or ``[base, {coords}]`` for TMA).
 
     ``base`` is a register, a symbol name, a shared-memory array or a tensor
-    argument; ``offset`` is a byte offset (``0`` is written, ``None`` is not).
+    argument; ``offset`` is a byte offset (``0`` is written, ``None`` is not;
+    ``ptx.imm("0x10")`` keeps a spelling); ``minus`` writes ``[base-offset]``.
     """
+    if minus:
+        return Addr(base, offset, coords, minus=True)
     symbol = getattr(base, "__ptx_symbol__", None)
     if symbol is not None:
         base = symbol()

@@ -22,9 +22,10 @@ __all__ = ["Tokens", "lex", "excerpt"]
 _TOKEN = re.compile(r"""
     (?P<gap>(?:\s+|//[^\n]*|/\*.*?\*/)+)
   | (?P<str>"(?:[^"\\\n]|\\.)*")
-  | (?P<num>0[fF][0-9a-fA-F]{8}(?![0-9a-zA-Z_])|0[dD][0-9a-fA-F]{16}(?![0-9a-zA-Z_])
+  | (?P<num>(?:0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}
            |0[xX][0-9a-fA-F]+U?|0[bB][01]+U?
-           |[0-9]+\.[0-9]*(?:[eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+|[0-9]+U?)
+           |[0-9]+\.[0-9]*(?:[eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+|[0-9]+U?)(?![A-Za-z0-9_$]))
+  | (?P<bad>[0-9][A-Za-z0-9_$.]*)
   | (?P<id>[A-Za-z_$%.][A-Za-z0-9_$.]*(?:::[A-Za-z0-9_$.]+)*)
   | (?P<op>[,;:{}\[\]()<>@!|+\-=*/~&^?])
 """, re.VERBOSE | re.DOTALL)
@@ -71,7 +72,7 @@ def excerpt(text: str, offset: int) -> str:
     """The line containing ``offset`` and a caret under it."""
     start = text.rfind("\n", 0, offset) + 1
     end = text.find("\n", offset)
-    line = text[start:end if end >= 0 else len(text)]
+    line = text[start:end if end >= 0 else len(text)].rstrip("\r")
     shown = line.expandtabs(1)[:160]
     return f"  {shown}\n  {' ' * min(offset - start, 160)}^"
 
@@ -98,6 +99,9 @@ def lex(text: str, source: str = "<string>") -> Tokens:
             raise t.error(what, len(starts))
         kind = m.lastgroup
         tok = m.group()
+        if kind == "bad" or (kind == "op" and tok == "/" and text.startswith("/*", pos)):
+            what = f"malformed number {tok!r}" if kind == "bad" else "unterminated comment"
+            raise Tokens(text, source, tokens, gaps, starts + [pos]).error(what, len(starts))
         if kind == "gap":
             gap = tok
         elif kind == "id" and tok[0] == "." and "." in tok[1:]:

@@ -10,6 +10,8 @@ IR cannot represent is a ParseError, never a silent change.
 
 from __future__ import annotations
 
+import re
+
 from .. import ir, isa
 from ..emit import function_header_tokens, statement_tokens
 from ..errors import ParseError
@@ -23,6 +25,7 @@ _SPACES = frozenset([".global", ".const", ".shared", ".local", ".param", ".reg",
                      ".shared::cta", ".shared::cluster"])
 _DECL_START = (_LINKAGE | _SPACES) - {".reg"}
 _KINDS = frozenset([".entry", ".func"])
+_NAME = re.compile(r"^[A-Za-z_$%][A-Za-z0-9_$.]*(?:::[A-Za-z0-9_$.]+)*$")
 
 
 class _Parser:
@@ -51,6 +54,13 @@ class _Parser:
             raise self.toks.error(f"expected {tok!r}, got {self._shown()}", self.i)
         self.i += 1
         return self.i - 1
+
+    def name(self, what: str) -> str:
+        """The next token, which must be a name (identifier, ``%reg``, ``$label``)."""
+        tok = self.next(what)
+        if not _NAME.match(tok):
+            raise self.toks.error(f"expected {what}, got {tok!r}", self.i - 1)
+        return tok
 
     def _shown(self) -> str:
         tok = self.peek()
@@ -149,7 +159,7 @@ class _Parser:
         returns = None
         if self.peek() == "(":
             returns = self.param_list()
-        name = self.next("a function name")
+        name = self.name("a function name")
         params_parens = self.peek() == "("
         params = self.param_list() if params_parens else []
         f = ir.Function(kind, name, params, returns, tuple(linkage), params_parens=params_parens)
@@ -197,7 +207,7 @@ class _Parser:
 
     def label(self) -> ir.Label:
         first = self.i
-        name = self.next()
+        name = self.name("a label")
         self.expect(":")
         return self.finish(ir.Label(name), first, [name, ":"])
 
@@ -230,7 +240,7 @@ class _Parser:
             raise self.toks.error(f"expected a register type like .b32, got {type_!r}", self.i - 1)
         names = []
         while True:
-            name = self.next("a register name")
+            name = self.name("a register name")
             count = None
             if self.peek() == "<":
                 self.next()
@@ -279,7 +289,7 @@ class _Parser:
                 layout.append(key)
         if space is None or type_ is None:
             raise self.toks.error("expected a state space and a type before the name", self.i)
-        name = self.next("a name")
+        name = self.name("a variable name")
         dims = []
         while self.peek() == "[":
             self.next()
@@ -307,7 +317,7 @@ class _Parser:
             negated = self.peek() == "!"
             if negated:
                 self.next()
-            guard = ir.Guard(ir.Register(self.next("a predicate")), negated)
+            guard = ir.Guard(ir.Register(self.name("a predicate register")), negated)
         at = self.i
         name = self.next("an instruction")
         if not (name[:1].isalpha() or name[:1] == "_"):
@@ -397,9 +407,8 @@ def parse(text: str, source: str = "<string>") -> ir.Module:
     """
     if not isinstance(text, str):
         raise TypeError(f"parse: expected PTX text (str), got {type(text).__name__}")
+    parser = _Parser(lex(text, source))
     try:
-        return _Parser(lex(text, source)).module()
-    except ParseError:
-        raise
+        return parser.module()
     except RecursionError:
-        raise ParseError("nesting too deep", source=source) from None
+        raise parser.toks.error("nesting too deep", min(parser.i, parser.n - 1)) from None

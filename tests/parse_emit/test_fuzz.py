@@ -116,7 +116,7 @@ def check(text: str) -> None:
     try:
         module = jaxptx.parse(text, source="<fuzz>")
     except ParseError as e:
-        assert e.line >= 1 and e.column >= 1 or e.message == "nesting too deep", e
+        assert e.line >= 1 and e.column >= 1, e
         return
     assert jaxptx.emit(module) == text
     canonical = jaxptx.emit(module, style="canonical")
@@ -157,10 +157,10 @@ def test_mutated_corpus_parses_or_raises_parse_error_long(case) -> None:
     check(mutate(TEXTS[seed], mutations))
 
 
-# Minimal reproducers the fuzzer found: the lexer splits a dotted word such
-# as ``.param.u64`` into ``.param``, ``.u64`` and drops empty words, so a
-# doubled or trailing dot (and, for a bare ``..``, the trivia before it)
-# vanishes from the output.
+# Minimal reproducers the fuzzer found. Fixed: the lexer split a dotted
+# word such as ``.param.u64`` into ``.param``, ``.u64`` and dropped empty
+# words, so a doubled or trailing dot (and, for a bare ``..``, the trivia
+# before it) vanished from the output.
 @pytest.mark.parametrize("text", [
     "..\n",
     "..version 6.5\n",
@@ -172,4 +172,17 @@ def test_mutated_corpus_parses_or_raises_parse_error_long(case) -> None:
     ".entry k()\n{\n\t.reg .b8. %r<5>;\n}\n",
 ])
 def test_fuzz_regressions(text) -> None:
+    check(text)
+
+
+# Open: a dotted word whose part ends in ``::`` (``.a::.b`` splits into
+# ``.a::`` and ``.b``) round-trips from source, but canonical emission
+# spaces the parts (``.a:: .b``) and ``.a::`` alone lexes as ``.a``, ``:``,
+# ``:``, so the canonical text parses differently or not at all.
+@pytest.mark.parametrize("text", [
+    ".a::.b\n",
+    ".::.x\n",
+    ".entry k()\n{\n\t.reg::.b32 .b64 r;\n}\n",
+])
+def test_fuzz_canonical_regressions(text) -> None:
     check(text)
