@@ -31,13 +31,12 @@ from . import ir, isa
 from .errors import PtxError
 from .parse import parse
 from .types import TYPES, PtxType
-from .validate import check_instruction
+from .validate import PREDEFINED, check_instruction, normalize
 
 __all__ = ["Diagnostic", "check"]
 
 _SM = re.compile(r"^sm_\d+[af]?$")
 # Names every PTX module may use (PTX ISA, "Predefined Identifiers").
-PREDEFINED = {"WARP_SZ": 32}
 # Functions the CUDA toolchain provides to every program (PTX ISA, "System Calls").
 SYSTEM_CALLS = frozenset(["vprintf", "__assertfail", "malloc", "free"])
 _NARROW_ADDRESS_SPACES = frozenset(["shared", "shared::cta", "shared::cluster", "local", "const", "param"])
@@ -203,7 +202,7 @@ def _check_function(f: ir.Function, globals_: set[str], target: isa.Target,
     out = []
     for ins in instructions:
         line, col = (ins.loc[1], ins.loc[2]) if ins.loc and len(ins.loc) == 3 else (0, 0)
-        ins = _with_registers(ins, regs, vectors)
+        ins = normalize(ins, regs, vectors)
         problems = _undefined(ins, regs, names)
         if not problems:
             try:
@@ -213,41 +212,6 @@ def _check_function(f: ir.Function, globals_: set[str], target: isa.Target,
                 problems.append(str(e))
         out.extend(Diagnostic(line, col, p) for p in problems)
     return out
-
-
-def _as_register(op: ir.Operand, regs: dict, vectors: dict[str, int]) -> ir.Operand:
-    """Normalise register operands for checking: a name declared by ``.reg``
-    is a register even without ``%``; a ``.v4`` register is a vector of its
-    components; ``{%r1}`` is ``%r1``."""
-    if isinstance(op, ir.Symbol) and op.name in PREDEFINED:
-        return ir.Immediate(PREDEFINED[op.name])
-    if isinstance(op, ir.Symbol) and op.offset is not None and op.name in regs:
-        return ir.Register(op.name)   # `temp+1`: ptxas reads a register plus an offset
-    if isinstance(op, (ir.Symbol, ir.Register)) and getattr(op, "offset", None) is None:
-        if op.name in vectors:
-            return ir.Vector(tuple(ir.Register(f"{op.name}.{c}") for c in "xyzw"[:vectors[op.name]]))
-        if op.name in regs or op.name.rsplit(".", 1)[0] in regs:
-            return ir.Register(op.name)
-        return op
-    if isinstance(op, ir.Address) and isinstance(op.base, ir.Symbol) and op.base.name in regs:
-        return ir.Address(ir.Register(op.base.name), op.offset, op.extra, op.minus)
-    if isinstance(op, (ir.Vector, ir.Parens)):
-        items = tuple(_as_register(x, regs, vectors) for x in op.items)
-        if isinstance(op, ir.Vector) and len(items) == 1 and isinstance(items[0], ir.Register):
-            return items[0]
-        return type(op)(items)
-    if isinstance(op, ir.Pair):
-        return ir.Pair(_as_register(op.first, regs, vectors), _as_register(op.second, regs, vectors))
-    if isinstance(op, ir.Negated):
-        return ir.Negated(_as_register(op.operand, regs, vectors))
-    return op
-
-
-def _with_registers(ins: ir.Instruction, regs: dict, vectors: dict[str, int]) -> ir.Instruction:
-    ops = tuple(_as_register(op, regs, vectors) for op in ins.operands)
-    if ops == ins.operands:
-        return ins
-    return ir.Instruction(ins.opcode, ins.modifiers, ops, ins.guard, loc=ins.loc)
 
 
 def _narrow_addresses(ins: ir.Instruction, r: isa.Resolved, type_of) -> list[str]:

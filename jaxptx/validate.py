@@ -9,7 +9,7 @@ the declared one).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container, Mapping
 
 from . import ir
 from .emit import operand_text
@@ -17,9 +17,52 @@ from .errors import PtxOperandError, PtxTypeError
 from .isa import Operand, Resolved, Target, compatible, resolve
 from .types import PtxType
 
-__all__ = ["check_instruction", "operand_kind", "TypeOf"]
+__all__ = ["check_instruction", "operand_kind", "normalize", "TypeOf", "PREDEFINED"]
 
 TypeOf = Callable[[str], "PtxType | None"]
+# Names every PTX module may use (PTX ISA, "Predefined Identifiers").
+PREDEFINED = {"WARP_SZ": 32}
+
+
+def _as_register(op: ir.Operand, regs: Container[str], vectors: Mapping[str, int]) -> ir.Operand:
+    """Normalise register operands for checking: a name declared by ``.reg``
+    is a register even without ``%``; a ``.v4`` register is a vector of its
+    components; ``{%r1}`` is ``%r1``."""
+    if isinstance(op, ir.Symbol) and op.name in PREDEFINED:
+        return ir.Immediate(PREDEFINED[op.name])
+    if isinstance(op, ir.Symbol) and op.offset is not None and op.name in regs:
+        return ir.Register(op.name)   # `temp+1`: ptxas reads a register plus an offset
+    if isinstance(op, (ir.Symbol, ir.Register)) and getattr(op, "offset", None) is None:
+        if op.name in vectors:
+            return ir.Vector(tuple(ir.Register(f"{op.name}.{c}") for c in "xyzw"[:vectors[op.name]]))
+        if op.name in regs or op.name.rsplit(".", 1)[0] in regs:
+            return ir.Register(op.name)
+        return op
+    if isinstance(op, ir.Address) and isinstance(op.base, ir.Symbol) and op.base.name in regs:
+        return ir.Address(ir.Register(op.base.name), op.offset, op.extra, op.minus)
+    if isinstance(op, (ir.Vector, ir.Parens)):
+        items = tuple(_as_register(x, regs, vectors) for x in op.items)
+        if isinstance(op, ir.Vector) and len(items) == 1 and isinstance(items[0], ir.Register):
+            return items[0]
+        return type(op)(items)
+    if isinstance(op, ir.Pair):
+        return ir.Pair(_as_register(op.first, regs, vectors), _as_register(op.second, regs, vectors))
+    if isinstance(op, ir.Negated):
+        return ir.Negated(_as_register(op.operand, regs, vectors))
+    return op
+
+
+def normalize(ins: ir.Instruction, regs: Container[str], vectors: Mapping[str, int]) -> ir.Instruction:
+    """The instruction as the table sees it: declared registers named without
+    ``%`` are registers, ``.v4`` registers are vectors of their components,
+    ``{%r1}`` is ``%r1``, ``WARP_SZ`` is 32. (Only for checking; what is
+    emitted keeps the operands as written.)"""
+    ops = tuple(_as_register(op, regs, vectors) for op in ins.operands)
+    if ops == ins.operands:
+        return ins
+    return ir.Instruction(ins.opcode, ins.modifiers, ops, ins.guard, loc=ins.loc)
+
+
 
 
 def operand_kind(x: ir.Operand, type_of: TypeOf) -> str:

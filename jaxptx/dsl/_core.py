@@ -262,7 +262,7 @@ def to_operand(value: Any, o: isa.Operand | None, want: PtxType | None, where: A
     if value is SINK:
         return ir.Sink()
     if isinstance(value, str):
-        if value.startswith("%"):
+        if value.startswith("%") or _declared(value):
             return ir.Register(value)
         return ir.Address(ir.Symbol(value)) if kinds == ("mem",) else ir.Symbol(value)
     if isinstance(value, (int, float)):
@@ -277,12 +277,18 @@ def to_operand(value: Any, o: isa.Operand | None, want: PtxType | None, where: A
     raise PtxOperandError(f"{where}: expected a register, number, address or label, got {value!r}")
 
 
+def _declared(name: str) -> bool:
+    # PTX registers need no `%`: a name declared by reg.declare is one.
+    regs = current().reg_types
+    return name in regs or name.rsplit(".", 1)[0] in regs
+
+
 def _address(a: Addr, where: Any) -> ir.Address:
     base: ir.Register | ir.Symbol | None
     if isinstance(a.base, Reg):
         base = ir.Register(a.base.name)
     elif isinstance(a.base, str):
-        base = ir.Register(a.base) if a.base.startswith("%") else ir.Symbol(a.base)
+        base = ir.Register(a.base) if a.base.startswith("%") or _declared(a.base) else ir.Symbol(a.base)
     else:
         base = None
     extra = None

@@ -242,7 +242,7 @@ class Kernel:
 
     def _trace(self, target: isa.Target, template: tuple, dims: tuple) -> Specialization:
         version = self._version or isa.default_version(target)
-        if version < target.min_ptx:
+        if version < target.min_ptx and self._validate:
             raise PtxVersionError(f"kernel {self.name}: {target.name} needs PTX ISA "
                                   f"{target.min_ptx[0]}.{target.min_ptx[1]}, got version={version}")
         env = dict(dims)

@@ -76,10 +76,11 @@ def unparsed(*tokens: str) -> ir.Unknown:
 @contextmanager
 def function(kind: str, name: str, *, params: Sequence[ir.VarDecl] = (),
              returns: Sequence[ir.VarDecl] | None = None, linkage: Sequence[str] = (),
-             directives: Sequence[tuple[str, str]] = (), declaration: bool = False,
+             directives: Sequence[tuple] = (), declaration: bool = False,
              params_parens: bool = True) -> Iterator[ir.Function]:
     """Define a ``.entry``/``.func`` in a ``module=True`` kernel; the ``with``
     body is the function body (empty for a ``declaration`` ending in ``;``).
+    ``directives`` are ``(name, args)`` or ``(name, args, semicolon)``.
 
     Raises:
         TraceError: outside a module kernel, or nested in another function.
@@ -90,7 +91,7 @@ def function(kind: str, name: str, *, params: Sequence[ir.VarDecl] = (),
                          "@kernel(module=True) body")
     f = ir.Function(kind.lstrip("."), name, list(params), None if returns is None else list(returns),
                     tuple(x.lstrip(".") for x in linkage),
-                    [ir.Directive(d.lstrip("."), _tokens(a)) for d, a in directives],
+                    [ir.Directive(d[0].lstrip("."), _tokens(d[1]), *d[2:]) for d in directives],
                     None if declaration else [], params_parens)
     trace.items.append(f)
     if declaration:
@@ -102,6 +103,8 @@ def function(kind: str, name: str, *, params: Sequence[ir.VarDecl] = (),
         for p in [*f.params, *(f.returns or [])]:
             if p.space == "reg":
                 trace.reg_types[p.name] = TYPES.get(p.type)
+                if p.vector:
+                    trace.vectors[p.name] = p.vector
         yield f
     f.body[0:0] = trace.register_decls()
     trace.function = None
@@ -125,8 +128,10 @@ def block() -> Iterator[ir.Block]:
     trace = current()
     b = ir.Block()
     trace.append(b)
+    outer = set(trace._symbols)     # names declared in a block are local to it
     with trace.block(b.body):
         yield b
+    trace._symbols = outer
 
 
 def imm(literal: str) -> ir.Immediate:

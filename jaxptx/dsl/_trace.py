@@ -17,7 +17,7 @@ from typing import Any
 from .. import ir, isa
 from ..errors import PtxError, TraceError
 from ..types import TYPES, PtxType
-from ..validate import check_instruction
+from ..validate import check_instruction, normalize
 
 __all__ = ["Trace", "current", "active", "user_location", "with_location"]
 
@@ -104,6 +104,7 @@ class Trace:
         self.extern_smem = extern_smem
         self.smem_offset = 0
         self.reg_types: dict[str, PtxType] = {}
+        self.vectors: dict[str, int] = {}
         self._counters: dict[str, int] = {}
         self._named: list[ir.RegDecl] = []
         self._symbols: set[str] = set()
@@ -142,7 +143,7 @@ class Trace:
 
     def type_of(self, reg_name: str) -> PtxType | None:
         """Logical type of a register (or special register) by name."""
-        t = self.reg_types.get(reg_name)
+        t = self.reg_types.get(reg_name) or self.reg_types.get(reg_name.rsplit(".", 1)[0])
         if t is not None:
             return t
         if reg_name.startswith("%"):
@@ -191,6 +192,7 @@ class Trace:
     def reset_registers(self) -> None:
         """Forget the registers of the function just finished (module mode)."""
         self.reg_types.clear()
+        self.vectors.clear()
         self._counters.clear()
         self._named.clear()
         self._symbols = {s for s in self._symbols if not s.startswith("%")}
@@ -199,12 +201,13 @@ class Trace:
         """Append a ``.reg`` line as written and record its registers' type."""
         names = []
         for n in decl.names:
-            if n.name in self._symbols:
-                raise TraceError(f"register name {n.name!r} is already used in kernel {self.name}")
+            # PTX lets a nested block declare a name again, so no duplicate check.
             self._symbols.add(n.name)
             names.extend([n.name] if n.count is None else [f"{n.name}{i}" for i in range(n.count)])
         for name in names:
             self.reg_types[name] = logical
+            if decl.vector:
+                self.vectors[name] = decl.vector
         self.append(decl)
         return names
 
@@ -222,7 +225,8 @@ class Trace:
         """
         self.require_function()
         try:
-            r = check_instruction(ins, target=self.target, version=self.version, type_of=self.type_of)
+            checked = normalize(ins, self.reg_types, self.vectors)
+            r = check_instruction(checked, target=self.target, version=self.version, type_of=self.type_of)
         except PtxError as e:
             raise with_location(e, ins.loc) from None
         self.append(ins)

@@ -36,6 +36,9 @@ class _Parser:
         self.n = len(self.t)
         self.i = 0
         self.rest: dict[int, str] = {}
+        # Register names declared so far in the current function: PTX lets a
+        # register be named without `%`, so only declarations tell them apart.
+        self.registers: set[str] = set()
 
     # token access --------------------------------------------------------
     def peek(self, k: int = 0) -> str | None:
@@ -61,6 +64,10 @@ class _Parser:
         if not _NAME.match(tok):
             raise self.toks.error(f"expected {what}, got {tok!r}", self.i - 1)
         return tok
+
+    def is_register(self, tok: str) -> bool:
+        """A declared register, or a component of one (``v.x``)."""
+        return tok in self.registers or tok.rsplit(".", 1)[0] in self.registers
 
     def _shown(self) -> str:
         tok = self.peek()
@@ -163,6 +170,7 @@ class _Parser:
         params_parens = self.peek() == "("
         params = self.param_list() if params_parens else []
         f = ir.Function(kind, name, params, returns, tuple(linkage), params_parens=params_parens)
+        self.registers = {p.name for p in [*params, *(returns or [])] if p.space == "reg"}
         if function_header_tokens(f) != self.t[first:self.i]:
             raise self.toks.error("jaxptx cannot represent this function header exactly", first)
         f.trivia = self.trivia(first, self.i - 1)
@@ -252,6 +260,10 @@ class _Parser:
             self.next()
         self.expect(";")
         d = ir.RegDecl(type_[1:], tuple(names), vector)
+        for n in names:
+            self.registers.add(n.name)
+            if n.count is not None:
+                self.registers.update(f"{n.name}{i}" for i in range(n.count))
         return self.finish(d, first, statement_tokens(d))
 
     def int_token(self, what: str) -> int:
@@ -364,7 +376,7 @@ class _Parser:
     def name_operand(self, tok: str) -> ir.Operand:
         if tok == "_":
             return ir.Sink()
-        if tok.startswith("%") and self.peek() not in ("+", "-"):
+        if (tok.startswith("%") or self.is_register(tok)) and self.peek() not in ("+", "-"):
             return ir.Register(tok)
         after = self.peek(1) or ""
         if self.peek() in ("+", "-") and (after[:1].isdigit() or after[:2].lstrip("-").isdigit()):
@@ -379,7 +391,7 @@ class _Parser:
         if tok[:1].isdigit() or tok[:1] == "-":
             offset = offset_value(tok, self.toks, self.i - 1)
         elif tok[:1].isalpha() or tok[:1] in "_$%":
-            base = ir.Register(tok) if tok.startswith("%") else ir.Symbol(tok)
+            base = ir.Register(tok) if tok.startswith("%") or self.is_register(tok) else ir.Symbol(tok)
             if self.peek() in ("+", "-"):
                 minus = self.next() == "-"
                 offset = offset_value(self.next("an offset"), self.toks, self.i - 1)
