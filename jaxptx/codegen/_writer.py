@@ -56,6 +56,7 @@ class _Writer:
         self.regs: dict[str, str] = {}        # PTX register name -> Python expression
         self.reg_types: dict[str, str] = {}
         self.taken: set[str] = set()
+        self.params: dict[str, str] = {}      # param name -> Python variable (sugar)
         self.validate = not any(d.severity == "error" for d in check(module))
 
     # output ------------------------------------------------------------------
@@ -108,8 +109,10 @@ class _Writer:
             base = "None"
         elif isinstance(a.base, ir.Register):
             base = self.value(a.base)
+        elif a.base.offset is None:
+            base = self.params.get(a.base.name, repr(a.base.name))
         else:
-            base = repr(a.base.name) if a.base.offset is None else self.symbol(a.base)
+            base = self.symbol(a.base)
         args = [base]
         if a.offset is not None:
             args.append(self.offset(a.offset))
@@ -249,8 +252,7 @@ class _Writer:
             end = _find_label(stmts, i + 1, target)
             inner = stmts[i + 1:end] if end is not None else []
             g = s.guard.register.name
-            if (end is not None and refs.get(target) == 1 and g in self.regs
-                    and not any(isinstance(x, ir.Label) for x in inner)):
+            if end is not None and refs.get(target) == 1 and g in self.regs and self.closed(inner):
                 cond = self.regs[g] if s.guard.negated else f"~{self.regs[g]}"
                 self.out(depth, f"with ptx.if_({cond}, label={target!r}):")
                 self.body_or_pass(inner, depth + 1)
@@ -260,7 +262,7 @@ class _Writer:
             if back is not None:
                 inner = stmts[i + 1:back]
                 b = stmts[back]
-                if not any(isinstance(x, ir.Label) for x in inner):
+                if self.closed(inner):
                     loop_var = _pyname("loop", self.taken)
                     self.out(depth, f"with ptx.loop(label={s.name!r}) as {loop_var}:")
                     self.body(inner, depth + 1)
@@ -273,14 +275,27 @@ class _Writer:
                     return back - i + 1
         return 0
 
+    def closed(self, stmts: list[ir.Statement]) -> bool:
+        """No branch from outside ``stmts`` reaches a label inside them."""
+        inside = _label_refs(stmts)
+        return all(inside.get(s.name, 0) == self.label_refs.get(s.name, 0)
+                   for s in _flat(stmts) if isinstance(s, ir.Label))
+
     # module ------------------------------------------------------------------
     def function(self, f: ir.Function, depth: int) -> None:
-        self.regs, self.reg_types, self.taken = {}, {}, set()
+        self.regs, self.reg_types, self.taken, self.params = {}, {}, set(), {}
         self.label_refs = _label_refs(f.body or [])
         args = [repr(f.kind), repr(f.name)]
-        if f.params:
-            params = ", ".join(f"ptx.decl({self.decl_call(p)})" for p in f.params)
-            args.append(f"params=[{params}]")
+        if f.params and self.sugar:
+            # Named parameters: one Python variable per .param, used in addresses.
+            for p in f.params:
+                short = p.name[len(f.name) + 1:] if p.name.startswith(f.name + "_") else p.name
+                self.params[p.name] = _pyname(short, self.taken)
+                self.out(depth, f"{self.params[p.name]} = ptx.decl({self.decl_call(p)})")
+            args.append(f"params=[{', '.join(self.params[p.name] for p in f.params)}]")
+        elif f.params:
+            params = "".join(f"\n{'    ' * (depth + 2)}ptx.decl({self.decl_call(p)})," for p in f.params)
+            args.append(f"params=[{params}\n{'    ' * (depth + 1)}]")
         if f.returns is not None:
             rets = ", ".join(f"ptx.decl({self.decl_call(p)})" for p in f.returns)
             args.append(f"returns=[{rets}]")
@@ -335,16 +350,10 @@ class _Writer:
             head.append("# jaxptx.check reports errors in this PTX, so the table does not check it.")
         head.append(f"@kernel({', '.join(options)})")
         head.append(f"def {_pyname(self.name, set())}():")
-        doc = self.docstring()
-        if doc:
-            head.append(f"    {doc}")
+        if self.sugar:
+            names = ", ".join(f.name for f in self.module.functions) or "none"
+            head.append(f'    """PTX module with functions: {names}."""')
         return "\n".join(head + body) + "\n"
-
-    def docstring(self) -> str | None:
-        if not self.sugar:
-            return None
-        names = [f.name for f in self.module.functions]
-        return repr(f"Functions: {', '.join(names) or 'none'}.")
 
 
 def _kind(op: ir.Operand) -> str:

@@ -251,6 +251,8 @@ def to_operand(value: Any, o: isa.Operand | None, want: PtxType | None, where: A
     kinds = o.kinds if o is not None else ()
     if isinstance(value, _IR_OPERANDS):
         return value        # an IR operand built by hand passes through unchanged
+    if isinstance(value, ir.VarDecl):
+        value = value.name  # a declared variable or parameter stands for its name
     if isinstance(value, Reg):
         return ir.Address(ir.Register(value.name)) if kinds == ("mem",) else ir.Register(value.name)
     if isinstance(value, NegPred):
@@ -287,6 +289,8 @@ def _address(a: Addr, where: Any) -> ir.Address:
     base: ir.Register | ir.Symbol | None
     if isinstance(a.base, Reg):
         base = ir.Register(a.base.name)
+    elif isinstance(a.base, ir.VarDecl):
+        base = ir.Symbol(a.base.name)
     elif isinstance(a.base, str):
         base = ir.Register(a.base) if a.base.startswith("%") or _declared(a.base) else ir.Symbol(a.base)
     else:

@@ -19,17 +19,22 @@ from ..errors import ParseError
 
 __all__ = ["Tokens", "lex", "excerpt"]
 
-_TOKEN = re.compile(r"""
-    (?P<gap>(?:\s+|//[^\n]*|/\*.*?\*/)+)
-  | (?P<str>"(?:[^"\\\n]|\\.)*")
-  | (?P<num>(?:0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}
-           |0[xX][0-9a-fA-F]+U?|0[bB][01]+U?
-           |[0-9]+\.[0-9]*(?:[eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+|[0-9]+U?)(?![A-Za-z0-9_$]))
-  | (?P<bad>[0-9][A-Za-z0-9_$.]*)
-  | (?P<id>[A-Za-z_$%.][A-Za-z0-9_$.]*(?:::[A-Za-z0-9_$.]+)*)
-  | (?P<op>[,;:{}\[\]()<>@!|+\-=*/~&^?])
+_NUMBER = (r"(?:0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}|0[xX][0-9a-fA-F]+U?|0[bB][01]+U?"
+           r"|[0-9]+\.[0-9]*(?:[eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+|[0-9]+U?)(?![A-Za-z0-9_$])")
+# One pass of findall splits the whole text into (gap, token, error) triples:
+# the whitespace and comments before each token, the token (a string, number,
+# name or operator), or what stands where no token can start. The last triple
+# holds the trailing gap.
+_PIECES = re.compile(r"""
+    ((?:\s+|//[^\n]*|/\*.*?\*/)*)
+    (?:( "(?:[^"\\\n]|\\.)*"
+       | """ + _NUMBER + r"""
+       | [A-Za-z_$%.][A-Za-z0-9_$.]*(?:::[A-Za-z0-9_$.]+)*
+       | [,;:{}\[\]()<>@!|+\-=*~&^?]
+       | /(?!\*) )
+     | ( [0-9][A-Za-z0-9_$.]* | /\* | [\s\S] )
+     | \Z)
 """, re.VERBOSE | re.DOTALL)
-
 _VALUE_END = re.compile(r"[A-Za-z0-9_$%.)\]]$")
 _DOT_WORDS = re.compile(r"\.[^.]*")
 
@@ -81,44 +86,44 @@ def lex(text: str, source: str = "<string>") -> Tokens:
     """Split ``text`` into tokens and gaps.
 
     Raises:
-        ParseError: a character that starts no PTX token, or an unterminated
-            comment or string.
+        ParseError: a character that starts no PTX token, a malformed number,
+            or an unterminated comment or string.
     """
     tokens: list[str] = []
     gaps: list[str] = []
     starts: list[int] = []
-    gap = ""
-    pos, n = 0, len(text)
-    match = _TOKEN.match
-    while pos < n:
-        m = match(text, pos)
-        if m is None:
-            t = Tokens(text, source, tokens, gaps, starts + [pos])
-            what = "unterminated comment" if text.startswith("/*", pos) else \
-                "unterminated string" if text[pos] == '"' else f"unexpected character {text[pos]!r}"
-            raise t.error(what, len(starts))
-        kind = m.lastgroup
-        tok = m.group()
-        if kind == "bad" or (kind == "op" and tok == "/" and text.startswith("/*", pos)):
-            what = f"malformed number {tok!r}" if kind == "bad" else "unterminated comment"
-            raise Tokens(text, source, tokens, gaps, starts + [pos]).error(what, len(starts))
-        if kind == "gap":
-            gap = tok
-        elif kind == "id" and tok[0] == "." and "." in tok[1:]:
+    pos = 0
+    for gap, tok, bad in _PIECES.findall(text):
+        pos += len(gap)
+        if bad:
+            raise Tokens(text, source, tokens, gaps, starts + [pos]).error(_problem(bad), len(starts))
+        if not tok:
+            gaps.append(gap)      # the trailing gap (the \Z match)
+            break
+        c = tok[0]
+        if c == "." and "::" not in tok and "." in tok[1:]:
             # `.param.u64` is two words written without a space.
             for k, word in enumerate(_DOT_WORDS.findall(tok)):
                 gaps.append(gap if k == 0 else "")
-                gap = ""
                 tokens.append(word)
-                starts.append(pos + tok.index(word) if k == 0 else starts[-1] + len(tokens[-2]))
-        elif (kind == "num" and gap == "" and tokens and tokens[-1] == "-"
-              and not (len(tokens) > 1 and gaps[-1] == "" and _VALUE_END.search(tokens[-2]))):
+                starts.append(pos)
+                pos += len(word)
+            continue
+        if (c <= "9" and c >= "0" and gap == "" and tokens and tokens[-1] == "-"
+                and not (len(tokens) > 1 and gaps[-1] == "" and _VALUE_END.search(tokens[-2]))):
             tokens[-1] = "-" + tok          # a negative literal
         else:
             gaps.append(gap)
-            gap = ""
             tokens.append(tok)
             starts.append(pos)
-        pos = m.end()
-    gaps.append(gap)
+        pos += len(tok)
     return Tokens(text, source, tokens, gaps, starts)
+
+
+def _problem(bad: str) -> str:
+    """Why ``bad`` is not a token."""
+    if "0" <= bad[0] <= "9":
+        return f"malformed number {bad!r}"
+    if bad == "/*":
+        return "unterminated comment"
+    return "unterminated string" if bad == '"' else f"unexpected character {bad!r}"

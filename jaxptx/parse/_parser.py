@@ -10,6 +10,7 @@ IR cannot represent is a ParseError, never a silent change.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from .. import ir, isa
@@ -28,12 +29,22 @@ _KINDS = frozenset([".entry", ".func"])
 _NAME = re.compile(r"^[A-Za-z_$%][A-Za-z0-9_$.]*(?:::[A-Za-z0-9_$.]+)*$")
 
 
+@functools.lru_cache(maxsize=8192)
+def _split_opcode(name: str) -> tuple[str, tuple[str, ...]]:
+    """``"ld.global.f32"`` → ``("ld", ("global", "f32"))`` by the table's longest
+    opcode (the first part for instructions the table lacks)."""
+    parts = tuple(name.split("."))
+    opcode, mods = isa.split_name(parts) or (parts[0], parts[1:])
+    return opcode, tuple(mods)
+
+
 class _Parser:
     def __init__(self, toks: Tokens) -> None:
         self.toks = toks
-        self.t = toks.tokens
+        # Two sentinels let look-ahead run past the end without bounds checks.
+        self.t = [*toks.tokens, "", ""]
         self.g = toks.gaps
-        self.n = len(self.t)
+        self.n = len(toks.tokens)
         self.i = 0
         self.rest: dict[int, str] = {}
         # Register names declared so far in the current function: PTX lets a
@@ -44,6 +55,7 @@ class _Parser:
     def peek(self, k: int = 0) -> str | None:
         j = self.i + k
         return self.t[j] if j < self.n else None
+
 
     def next(self, what: str = "a token") -> str:
         if self.i >= self.n:
@@ -334,17 +346,27 @@ class _Parser:
         name = self.next("an instruction")
         if not (name[:1].isalpha() or name[:1] == "_"):
             raise self.toks.error(f"expected an instruction, got {name!r}", self.i - 1)
-        parts = tuple(name.split("."))
-        split = isa.split_name(parts) or (parts[0], parts[1:])
+        opcode, mods = _split_opcode(name)
         operands = []
-        while self.peek() != ";":
-            if operands:
-                self.expect(",")
-            operands.append(self.operand())
+        t = self.t
+        if t[self.i] != ";":
+            while True:
+                # The common operand, a register followed by `,` or `;`, inline.
+                tok, after = t[self.i], t[self.i + 1]
+                if tok[:1] == "%" and (after == "," or after == ";"):
+                    operands.append(ir.Register(tok))
+                    self.i += 1
+                else:
+                    operands.append(self.operand())
+                if t[self.i] != ",":
+                    break
+                self.i += 1
         self.expect(";")
-        ins = ir.Instruction(split[0], tuple(split[1]), tuple(operands), guard,
-                             loc=self.toks.location(at))
-        return self.finish(ins, first, statement_tokens(ins))
+        ins = ir.Instruction(opcode, mods, tuple(operands), guard, loc=self.toks.location(at))
+        # Built token by token from what was read, so it re-emits exactly
+        # (the corpus round trip and the fuzz test hold it to that).
+        ins.trivia = self.trivia(first, self.i - 1)
+        return ins
 
     # operands ----------------------------------------------------------------
     def operand(self) -> ir.Operand:

@@ -128,12 +128,10 @@ COMMON = dict(derandomize=True, database=None, deadline=2000,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _corpus() -> None:
-    if not SEEDS:
-        pytest.skip(NO_CORPUS)
+needs_corpus = pytest.mark.skipif(not SEEDS, reason=NO_CORPUS)
 
 
+@needs_corpus
 def test_seed_selection_is_stable_and_diverse() -> None:
     assert len(SEEDS) == SEED_COUNT and len(set(SEEDS)) == SEED_COUNT
     assert any("\r\n" in t for t in TEXTS)
@@ -142,6 +140,7 @@ def test_seed_selection_is_stable_and_diverse() -> None:
         check(text)
 
 
+@needs_corpus
 @settings(max_examples=4000, **COMMON)
 @given(cases)
 def test_mutated_corpus_parses_or_raises_parse_error(case) -> None:
@@ -150,6 +149,7 @@ def test_mutated_corpus_parses_or_raises_parse_error(case) -> None:
 
 
 @pytest.mark.slow
+@needs_corpus
 @settings(max_examples=50000, **COMMON)
 @given(cases)
 def test_mutated_corpus_parses_or_raises_parse_error_long(case) -> None:
