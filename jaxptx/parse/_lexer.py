@@ -13,6 +13,7 @@ directly follows a value (``foo-4`` is ``foo``, ``-``, ``4``; ``, -4`` and
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 
 from ..errors import ParseError
@@ -42,16 +43,25 @@ _DOT_WORDS = re.compile(r"\.[^.]*")
 class Tokens:
     """The lexed text: ``tokens``, ``gaps`` and each token's start offset."""
 
-    __slots__ = ("text", "source", "tokens", "gaps", "starts", "_newlines")
+    __slots__ = ("text", "source", "tokens", "gaps", "_starts", "_newlines")
 
-    def __init__(self, text: str, source: str, tokens: list[str], gaps: list[str],
-                 starts: list[int]) -> None:
+    def __init__(self, text: str, source: str, tokens: list[str], gaps: list[str]) -> None:
         self.text = text
         self.source = source
         self.tokens = tokens
         self.gaps = gaps
-        self.starts = starts
+        self._starts: list[int] | None = None
         self._newlines: list[int] | None = None
+
+    @property
+    def starts(self) -> list[int]:
+        """Each token's character offset (computed on first use)."""
+        if self._starts is None:
+            lengths = itertools.chain.from_iterable(
+                zip(map(len, self.gaps), map(len, self.tokens)))
+            ends = list(itertools.accumulate(lengths, initial=0))
+            self._starts = ends[1::2]   # after each gap: where the token starts
+        return self._starts
 
     def position(self, offset: int) -> tuple[int, int]:
         """1-based (line, column) of a character offset."""
@@ -91,12 +101,11 @@ def lex(text: str, source: str = "<string>") -> Tokens:
     """
     tokens: list[str] = []
     gaps: list[str] = []
-    starts: list[int] = []
-    pos = 0
     for gap, tok, bad in _PIECES.findall(text):
-        pos += len(gap)
         if bad:
-            raise Tokens(text, source, tokens, gaps, starts + [pos]).error(_problem(bad), len(starts))
+            # Point at the bad text: it stands where the next token would.
+            toks = Tokens(text, source, tokens + [bad], gaps + [gap])
+            raise toks.error(_problem(bad), len(tokens))
         if not tok:
             gaps.append(gap)      # the trailing gap (the \Z match)
             break
@@ -106,18 +115,13 @@ def lex(text: str, source: str = "<string>") -> Tokens:
             for k, word in enumerate(_DOT_WORDS.findall(tok)):
                 gaps.append(gap if k == 0 else "")
                 tokens.append(word)
-                starts.append(pos)
-                pos += len(word)
-            continue
-        if (c <= "9" and c >= "0" and gap == "" and tokens and tokens[-1] == "-"
+        elif (c <= "9" and c >= "0" and gap == "" and tokens and tokens[-1] == "-"
                 and not (len(tokens) > 1 and gaps[-1] == "" and _VALUE_END.search(tokens[-2]))):
             tokens[-1] = "-" + tok          # a negative literal
         else:
             gaps.append(gap)
             tokens.append(tok)
-            starts.append(pos)
-        pos += len(tok)
-    return Tokens(text, source, tokens, gaps, starts)
+    return Tokens(text, source, tokens, gaps)
 
 
 def _problem(bad: str) -> str:
