@@ -65,10 +65,11 @@ class Tokens:
 
     def position(self, offset: int) -> tuple[int, int]:
         """1-based (line, column) of a character offset."""
-        if self._newlines is None:
-            self._newlines = [m.start() for m in re.finditer("\n", self.text)]
-        line = bisect.bisect_left(self._newlines, offset)
-        start = self._newlines[line - 1] + 1 if line else 0
+        newlines = self._newlines
+        if newlines is None:
+            newlines = self._newlines = [m.start() for m in re.finditer("\n", self.text)]
+        line = bisect.bisect_left(newlines, offset)
+        start = newlines[line - 1] + 1 if line else 0
         return line + 1, offset - start + 1
 
     def location(self, index: int) -> tuple[str, int, int]:

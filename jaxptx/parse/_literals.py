@@ -44,6 +44,8 @@ def immediate(tok: str, toks: Tokens, index: int) -> ir.Immediate:
     Raises:
         ParseError: not a well-formed PTX number.
     """
+    if tok.isdigit() and (tok[0] != "0" or len(tok) == 1):
+        return ir.Immediate(int(tok))      # plain decimal: the common case
     neg = tok.startswith("-")
     try:
         value, form, unsigned, upper, pad = _value(tok[1:] if neg else tok)

@@ -51,6 +51,7 @@ class _Parser:
         # Register names declared so far in the current function: PTX lets a
         # register be named without `%`, so only declarations tell them apart.
         self.registers: set[str] = set()
+        self.located: list[tuple[ir.Instruction, int]] = []   # (instruction, opcode token)
 
     # token access --------------------------------------------------------
     def peek(self, k: int = 0) -> str | None:
@@ -90,12 +91,18 @@ class _Parser:
     def trivia(self, first: int, last: int) -> tuple[str, ...]:
         """Gaps of tokens ``first..last``: the lead, the inner gaps, and the
         trail up to the end of the line."""
-        lead = self.rest.pop(first, self.g[first])
-        after = self.g[last + 1]
-        cut = after.find("\n")
-        trail, rest = (after, "") if cut < 0 else (after[:cut + 1], after[cut + 1:])
-        self.rest[last + 1] = rest
-        return (lead, *self.g[first + 1:last + 1], trail)
+        g = self.g
+        lead = self.rest.pop(first, None)
+        if lead is None:
+            lead = g[first]
+        after = g[last + 1]
+        cut = after.find("\n") + 1
+        if cut:
+            self.rest[last + 1] = after[cut:]
+            after = after[:cut]
+        else:
+            self.rest[last + 1] = ""
+        return (lead, *g[first + 1:last + 1], after)
 
     def finish(self, node, first: int, tokens: list[str]):
         last = self.i - 1
@@ -110,7 +117,14 @@ class _Parser:
         items: list[ir.Item] = []
         while self.i < self.n:
             items.append(self.item())
+        self.locate()
         return ir.Module(items, trailing=self.rest.pop(self.n, self.g[self.n]))
+
+    def locate(self) -> None:
+        """Give each instruction its ``(source, line, column)``, all in one pass."""
+        starts, position, source = self.toks.starts, self.toks.position, self.toks.source
+        for ins, at in self.located:
+            ins.loc = (source, *position(starts[at]))
 
     def item(self) -> ir.Item:
         tok = self.peek()
@@ -339,20 +353,21 @@ class _Parser:
 
     def instruction(self) -> ir.Instruction:
         first = self.i
+        t = self.t
         guard = None
-        if self.peek() == "@":
-            self.next()
-            negated = self.peek() == "!"
+        if t[self.i] == "@":
+            self.i += 1
+            negated = t[self.i] == "!"
             if negated:
-                self.next()
+                self.i += 1
             guard = ir.Guard(ir.Register(self.name("a predicate register")), negated)
         at = self.i
-        name = self.next("an instruction")
+        name = t[at]
         if not (name[:1].isalpha() or name[:1] == "_"):
-            raise self.toks.error(f"expected an instruction, got {name!r}", self.i - 1)
+            raise self.toks.error(f"expected an instruction, got {self._shown()}", at)
+        self.i += 1
         opcode, mods = _split_opcode(name)
         operands = []
-        t = self.t
         if t[self.i] != ";":
             while True:
                 # The common operand, a register followed by `,` or `;`, inline.
@@ -360,13 +375,17 @@ class _Parser:
                 if tok[:1] == "%" and (after == "," or after == ";"):
                     operands.append(ir.Register(tok))
                     self.i += 1
+                elif tok == "[" and after[:1] == "%" and t[self.i + 2] == "]":
+                    operands.append(ir.Address(ir.Register(after)))
+                    self.i += 3
                 else:
                     operands.append(self.operand())
                 if t[self.i] != ",":
                     break
                 self.i += 1
         self.expect(";")
-        ins = ir.Instruction(opcode, mods, tuple(operands), guard, loc=self.toks.location(at))
+        ins = ir.Instruction(opcode, mods, tuple(operands), guard)
+        self.located.append((ins, at))
         # Built token by token from what was read, so it re-emits exactly
         # (the corpus round trip and the fuzz test hold it to that).
         ins.trivia = self.trivia(first, self.i - 1)
