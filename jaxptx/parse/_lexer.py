@@ -28,10 +28,10 @@ _NUMBER = (r"(?:0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}|0[xX][0-9a-fA-F]+U?|0[b
 # holds the trailing gap.
 _PIECES = re.compile(r"""
     ((?:\s+|//[^\n]*|/\*.*?\*/)*)
-    (?:( "(?:[^"\\\n]|\\.)*"
-       | """ + _NUMBER + r"""
-       | [A-Za-z_$%.][A-Za-z0-9_$.]*(?:::[A-Za-z0-9_$.]+)*
+    (?:( [A-Za-z_$%.][A-Za-z0-9_$.]*(?:::[A-Za-z0-9_$.]+)*
        | [,;:{}\[\]()<>@!|+\-=*~&^?]
+       | """ + _NUMBER + r"""
+       | "(?:[^"\\\n]|\\.)*"
        | /(?!\*) )
      | ( [0-9][A-Za-z0-9_$.]* | /\* | [\s\S] )
      | \Z)
@@ -100,9 +100,24 @@ def lex(text: str, source: str = "<string>") -> Tokens:
         ParseError: a character that starts no PTX token, a malformed number,
             or an unterminated comment or string.
     """
+    pieces = _PIECES.findall(text)
+    if len(pieces) > 1 and pieces[-2][1] == "" and not pieces[-2][2]:
+        pieces.pop()           # findall's extra empty match after the trailing gap
+    gaps, tokens, bads = (list(x) for x in zip(*pieces))
+    tokens.pop()                         # the \Z match holds only the trailing gap
+    if not any(bads) and "-" not in tokens and not _DOTTED_WORD.search(text):
+        return Tokens(text, source, tokens, gaps)   # nothing to split or merge
+    return _lex_slowly(text, source, pieces)
+
+
+# A word like `.param.u64`, which the token loop splits in two.
+_DOTTED_WORD = re.compile(r"(?<![A-Za-z0-9_$%.])\.[A-Za-z0-9_$]*\.")
+
+
+def _lex_slowly(text: str, source: str, pieces: list[tuple[str, str, str]]) -> Tokens:
     tokens: list[str] = []
     gaps: list[str] = []
-    for gap, tok, bad in _PIECES.findall(text):
+    for gap, tok, bad in pieces:
         if bad:
             # Point at the bad text: it stands where the next token would.
             toks = Tokens(text, source, tokens + [bad], gaps + [gap])

@@ -265,8 +265,11 @@ class _Parser:
                 break
             args.append(tok)
             self.i += 1
+        if not name.startswith("."):
+            raise self.toks.error(f"expected a directive, got {name!r}", first)
         d = ir.Directive(name[1:], tuple(args), semicolon)
-        return self.finish(d, first, statement_tokens(d))
+        d.trivia = self.trivia(first, self.i - 1)   # its tokens are the ones read
+        return d
 
     def regdecl(self) -> ir.RegDecl:
         first = self.expect(".reg")
