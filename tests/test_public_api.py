@@ -13,8 +13,13 @@ import jaxptx
 from jaxptx import dsl, errors, ir, isa, runtime, types, validate
 from jaxptx.dsl import ptx, reg, smem
 
+import jaxptx.codegen  # noqa: E402
+import jaxptx.parse  # noqa: E402
+
 emit = sys.modules["jaxptx.emit"]   # the package exports the function of that name
-MODULES = [jaxptx, dsl, ir, isa, runtime, types, emit, errors, validate, ptx, reg, smem]
+check = sys.modules["jaxptx.check"]
+MODULES = [jaxptx, dsl, ir, isa, runtime, types, emit, errors, validate, ptx, reg, smem,
+           jaxptx.parse, check, jaxptx.codegen]
 
 
 def _public(module):
@@ -37,7 +42,7 @@ def test_import_needs_no_gpu_and_arch_auto_is_lazy() -> None:
     assert k.arch == "auto"
 
 
-@pytest.mark.parametrize("module", [jaxptx, types, emit, reg, smem, jaxptx.dsl._kernel],
+@pytest.mark.parametrize("module", [jaxptx, types, emit, reg, smem, jaxptx.dsl._kernel, check],
                          ids=lambda m: m.__name__)
 def test_docstring_examples_run(module) -> None:
     import doctest

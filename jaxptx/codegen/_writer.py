@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from .. import ir, isa
 from ..check import check
-from ..dsl._core import _immediate
+from ..dsl._core import to_immediate
 from ..emit import statement_tokens
 from ..errors import PtxError
 from ..types import TYPES
@@ -128,7 +128,7 @@ class _Writer:
     def immediate(self, imm: ir.Immediate, want) -> str:
         if imm.literal is None:
             try:
-                same = _immediate(imm.value, want if self.validate else None, "") == imm
+                same = to_immediate(imm.value, want if self.validate else None, "") == imm
             except PtxError:
                 same = False      # the DSL would refuse the bare number here
             if same and (isinstance(imm.value, int) or math.isfinite(imm.value)):

@@ -223,7 +223,8 @@ def new_reg(ptype: PtxType, name: str | None = None) -> Reg:
     return Reg(current().new_register(ptype, name)[0], ptype)
 
 
-def _immediate(value: int | float, want: PtxType | None, where: Any) -> ir.Immediate:
+def to_immediate(value: int | float, want: PtxType | None, where: Any) -> ir.Immediate:
+    """The immediate the DSL writes for a Python number where ``want`` is expected."""
     if isinstance(value, bool):
         raise PtxOperandError(f"{where}: expected a register or number, got {value!r}")
     if want is not None and want.name in ("f32", "f64") or (want is None and isinstance(value, float)):
@@ -268,7 +269,7 @@ def to_operand(value: Any, o: isa.Operand | None, want: PtxType | None, where: A
             return ir.Register(value)
         return ir.Address(ir.Symbol(value)) if kinds == ("mem",) else ir.Symbol(value)
     if isinstance(value, (int, float)):
-        return _immediate(value, want, where)
+        return to_immediate(value, want, where)
     if isinstance(value, (tuple, list, RegArray)):
         if "pair" in kinds and len(value) == 2 and "vec" not in kinds:
             return ir.Pair(to_operand(value[0], None, want, where), to_operand(value[1], None, pred, where))
