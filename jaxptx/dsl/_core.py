@@ -18,7 +18,7 @@ from ..types import TYPES, PtxType, pred
 from ._trace import current, user_location, with_location
 
 __all__ = ["Reg", "NegPred", "RegArray", "Addr", "Label", "SINK", "emit_instruction",
-           "new_reg", "to_operand"]
+           "new_reg", "to_operand", "to_immediate"]
 
 
 class Reg:
