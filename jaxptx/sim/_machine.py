@@ -1,0 +1,273 @@
+"""The SIMT machine: every thread of the grid at once, one instruction at a time.
+
+Each thread has its own registers (numpy arrays over all threads) and its
+own program counter. While all running threads share one PC the machine
+executes it for all of them; after a divergent branch it runs the smallest
+PC among the running threads for the threads at that PC, so paths
+reconverge where they meet again, for any control flow. ``bar.sync`` parks
+threads until every running thread of their CTA (or the barrier's count)
+has arrived.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ir
+from ..types import TYPES
+from ._memory import Memory
+from ._program import Program, SimError, Variable
+from ._semantics import SEMANTICS
+from ._step import Step
+from ._values import bits_dtype
+
+__all__ = ["Machine"]
+
+_RUNNING, _WAITING, _EXITED = 0, 1, 2
+_NO_OPS = frozenset(["fence", "fence_proxy", "prefetch", "nanosleep", "pmevent", "griddepcontrol",
+                     "bar_warp_sync", "createpolicy", "setmaxnreg", "brkpt"])
+
+
+class Machine:
+    """One launch of a prepared program.
+
+    Attributes:
+        program: the kernel. memory: its address spaces.
+        grid, block: launch dims; ``ntid`` threads per CTA, ``nthreads`` in all.
+        max_steps: a bound on executed steps (a guard against endless loops).
+    """
+
+    def __init__(self, program: Program, grid: tuple[int, int, int], block: tuple[int, int, int],
+                 memory: Memory, *, cluster: tuple[int, int, int] = (1, 1, 1), dynamic_smem: int = 0,
+                 global_bases: dict[str, int] | None = None, max_steps: int = 50_000_000) -> None:
+        self.program = program
+        self.grid = grid
+        self.block = block
+        self.cluster = cluster
+        self.dynamic_smem = dynamic_smem
+        self.global_bases = global_bases or {}
+        self.memory = memory
+        self.ntid = block[0] * block[1] * block[2]
+        self.nctas = grid[0] * grid[1] * grid[2]
+        self.nthreads = self.ntid * self.nctas
+        self.warps_per_cta = -(-self.ntid // 32)
+        self.max_steps = max_steps
+        self.regs = {name: np.zeros(self.nthreads, dtype=bits_dtype(t))
+                     for name, t in program.registers.items()}
+        self.pc = np.zeros(self.nthreads, dtype=np.int64)
+        self.state = np.zeros(self.nthreads, dtype=np.int8)
+        self.barrier = np.full(self.nthreads, -1, dtype=np.int64)
+        self.barrier_count = np.zeros(self.nthreads, dtype=np.int64)
+        self.all_threads = np.arange(self.nthreads)
+        self._special = _SpecialRegisters(self)
+
+    # registers ---------------------------------------------------------------
+    def read_register(self, name: str, threads: np.ndarray) -> np.ndarray:
+        """Raw bits of register ``name`` (or a special register) for ``threads``."""
+        reg = self.regs.get(name)
+        if reg is not None:
+            return reg if len(threads) == self.nthreads else reg[threads]
+        return self._special.read(name, threads)
+
+    def write_register(self, name: str, threads: np.ndarray, bits: np.ndarray) -> None:
+        """Write raw bits to register ``name`` for ``threads``."""
+        reg = self.regs.get(name)
+        if reg is None:
+            raise SimError(f"write to undeclared register {name}")
+        if len(threads) == self.nthreads:
+            reg[:] = bits
+        else:
+            reg[threads] = bits
+
+    def register_width(self, name: str) -> int:
+        """Bits of register ``name``'s storage."""
+        reg = self.regs.get(name)
+        if reg is None:
+            raise SimError(f"write to undeclared register {name}")
+        return 1 if reg.dtype == np.bool_ else reg.dtype.itemsize * 8
+
+    def variable_address(self, v: Variable) -> int:
+        """A variable's address in its own space."""
+        if v.space == "global":
+            return self.global_bases[v.name]
+        if v.space == "shared" and v.offset < 0:    # the .extern dynamic array
+            return -(-self.program.shared_size // 16) * 16
+        return v.offset
+
+    def cluster_register(self, base: str, axis: int, cta: np.ndarray) -> np.ndarray:
+        """``%cluster_ctarank`` and friends for CTAs ``cta``."""
+        gx, gy, _ = self.grid
+        cx, cy, cz = self.cluster
+        pos = (cta % gx, (cta // gx) % gy, cta // (gx * gy))
+        inner = (pos[0] % cx, pos[1] % cy, pos[2] % cz)
+        outer = (pos[0] // cx, pos[1] // cy, pos[2] // cz)
+        if base == "cluster_ctarank":
+            return inner[0] + cx * (inner[1] + cy * inner[2])
+        if base == "cluster_nctarank":
+            return np.full(len(cta), cx * cy * cz)
+        if base == "cluster_ctaid":
+            return inner[axis]
+        if base == "cluster_nctaid":
+            return np.full(len(cta), self.cluster[axis])
+        if base == "clusterid":
+            return outer[axis]
+        return np.full(len(cta), (self.grid[axis] // self.cluster[axis]))
+
+    # execution -----------------------------------------------------------------
+    def run(self) -> None:
+        """Run until every thread has exited.
+
+        Raises:
+            SimError: a fault, an unsupported instruction, a deadlock at a
+                barrier, or more than ``max_steps`` steps.
+        """
+        code = self.program.code
+        steps = 0
+        uniform = 0        # the PC all running threads share, or None
+        running = self.all_threads
+        while True:
+            if uniform is not None:
+                pc, threads = uniform, running
+            else:
+                live = self.state == _RUNNING
+                if not live.any():
+                    if (self.state == _WAITING).any():
+                        raise SimError(self._deadlock())
+                    return
+                pc = int(self.pc[live].min())
+                threads = np.nonzero(live & (self.pc == pc))[0]
+                running = None
+            if pc >= len(code):
+                raise SimError(f"{self.program.name}: ran past the end of the kernel (missing ret?)")
+            steps += 1
+            if steps > self.max_steps:
+                raise SimError(f"{self.program.name}: more than {self.max_steps} steps; endless loop?")
+            uniform, running = self._execute(pc, threads, uniform is not None, running)
+
+    def _execute(self, pc: int, threads: np.ndarray, was_uniform: bool, running):
+        ins = self.program.code[pc]
+        taken = threads
+        if ins.guard is not None:
+            g = self.read_register(ins.guard.register.name, threads).astype(bool)
+            taken = threads[~g] if ins.guard.negated else threads[g]
+        r = self.program.resolved[pc]
+        sim = r.inst.sim if r is not None else None
+        target = None
+        if sim == "bra":
+            target = self._label(ins.operands[0])
+        elif sim in ("ret", "exit"):
+            self.state[taken] = _EXITED
+        elif sim == "bar_sync":
+            self._arrive(Step(self, ins, r, taken))
+        elif sim in _NO_OPS:
+            pass
+        elif sim is None or sim not in SEMANTICS:
+            raise SimError(f"{self.program.name}: the emulator does not run {ins.name} yet")
+        elif len(taken):
+            SEMANTICS[sim](Step(self, ins, r, taken))
+        # next PCs
+        if was_uniform and (len(taken) == len(threads) or len(taken) == 0) and sim not in ("ret", "exit", "bar_sync"):
+            nxt = target if (target is not None and len(taken)) else pc + 1
+            return nxt, threads
+        self.pc[threads] = pc + 1
+        if target is not None:
+            self.pc[taken] = target
+        if sim == "bar_sync":
+            self._release()
+        live = self.state == _RUNNING
+        if sim not in ("ret", "exit", "bar_sync") and len(threads) == int(live.sum()):
+            pcs = self.pc[threads]
+            if (pcs == pcs[0]).all():
+                return int(pcs[0]), threads
+        return None, None
+
+    def _label(self, op: ir.Operand) -> int:
+        if not isinstance(op, ir.Symbol) or op.name not in self.program.labels:
+            raise SimError(f"{self.program.name}: branch to unknown label {op!r}")
+        return self.program.labels[op.name]
+
+    # barriers --------------------------------------------------------------------
+    def _arrive(self, s: Step) -> None:
+        ident = s.src(0, TYPES["u32"]).astype(np.int64)
+        count = s.src(1, TYPES["u32"]).astype(np.int64) if len(s.ins.operands) > 1 else np.zeros(s.n, np.int64)
+        self.state[s.threads] = _WAITING
+        self.barrier[s.threads] = ident
+        self.barrier_count[s.threads] = count
+
+    def _release(self) -> None:
+        waiting = np.nonzero(self.state == _WAITING)[0]
+        if len(waiting) == 0:
+            return
+        ctas = waiting // self.ntid
+        for cta in np.unique(ctas):
+            members = waiting[ctas == cta]
+            lo = cta * self.ntid
+            alive = int((self.state[lo:lo + self.ntid] != _EXITED).sum())
+            for ident in np.unique(self.barrier[members]):
+                at = members[self.barrier[members] == ident]
+                need = int(self.barrier_count[at].max()) or alive
+                if len(at) >= need:
+                    self.state[at] = _RUNNING
+                    self.barrier[at] = -1
+
+    def _deadlock(self) -> str:
+        waiting = np.nonzero(self.state == _WAITING)[0]
+        t = int(waiting[0])
+        cta, tid = divmod(t, self.ntid)
+        pc = int(self.pc[t]) - 1
+        line = self.program.code[pc].loc
+        where = f" (PTX line {line[1]})" if line and len(line) == 3 else ""
+        return (f"{self.program.name}: deadlock: barrier {int(self.barrier[t])} at "
+                f"{self.program.code[pc].name}{where} reached by {len(waiting)} threads, but others of "
+                f"CTA {cta} exited or never arrive (first waiting thread: tid {tid})")
+
+
+class _SpecialRegisters:
+    """``%tid.x``, ``%laneid``, ``%ctaid.y`` ... computed from thread indices."""
+
+    def __init__(self, m: Machine) -> None:
+        self.m = m
+
+    def read(self, name: str, threads: np.ndarray) -> np.ndarray:
+        m = self.m
+        base, _, comp = name[1:].partition(".")
+        axis = "xyz".index(comp) if comp in ("x", "y", "z") else 0
+        cta, tid = np.divmod(threads, m.ntid)
+        bx, by, _ = m.block
+        gx, gy, _ = m.grid
+        if base == "tid":
+            v = (tid % bx, (tid // bx) % by, tid // (bx * by))[axis]
+        elif base == "ntid":
+            v = np.full(len(threads), m.block[axis])
+        elif base == "ctaid":
+            v = (cta % gx, (cta // gx) % gy, cta // (gx * gy))[axis]
+        elif base == "nctaid":
+            v = np.full(len(threads), m.grid[axis])
+        elif base == "laneid":
+            v = tid % 32
+        elif base == "warpid":
+            v = tid // 32
+        elif base == "nwarpid":
+            v = np.full(len(threads), m.warps_per_cta)
+        elif base in ("lanemask_eq", "lanemask_lt", "lanemask_le", "lanemask_gt", "lanemask_ge"):
+            lane = (tid % 32).astype(np.uint64)
+            one = np.uint64(1) << lane
+            v = {"lanemask_eq": one, "lanemask_lt": one - np.uint64(1), "lanemask_le": (one << np.uint64(1)) - np.uint64(1),
+                 "lanemask_gt": ~((one << np.uint64(1)) - np.uint64(1)), "lanemask_ge": ~(one - np.uint64(1))}[base]
+            v = v & np.uint64(0xFFFFFFFF)
+        elif base in ("clock", "clock64", "globaltimer"):
+            v = np.full(len(threads), 0)
+        elif base in ("smid", "gridid", "nsmid"):
+            v = np.zeros(len(threads))
+        elif base == "dynamic_smem_size":
+            v = np.full(len(threads), m.dynamic_smem)
+        elif base == "total_smem_size":
+            v = np.full(len(threads), m.memory.shared_size)
+        elif base in ("cluster_ctarank", "cluster_nctarank", "cluster_ctaid", "cluster_nctaid",
+                      "clusterid", "nclusterid"):
+            v = m.cluster_register(base, axis, cta)
+        else:
+            raise SimError(f"the emulator does not know the special register {name}")
+        width = 64 if base in ("clock64", "globaltimer", "gridid") else 32
+        return np.asarray(v).astype(np.uint64 if width == 64 else np.uint32)
+

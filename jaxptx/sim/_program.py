@@ -1,0 +1,217 @@
+"""A kernel prepared for execution: its instructions in one flat list with
+label targets resolved, its registers, and the layout of its shared, local,
+const, global and param variables.
+
+Nested ``{ }`` blocks are flattened (their register declarations are scoped
+by name only, which is how ptxas treats distinct names; re-declared names
+share storage, which is safe because a nested declaration shadows only
+inside its block).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator
+
+from .. import ir, isa
+from ..errors import PtxError
+from ..types import TYPES, PtxType
+from ..validate import normalize
+
+__all__ = ["Program", "Variable", "prepare", "SimError"]
+
+
+class SimError(PtxError, RuntimeError):
+    """The emulator cannot run this kernel (unsupported feature, bad launch,
+    a fault such as an out-of-bounds or misaligned access)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Variable:
+    """A state-space variable: its space, byte offset in that space and size."""
+
+    name: str
+    space: str
+    offset: int
+    size: int
+    type: str
+    init: tuple = ()
+
+
+@dataclasses.dataclass
+class Program:
+    """Everything the machine needs to run one entry function.
+
+    Attributes:
+        name: the entry's name.
+        code: the instructions in execution order.
+        resolved: the table form of each instruction (``None`` for the few
+            the machine handles itself without the table).
+        labels: label name → index in ``code``.
+        registers: register name → declared type (vector registers expand to
+            ``name.x`` ... components).
+        params: the entry's ``.param`` variables in order, laid out in the
+            param space.
+        variables: every named variable by name (shared, local, const,
+            global, param).
+        shared_size, local_size, const_size, param_size: bytes of each space.
+        extern_shared: name of the ``.extern .shared`` array, if any (it
+            starts after the static shared variables).
+        reqntid: the ``.reqntid`` directive's dims, if any.
+    """
+
+    name: str
+    code: list[ir.Instruction]
+    resolved: list[isa.Resolved | None]
+    labels: dict[str, int]
+    registers: dict[str, PtxType]
+    params: list[Variable]
+    variables: dict[str, Variable]
+    shared_size: int
+    local_size: int
+    const_size: int
+    param_size: int
+    extern_shared: str | None
+    reqntid: tuple[int, ...] | None
+    global_vars: list[Variable]
+
+
+def _walk(body: list[ir.Statement]) -> Iterator[ir.Statement]:
+    for s in body:
+        if isinstance(s, ir.Block):
+            yield from _walk(s.body)
+        else:
+            yield s
+
+
+def _size(d: ir.VarDecl) -> int:
+    t = TYPES.get(d.type)
+    if t is None:
+        raise SimError(f"{d.name}: variables of type .{d.type} are not supported by the emulator")
+    n = math.prod(x for x in d.dims if x > 0) if d.dims else 1
+    return t.nbytes * (d.vector or 1) * n
+
+
+class _Layout:
+    def __init__(self) -> None:
+        self.size = 0
+
+    def place(self, d: ir.VarDecl) -> int:
+        t = TYPES.get(d.type)
+        align = d.align or (t.nbytes * (d.vector or 1) if t else 1)
+        self.size = -(-self.size // align) * align
+        offset = self.size
+        self.size += _size(d) if -1 not in d.dims else 0
+        return offset
+
+
+def _init_values(d: ir.VarDecl) -> tuple:
+    if d.init is None:
+        return ()
+    out: list = []
+
+    def flat(ops):
+        for op in ops:
+            if isinstance(op, ir.Vector):
+                flat(op.items)
+            elif isinstance(op, ir.Immediate):
+                out.append(op.value)
+            else:
+                raise SimError(f"{d.name}: initialiser {op!r} is not supported by the emulator")
+    flat(d.init)
+    return tuple(out)
+
+
+def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) -> Program:
+    """Prepare entry ``kernel`` (the only entry when ``None``) of ``module``.
+
+    Raises:
+        SimError: no such entry, or a construct the emulator does not run.
+    """
+    entries = [f for f in module.functions if f.kind == "entry" and f.body is not None]
+    if kernel is None:
+        if len(entries) != 1:
+            names = ", ".join(f.name for f in entries) or "none"
+            raise SimError(f"the module has {len(entries)} kernels ({names}); pass kernel=<name>")
+        func = entries[0]
+    else:
+        matches = [f for f in entries if f.name == kernel]
+        if not matches:
+            names = ", ".join(f.name for f in entries) or "none"
+            raise SimError(f"no kernel {kernel!r} in the module; kernels: {names}")
+        func = matches[0]
+    if target is None:
+        sm = next((t for t in module.target if t.startswith("sm_")), "sm_90a")
+        target = isa.parse_target(sm if sm[-1].isalnum() else "sm_90a")
+    layouts = {s: _Layout() for s in ("shared", "local", "const", "param", "global")}
+    variables: dict[str, Variable] = {}
+    extern_shared = None
+    global_vars = []
+
+    def declare(d: ir.VarDecl) -> None:
+        nonlocal extern_shared
+        space = "shared" if d.space.startswith("shared") else d.space
+        if space not in layouts:
+            return
+        if space == "shared" and "extern" in d.linkage:
+            extern_shared = d.name
+            variables[d.name] = Variable(d.name, space, -1, 0, d.type)
+            return
+        v = Variable(d.name, space, layouts[space].place(d), _size(d), d.type, _init_values(d))
+        variables[d.name] = v
+        if space == "global":
+            global_vars.append(v)
+
+    for item in module.items:
+        if isinstance(item, ir.VarDecl):
+            declare(item)
+    params = []
+    for p in func.params:
+        declare(p)
+        params.append(variables[p.name])
+    registers: dict[str, PtxType] = {}
+    vectors: dict[str, int] = {}
+    code: list[ir.Instruction] = []
+    labels: dict[str, int] = {}
+    for s in _walk(func.body or []):
+        if isinstance(s, ir.RegDecl):
+            t = TYPES.get(s.type)
+            if t is None:
+                raise SimError(f"registers of type .{s.type} are not supported by the emulator")
+            for n in s.names:
+                names = [n.name] if n.count is None else [f"{n.name}{i}" for i in range(n.count)]
+                for name in names:
+                    if s.vector:
+                        vectors[name] = s.vector
+                        for c in "xyzw"[:s.vector]:
+                            registers[f"{name}.{c}"] = t
+                    else:
+                        registers[name] = t
+        elif isinstance(s, ir.VarDecl):
+            declare(s)
+        elif isinstance(s, ir.Label):
+            labels[s.name] = len(code)
+        elif isinstance(s, ir.Instruction):
+            code.append(normalize(s, registers, vectors))
+    resolved = [_resolve(ins, registers) for ins in code]
+    reqntid = next((tuple(int(x) for x in d.values) for d in func.directives if d.name == "reqntid"), None)
+    return Program(func.name, code, resolved, labels, registers, params, variables,
+                   layouts["shared"].size, layouts["local"].size, layouts["const"].size,
+                   layouts["param"].size, extern_shared, reqntid, global_vars)
+
+
+def _resolve(ins: ir.Instruction, registers: dict[str, PtxType]) -> isa.Resolved | None:
+    kinds = tuple(_kind(o, registers) for o in ins.operands)
+    try:
+        return isa.resolve(ins.opcode, ins.modifiers, len(ins.operands), kinds)
+    except PtxError:
+        return None
+
+
+def _kind(op: ir.Operand, registers: dict[str, PtxType]) -> str:
+    if isinstance(op, ir.Register):
+        t = registers.get(op.name)
+        return "pred" if t is not None and t.kind == "pred" else "reg"
+    return {ir.Immediate: "imm", ir.Address: "mem", ir.Vector: "vec", ir.Symbol: "sym",
+            ir.Sink: "sink", ir.Pair: "pair", ir.Negated: "pred", ir.Parens: "list"}[type(op)]

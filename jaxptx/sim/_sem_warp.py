@@ -1,0 +1,7 @@
+"""Emulator semantics: warp family (being written)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+SEMANTICS: dict[str, Callable] = {}

@@ -1,0 +1,14 @@
+"""The registry of semantics functions, by the names the ISA table's
+``sim`` fields use. Each ``_sem_*`` module exports ``SEMANTICS``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import _sem_arith, _sem_convert, _sem_memory, _sem_tensor, _sem_warp
+
+__all__ = ["SEMANTICS"]
+
+SEMANTICS: dict[str, Callable] = {}
+for _module in (_sem_arith, _sem_convert, _sem_memory, _sem_warp, _sem_tensor):
+    SEMANTICS.update(_module.SEMANTICS)

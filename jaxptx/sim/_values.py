@@ -1,0 +1,89 @@
+"""Register bits ↔ typed numpy values.
+
+Registers hold raw bits (``uint8``..``uint64``; ``bool`` for predicates).
+An instruction reads them as the type it operates on: a ``.f32`` view of
+``.b32`` bits, the low 16 bits for a ``.u16`` read of a 32-bit register, a
+``(n, 2)`` array of halves for ``.f16x2`` (element 0 is the low half).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..types import PtxType
+
+__all__ = ["UINT", "bits_dtype", "value_dtype", "from_bits", "to_bits", "constant"]
+
+UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+_SINT = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
+
+
+def bits_dtype(t: PtxType) -> np.dtype:
+    """The storage dtype of a register of type ``t``."""
+    if t.kind == "pred":
+        return np.dtype(np.bool_)
+    return np.dtype(UINT[max(8, t.bits)])
+
+
+def value_dtype(t: PtxType) -> np.dtype:
+    """The dtype instructions compute with for type ``t`` (one element)."""
+    if t.kind == "pred":
+        return np.dtype(np.bool_)
+    if t.kind == "s":
+        return np.dtype(_SINT[max(8, t.bits)])
+    if t.kind in "bu" or t.np_dtype is None:
+        return np.dtype(UINT[max(8, t.bits // t.lanes)])
+    return t.np_dtype
+
+
+def from_bits(t: PtxType, bits: np.ndarray) -> np.ndarray:
+    """Typed values of ``t`` from register bits (truncating or zero-extending)."""
+    if t.kind == "pred":
+        return bits.astype(np.bool_, copy=False)
+    width = max(8, t.bits)
+    if bits.dtype.itemsize * 8 != width:
+        bits = bits.astype(UINT[width])
+    if t.lanes > 1:
+        return bits.view(value_dtype(t)).reshape(len(bits), t.lanes) if t.bits // t.lanes >= 8 \
+            else bits  # sub-byte packed types stay as bits
+    if t.bits < 8:
+        return bits
+    return bits.view(value_dtype(t))
+
+
+def to_bits(t: PtxType, values: np.ndarray, width: int) -> np.ndarray:
+    """Register bits of ``width`` for values of type ``t`` (sign-extending
+    signed types, zero-extending the rest)."""
+    if t.kind == "pred":
+        return np.asarray(values, dtype=np.bool_)
+    values = np.asarray(values)
+    if t.lanes > 1 and values.ndim == 2:
+        values = np.ascontiguousarray(values.astype(value_dtype(t), copy=False)).view(UINT[t.bits]).ravel()
+    own = max(8, t.bits)
+    if values.dtype != value_dtype(t) and not (t.lanes > 1 and values.dtype == UINT[own]):
+        values = values.astype(value_dtype(t))
+    bits = np.ascontiguousarray(values).view(UINT[own]) if values.dtype.itemsize * 8 == own \
+        else values.astype(UINT[own])
+    if own == width:
+        return bits
+    if own > width:
+        return bits.astype(UINT[width])
+    if t.kind == "s":
+        return bits.view(_SINT[own]).astype(_SINT[width]).view(UINT[width])
+    return bits.astype(UINT[width])
+
+
+def constant(t: PtxType, value: int | float, n: int) -> np.ndarray:
+    """An immediate as ``n`` values of type ``t`` (integers wrap to the width)."""
+    if t.kind == "pred":
+        return np.full(n, bool(value))
+    if isinstance(value, float) and t.kind != "f":
+        value = int(value)
+    if t.kind in "bus" and isinstance(value, int):
+        width = max(8, t.bits)
+        value &= (1 << width) - 1
+        arr = np.full(n, value, dtype=UINT[width])
+        return arr.view(value_dtype(t)) if t.kind == "s" else arr
+    if t.lanes > 1:
+        return np.full((n, t.lanes), value, dtype=value_dtype(t))
+    return np.full(n, value, dtype=value_dtype(t))
