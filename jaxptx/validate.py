@@ -24,13 +24,14 @@ TypeOf = Callable[[str], "PtxType | None"]
 PREDEFINED = {"WARP_SZ": 32}
 
 
-def _as_register(op: ir.Operand, regs: Container[str], vectors: Mapping[str, int]) -> ir.Operand:
+def _as_register(op: ir.Operand, regs: Container[str], vectors: Mapping[str, int],
+                 keep_offsets: bool = False) -> ir.Operand:
     """Normalise register operands for checking: a name declared by ``.reg``
     is a register even without ``%``; a ``.v4`` register is a vector of its
     components; ``{%r1}`` is ``%r1``."""
     if isinstance(op, ir.Symbol) and op.name in PREDEFINED:
         return ir.Immediate(PREDEFINED[op.name])
-    if isinstance(op, ir.Symbol) and op.offset is not None and op.name in regs:
+    if isinstance(op, ir.Symbol) and op.offset is not None and op.name in regs and not keep_offsets:
         return ir.Register(op.name)   # `temp+1`: ptxas reads a register plus an offset
     if isinstance(op, (ir.Symbol, ir.Register)) and getattr(op, "offset", None) is None:
         if op.name in vectors:
@@ -41,23 +42,25 @@ def _as_register(op: ir.Operand, regs: Container[str], vectors: Mapping[str, int
     if isinstance(op, ir.Address) and isinstance(op.base, ir.Symbol) and op.base.name in regs:
         return ir.Address(ir.Register(op.base.name), op.offset, op.extra, op.minus)
     if isinstance(op, (ir.Vector, ir.Parens)):
-        items = tuple(_as_register(x, regs, vectors) for x in op.items)
+        items = tuple(_as_register(x, regs, vectors, keep_offsets) for x in op.items)
         if isinstance(op, ir.Vector) and len(items) == 1 and isinstance(items[0], ir.Register):
             return items[0]
         return type(op)(items)
     if isinstance(op, ir.Pair):
-        return ir.Pair(_as_register(op.first, regs, vectors), _as_register(op.second, regs, vectors))
+        return ir.Pair(_as_register(op.first, regs, vectors, keep_offsets), _as_register(op.second, regs, vectors, keep_offsets))
     if isinstance(op, ir.Negated):
-        return ir.Negated(_as_register(op.operand, regs, vectors))
+        return ir.Negated(_as_register(op.operand, regs, vectors, keep_offsets))
     return op
 
 
-def normalize(ins: ir.Instruction, regs: Container[str], vectors: Mapping[str, int]) -> ir.Instruction:
+def normalize(ins: ir.Instruction, regs: Container[str], vectors: Mapping[str, int],
+              keep_offsets: bool = False) -> ir.Instruction:
     """The instruction as the table sees it: declared registers named without
     ``%`` are registers, ``.v4`` registers are vectors of their components,
     ``{%r1}`` is ``%r1``, ``WARP_SZ`` is 32. (Only for checking; what is
-    emitted keeps the operands as written.)"""
-    ops = tuple(_as_register(op, regs, vectors) for op in ins.operands)
+    emitted keeps the operands as written.) ``keep_offsets`` leaves
+    ``reg+4`` operands alone (the emulator adds the offset)."""
+    ops = tuple(_as_register(op, regs, vectors, keep_offsets) for op in ins.operands)
     if ops == ins.operands:
         return ins
     return ir.Instruction(ins.opcode, ins.modifiers, ops, ins.guard, loc=ins.loc)

@@ -85,20 +85,26 @@ def _from_kernel(k: Kernel, args: tuple, grid: Any, block: Any, smem: int, templ
 
 
 def _globals(program: Program, memory: Memory) -> dict[str, int]:
-    bases = {}
-    for v in program.global_vars:
-        bases[v.name] = memory.add_global(max(v.size, 1))
+    bases = {v.name: memory.add_global(max(v.size, 1)) for v in program.global_vars}
+
+    def address(name: str) -> int:
+        v = program.variables.get(name)
+        if v is None:
+            raise SimError(f"initialiser names {name!r}, which is not a variable of the module")
+        return bases[name] if v.space == "global" else v.offset
+
+    for k, v in enumerate(program.global_vars):
         if v.init:
-            data = _initial_bytes(v.type, v.init, v.size)
-            memory.globals[-1][:len(data)] = data
+            data = _initial_bytes(v.type, [address(x) if isinstance(x, str) else x for x in v.init], v.size)
+            memory.globals[k][:len(data)] = data
     for v in program.variables.values():
         if v.space == "const" and v.init:
-            data = _initial_bytes(v.type, v.init, v.size)
+            data = _initial_bytes(v.type, [address(x) if isinstance(x, str) else x for x in v.init], v.size)
             memory.const[v.offset:v.offset + len(data)] = data
     return bases
 
 
-def _initial_bytes(type_name: str, values: tuple, size: int) -> np.ndarray:
+def _initial_bytes(type_name: str, values: list, size: int) -> np.ndarray:
     t = TYPES[type_name]
     bits = to_bits(t, np.asarray(values), max(8, t.bits))
     return np.ascontiguousarray(bits).view(np.uint8)[:size]

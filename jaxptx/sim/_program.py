@@ -85,6 +85,72 @@ def _walk(body: list[ir.Statement]) -> Iterator[ir.Statement]:
             yield s
 
 
+class _Scope:
+    """Register names of one ``{ }`` block: a register re-declared inside a
+    block is a new register (renamed ``name@depth.k``) until the block ends."""
+
+    def __init__(self, outer: "_Scope | None", tag: str) -> None:
+        self.outer = outer
+        self.tag = tag
+        self.names: dict[str, str] = {}
+
+    def declare(self, name: str, registers: dict) -> str:
+        unique = name
+        if self.outer is not None and (name in registers or f"{name}.x" in registers):
+            unique = f"{name}@{self.tag}"
+        self.names[name] = unique
+        return unique
+
+    def lookup(self, name: str) -> str:
+        scope = self
+        base, dot, comp = name.partition(".") if not name.startswith("%") else (name, "", "")
+        while scope is not None:
+            if name in scope.names:
+                return scope.names[name]
+            if dot and base in scope.names:
+                return f"{scope.names[base]}.{comp}"
+            scope = scope.outer
+        return name
+
+    def rename(self, ins: ir.Instruction) -> ir.Instruction:
+        if self.outer is None:
+            return ins
+        ops = tuple(_rename(op, self) for op in ins.operands)
+        guard = ins.guard
+        if guard is not None:
+            guard = ir.Guard(ir.Register(self.lookup(guard.register.name)), guard.negated)
+        return ir.Instruction(ins.opcode, ins.modifiers, ops, guard, loc=ins.loc)
+
+
+def _rename(op: ir.Operand, scope: _Scope) -> ir.Operand:
+    if isinstance(op, ir.Register):
+        return ir.Register(scope.lookup(op.name))
+    if isinstance(op, ir.Symbol):
+        return ir.Symbol(scope.lookup(op.name), op.offset, op.minus)
+    if isinstance(op, ir.Address):
+        base = op.base if op.base is None else _rename(op.base, scope)
+        return ir.Address(base, op.offset, None if op.extra is None else _rename(op.extra, scope), op.minus)
+    if isinstance(op, (ir.Vector, ir.Parens)):
+        return type(op)(tuple(_rename(x, scope) for x in op.items))
+    if isinstance(op, ir.Pair):
+        return ir.Pair(_rename(op.first, scope), _rename(op.second, scope))
+    if isinstance(op, ir.Negated):
+        return ir.Negated(_rename(op.operand, scope))
+    return op
+
+
+def _scoped(body: list[ir.Statement], scope: _Scope | None = None,
+            counter: list[int] | None = None) -> Iterator[tuple[ir.Statement, _Scope]]:
+    counter = counter if counter is not None else [0]
+    scope = scope or _Scope(None, "0")
+    for s in body:
+        if isinstance(s, ir.Block):
+            counter[0] += 1
+            yield from _scoped(s.body, _Scope(scope, str(counter[0])), counter)
+        else:
+            yield s, scope
+
+
 def _size(d: ir.VarDecl) -> int:
     t = TYPES.get(d.type)
     if t is None:
@@ -117,6 +183,8 @@ def _init_values(d: ir.VarDecl) -> tuple:
                 flat(op.items)
             elif isinstance(op, ir.Immediate):
                 out.append(op.value)
+            elif isinstance(op, ir.Symbol) and op.offset is None:
+                out.append(op.name)        # the variable's address, filled in at launch
             else:
                 raise SimError(f"{d.name}: initialiser {op!r} is not supported by the emulator")
     flat(d.init)
@@ -174,7 +242,7 @@ def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) ->
     vectors: dict[str, int] = {}
     code: list[ir.Instruction] = []
     labels: dict[str, int] = {}
-    for s in _walk(func.body or []):
+    for s, scope in _scoped(func.body or []):
         if isinstance(s, ir.RegDecl):
             t = TYPES.get(s.type)
             if t is None:
@@ -182,6 +250,7 @@ def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) ->
             for n in s.names:
                 names = [n.name] if n.count is None else [f"{n.name}{i}" for i in range(n.count)]
                 for name in names:
+                    name = scope.declare(name, registers)
                     if s.vector:
                         vectors[name] = s.vector
                         for c in "xyzw"[:s.vector]:
@@ -193,7 +262,7 @@ def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) ->
         elif isinstance(s, ir.Label):
             labels[s.name] = len(code)
         elif isinstance(s, ir.Instruction):
-            code.append(normalize(s, registers, vectors))
+            code.append(normalize(scope.rename(s), registers, vectors, keep_offsets=True))
     resolved = [_resolve(ins, registers) for ins in code]
     reqntid = next((tuple(int(x) for x in d.values) for d in func.directives if d.name == "reqntid"), None)
     return Program(func.name, code, resolved, labels, registers, params, variables,

@@ -84,6 +84,10 @@ class Step:
         if isinstance(op, ir.Vector):
             return np.stack([self.value(x, t) for x in op.items], axis=-1)
         if isinstance(op, ir.Symbol):
+            if op.name in self.m.regs:   # `reg+4`: a register plus an offset
+                off = op.offset if isinstance(op.offset, int) else int(op.offset.value)
+                value = from_bits(t, self.m.read_register(op.name, self.threads))
+                return value + value.dtype.type(-off if op.minus else off)
             return constant(t, self.symbol_address(op), self.n)
         if isinstance(op, ir.Pair):
             return self.value(op.first, t)
