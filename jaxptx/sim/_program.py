@@ -75,6 +75,20 @@ class Program:
     extern_shared: str | None
     reqntid: tuple[int, ...] | None
     global_vars: list[Variable]
+    functions: dict[str, "Callee"] = dataclasses.field(default_factory=dict)
+    function_of: list[str] = dataclasses.field(default_factory=list)
+    thread_params: set[str] = dataclasses.field(default_factory=set)
+
+
+@dataclasses.dataclass(frozen=True)
+class Callee:
+    """A ``.func`` laid into the code: its first instruction and the names of
+    its parameters and return values (registers or per-thread variables)."""
+
+    name: str
+    start: int
+    params: tuple[str, ...]
+    returns: tuple[str, ...]
 
 
 def _walk(body: list[ir.Statement]) -> Iterator[ir.Statement]:
@@ -89,15 +103,16 @@ class _Scope:
     """Register names of one ``{ }`` block: a register re-declared inside a
     block is a new register (renamed ``name@depth.k``) until the block ends."""
 
-    def __init__(self, outer: "_Scope | None", tag: str) -> None:
+    def __init__(self, outer: "_Scope | None", tag: str, prefix: str = "") -> None:
         self.outer = outer
         self.tag = tag
+        self.prefix = outer.prefix if outer is not None else prefix
         self.names: dict[str, str] = {}
 
-    def declare(self, name: str, registers: dict) -> str:
-        unique = name
-        if self.outer is not None and (name in registers or f"{name}.x" in registers):
-            unique = f"{name}@{self.tag}"
+    def declare(self, name: str, taken: dict) -> str:
+        unique = self.prefix + name
+        if self.outer is not None and (unique in taken or f"{unique}.x" in taken):
+            unique = f"{unique}@{self.tag}"
         self.names[name] = unique
         return unique
 
@@ -113,7 +128,7 @@ class _Scope:
         return name
 
     def rename(self, ins: ir.Instruction) -> ir.Instruction:
-        if self.outer is None:
+        if self.outer is None and not self.names:
             return ins
         ops = tuple(_rename(op, self) for op in ins.operands)
         guard = ins.guard
@@ -139,10 +154,9 @@ def _rename(op: ir.Operand, scope: _Scope) -> ir.Operand:
     return op
 
 
-def _scoped(body: list[ir.Statement], scope: _Scope | None = None,
+def _scoped(body: list[ir.Statement], scope: _Scope,
             counter: list[int] | None = None) -> Iterator[tuple[ir.Statement, _Scope]]:
     counter = counter if counter is not None else [0]
-    scope = scope or _Scope(None, "0")
     for s in body:
         if isinstance(s, ir.Block):
             counter[0] += 1
@@ -242,32 +256,70 @@ def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) ->
     vectors: dict[str, int] = {}
     code: list[ir.Instruction] = []
     labels: dict[str, int] = {}
-    for s, scope in _scoped(func.body or []):
-        if isinstance(s, ir.RegDecl):
-            t = TYPES.get(s.type)
-            if t is None:
-                raise SimError(f"registers of type .{s.type} are not supported by the emulator")
-            for n in s.names:
-                names = [n.name] if n.count is None else [f"{n.name}{i}" for i in range(n.count)]
-                for name in names:
-                    name = scope.declare(name, registers)
-                    if s.vector:
-                        vectors[name] = s.vector
-                        for c in "xyzw"[:s.vector]:
-                            registers[f"{name}.{c}"] = t
-                    else:
-                        registers[name] = t
-        elif isinstance(s, ir.VarDecl):
-            declare(s)
-        elif isinstance(s, ir.Label):
-            labels[s.name] = len(code)
-        elif isinstance(s, ir.Instruction):
-            code.append(normalize(scope.rename(s), registers, vectors, keep_offsets=True))
+    function_of: list[str] = []
+    thread_params: set[str] = set()
+
+    def thread_param(d: ir.VarDecl, name: str) -> None:
+        # A .param inside a function (call arguments, a .func's own params):
+        # per-thread storage, kept in the local space.
+        v = Variable(name, "local", layouts["local"].place(d), _size(d), d.type)
+        variables[name] = v
+        thread_params.add(name)
+
+    def lay_out(f: ir.Function, prefix: str) -> None:
+        root = _Scope(None, "0", prefix)
+        for s in _walk(f.body or []):
+            if isinstance(s, ir.Label):
+                root.names[s.name] = prefix + s.name
+        if prefix:
+            for p in [*f.params, *(f.returns or [])]:
+                if p.space == "reg":
+                    registers[root.declare(p.name, registers)] = TYPES[p.type]
+                else:
+                    thread_param(p, root.declare(p.name, variables))
+        for s, scope in _scoped(f.body or [], root):
+            if isinstance(s, ir.RegDecl):
+                t = TYPES.get(s.type)
+                if t is None:
+                    raise SimError(f"registers of type .{s.type} are not supported by the emulator")
+                for n in s.names:
+                    names = [n.name] if n.count is None else [f"{n.name}{i}" for i in range(n.count)]
+                    for name in names:
+                        name = scope.declare(name, registers)
+                        if s.vector:
+                            vectors[name] = s.vector
+                            for c in "xyzw"[:s.vector]:
+                                registers[f"{name}.{c}"] = t
+                        else:
+                            registers[name] = t
+            elif isinstance(s, ir.VarDecl):
+                if s.space == "param":
+                    thread_param(s, scope.declare(s.name, variables))
+                elif prefix or scope.outer is not None:
+                    declare(dataclasses.replace(s, name=scope.declare(s.name, variables)))
+                else:
+                    declare(s)
+            elif isinstance(s, ir.Label):
+                labels[prefix + s.name] = len(code)
+            elif isinstance(s, ir.Instruction):
+                code.append(normalize(scope.rename(s), registers, vectors, keep_offsets=True))
+                function_of.append(f.name if prefix else "")
+
+    lay_out(func, "")
+    functions: dict[str, Callee] = {}
+    for f in module.functions:
+        if f.kind == "func" and f.body is not None:
+            start = len(code)
+            lay_out(f, f"{f.name}::")
+            functions[f.name] = Callee(f.name, start,
+                                       tuple(f"{f.name}::{p.name}" for p in f.params),
+                                       tuple(f"{f.name}::{p.name}" for p in f.returns or []))
     resolved = [_resolve(ins, registers) for ins in code]
     reqntid = next((tuple(int(x) for x in d.values) for d in func.directives if d.name == "reqntid"), None)
     return Program(func.name, code, resolved, labels, registers, params, variables,
                    layouts["shared"].size, layouts["local"].size, layouts["const"].size,
-                   layouts["param"].size, extern_shared, reqntid, global_vars)
+                   layouts["param"].size, extern_shared, reqntid, global_vars, functions,
+                   function_of, thread_params)
 
 
 def _resolve(ins: ir.Instruction, registers: dict[str, PtxType]) -> isa.Resolved | None:

@@ -149,6 +149,8 @@ class Step:
         if not isinstance(op, ir.Address):
             raise SimError(f"{self.ins.name}: operand {k} is not an address")
         space = self.space()
+        if isinstance(op.base, ir.Symbol) and op.base.name in self.m.program.thread_params:
+            space = "local"       # a function's .param variables live per thread
         if isinstance(op.base, ir.Register):
             base = self.m.read_register(op.base.name, self.threads).astype(np.uint64)
         elif isinstance(op.base, ir.Symbol):
