@@ -16,6 +16,7 @@ from .. import ir
 from ..dsl import Kernel
 from ..dsl._options import check_dim3
 from ..dsl._specs import bind_specs
+from ..errors import TraceError
 from ..parse import parse
 from ..types import TYPES
 from ._machine import Machine
@@ -56,9 +57,12 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
         raise SimError(f"launch: unexpected keyword arguments {sorted(template)}")
     module = parse(source) if isinstance(source, str) else source
     program = prepare(module, kernel, None)
-    grid = check_dim3(grid or (1, 1, 1), "launch grid", limit=2**31 - 1)
-    block = check_dim3(block or (1, 1, 1), "launch block", limit=1024)
-    cluster = check_dim3(cluster, "launch cluster", limit=16)
+    try:
+        grid = check_dim3(grid or (1, 1, 1), "launch grid", limit=2**31 - 1)
+        block = check_dim3(block or (1, 1, 1), "launch block", limit=1024)
+        cluster = check_dim3(cluster, "launch cluster", limit=16)
+    except TraceError as e:
+        raise SimError(str(e)) from None
     if program.reqntid is not None and tuple(program.reqntid) + (1,) * (3 - len(program.reqntid)) != block:
         raise SimError(f"launch block {block} does not match {program.name}'s .reqntid {program.reqntid}")
     if not isinstance(smem, int) or smem < 0:

@@ -1,0 +1,146 @@
+"""The SIMT machine: divergence and reconvergence, loops, barriers, calls,
+launch errors — through real PTX and the DSL."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jaxptx import kernel, ptx, reg, sim
+from jaxptx.sim import SimError
+from jaxptx.types import u32
+
+HEAD = ".version 8.5\n.target sm_80\n.address_size 64\n"
+
+
+def test_divergent_if_else_reconverges() -> None:
+    @kernel(arch="sm_80", block=(64, 1, 1))
+    def k(out):
+        tid = ptx.special.tid.x()
+        v = reg.scalar(u32, 0)
+        with ptx.if_(tid < 20):
+            v += 100
+        with ptx.else_():
+            v += 7
+        v += tid                      # after reconvergence every thread runs this
+        ptx.st.global_.u32(out.ptr + ptx.mul.wide.u32(tid, 4), v)
+    out = np.zeros(64, np.uint32)
+    sim.launch(k, out, grid=(1, 1, 1), block=(64, 1, 1))
+    tid = np.arange(64)
+    np.testing.assert_array_equal(out, np.where(tid < 20, 100, 7) + tid)
+
+
+def test_data_dependent_loop_counts() -> None:
+    @kernel(arch="sm_80", block=(32, 1, 1))
+    def k(out):
+        tid = ptx.special.tid.x()
+        total = reg.scalar(u32, 0)
+        for i in ptx.range_(0, tid, dtype=u32):   # thread t loops t times
+            total += i
+        ptx.st.global_.u32(out.ptr + ptx.mul.wide.u32(tid, 4), total)
+    out = np.zeros(32, np.uint32)
+    sim.launch(k, out, block=(32, 1, 1))
+    t = np.arange(32)
+    np.testing.assert_array_equal(out, t * (t - 1) // 2)
+
+
+def test_barrier_orders_shared_memory_between_warps() -> None:
+    text = HEAD + """.visible .entry k(.param .u64 out)
+{
+    .shared .align 4 .b8 buf[256];
+    .reg .b32 %r<6>; .reg .b64 %rd<4>;
+    mov.u32 %r1, %tid.x;
+    shl.b32 %r2, %r1, 2;
+    mov.u32 %r3, buf;
+    add.u32 %r4, %r3, %r2;
+    st.shared.u32 [%r4], %r1;
+    bar.sync 0;
+    xor.b32 %r5, %r2, 252;
+    add.u32 %r5, %r3, %r5;
+    ld.shared.u32 %r5, [%r5];
+    ld.param.u64 %rd1, [out];
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.u32 [%rd3], %r5;
+    ret;
+}"""
+    out = np.zeros(64, np.uint32)
+    sim.launch(text, out, block=(64, 1, 1))
+    np.testing.assert_array_equal(out, 63 - np.arange(64))
+
+
+def test_barrier_deadlock_is_reported() -> None:
+    text = HEAD + """.visible .entry k()
+{
+    .reg .b32 %r<2>; .reg .pred %p<2>;
+    mov.u32 %r1, %tid.x;
+    setp.lt.u32 %p1, %r1, 16;
+    @%p1 bra DONE;
+    bar.sync 1, 64;
+DONE:
+    ret;
+}"""
+    with pytest.raises(SimError, match=r"deadlock: barrier 1 at bar.sync \(PTX line 10\) reached by 48 threads"):
+        sim.launch(text, block=(64, 1, 1))
+
+
+def test_device_function_call_returns_values() -> None:
+    text = HEAD + """.func (.param .b32 ret) twice(.param .b32 x)
+{
+    .reg .b32 %r<3>;
+    ld.param.b32 %r1, [x];
+    add.u32 %r2, %r1, %r1;
+    st.param.b32 [ret], %r2;
+    ret;
+}
+.visible .entry k(.param .u64 out)
+{
+    .reg .b32 %r<4>; .reg .b64 %rd<4>;
+    mov.u32 %r1, %tid.x;
+    {
+        .param .b32 a;
+        .param .b32 b;
+        st.param.b32 [a], %r1;
+        call.uni (b), twice, (a);
+        ld.param.b32 %r2, [b];
+    }
+    ld.param.u64 %rd1, [out];
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.u32 [%rd3], %r2;
+    ret;
+}"""
+    out = np.zeros(8, np.uint32)
+    sim.launch(text, out, block=(8, 1, 1))
+    np.testing.assert_array_equal(out, 2 * np.arange(8))
+
+
+@pytest.mark.parametrize("args, kw, message", [
+    ((), {}, r"k takes 1 parameters \(.u64 out\), got 0 arguments"),
+    (("x",), {}, r"parameter out \(.u64\): expected a numpy array or a number, got str"),
+    ((np.zeros(4, np.uint32),), {"block": (1025, 1, 1)}, r"launch block: \(1025, 1, 1\) has 1025 elements"),
+    ((np.zeros(4, np.uint32),), {"kernel": "other"}, r"no kernel 'other' in the module; kernels: k"),
+])
+def test_bad_launches(args, kw, message) -> None:
+    text = HEAD + ".visible .entry k(.param .u64 out)\n{\n\tret;\n}\n"
+    with pytest.raises(SimError, match=message):
+        sim.launch(text, *args, **kw)
+
+
+def test_out_of_bounds_global_access_faults() -> None:
+    text = HEAD + """.visible .entry k(.param .u64 out)
+{
+    .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [out];
+    st.global.u32 [%rd1+16], 1;
+    ret;
+}"""
+    with pytest.raises(SimError, match=r"st.global.u32: global access of 4 bytes at offset 0x10 is out of bounds "
+                                       r"\(the global buffer has 16 bytes\)"):
+        sim.launch(text, np.zeros(4, np.uint32))
+
+
+def test_reqntid_mismatch() -> None:
+    text = HEAD + ".visible .entry k()\n.reqntid 32, 1, 1\n{\n\tret;\n}\n"
+    with pytest.raises(SimError, match=r"launch block \(64, 1, 1\) does not match k's .reqntid \(32, 1, 1\)"):
+        sim.launch(text, block=(64, 1, 1))
