@@ -6,4 +6,5 @@ kernel; numpy arrays passed for pointer parameters are updated in place.
 
 from ._launch import launch as launch
 from ._program import SimError as SimError
+from ._sanitizer import SanitizerError as SanitizerError
 from ._step import Step as Step

@@ -43,14 +43,14 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
         kernel: which ``.entry`` to run when the module has several.
         grid, block, cluster: launch shape (1 to 3 ints each).
         smem: bytes of dynamic shared memory.
-        check: run the sanitizer (not built yet: raises).
+        check: run the sanitizer (uninitialised register and shared-memory
+            reads, shared-memory races between barriers); its first finding
+            raises ``SanitizerError``.
 
     Raises:
         SimError: a bad launch (wrong argument count or types, block not
             matching ``.reqntid``) before anything runs; a fault while running.
     """
-    if check:
-        raise SimError("launch(check=True): the sanitizer is not built yet")
     if isinstance(source, Kernel):
         source, grid, block, smem = _from_kernel(source, args, grid, block, smem, template)
     elif template:
@@ -73,7 +73,8 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
     memory = Memory(nctas, ntid, shared, program.local_size, program.param_size, program.const_size)
     bases = _globals(program, memory)
     outputs = _params(program, memory, args)
-    Machine(program, grid, block, memory, cluster=cluster, dynamic_smem=smem, global_bases=bases).run()
+    Machine(program, grid, block, memory, cluster=cluster, dynamic_smem=smem, global_bases=bases,
+            check=check).run()
     for array, index in outputs:
         array.reshape(-1).view(np.uint8)[:] = memory.globals[index][:array.nbytes]
 

@@ -17,6 +17,7 @@ from .. import ir
 from ..types import TYPES
 from ._memory import Memory
 from ._program import Program, SimError, Variable
+from ._sanitizer import Sanitizer
 from ._semantics import SEMANTICS
 from ._step import Step
 from ._values import bits_dtype
@@ -39,7 +40,8 @@ class Machine:
 
     def __init__(self, program: Program, grid: tuple[int, int, int], block: tuple[int, int, int],
                  memory: Memory, *, cluster: tuple[int, int, int] = (1, 1, 1), dynamic_smem: int = 0,
-                 global_bases: dict[str, int] | None = None, max_steps: int = 50_000_000) -> None:
+                 global_bases: dict[str, int] | None = None, max_steps: int = 50_000_000,
+                 check: bool = False) -> None:
         self.program = program
         self.grid = grid
         self.block = block
@@ -60,6 +62,10 @@ class Machine:
         self.barrier_count = np.zeros(self.nthreads, dtype=np.int64)
         self.all_threads = np.arange(self.nthreads)
         self.frames: dict[str, np.ndarray] = {}   # function -> calling PC per thread (-1: not in it)
+        self.current_pc: int | None = None
+        self.sanitizer = Sanitizer(self) if check else None
+        if self.sanitizer is not None:
+            memory.watch = self.sanitizer.shared_access
         self._special = _SpecialRegisters(self)
 
     # registers ---------------------------------------------------------------
@@ -67,6 +73,8 @@ class Machine:
         """Raw bits of register ``name`` (or a special register) for ``threads``."""
         reg = self.regs.get(name)
         if reg is not None:
+            if self.sanitizer is not None:
+                self.sanitizer.read_register(name, threads)
             return reg if len(threads) == self.nthreads else reg[threads]
         return self._special.read(name, threads)
 
@@ -79,6 +87,8 @@ class Machine:
             reg[:] = bits
         else:
             reg[threads] = bits
+        if self.sanitizer is not None:
+            self.sanitizer.write_register(name, threads)
 
     def register_width(self, name: str) -> int:
         """Bits of register ``name``'s storage."""
@@ -146,6 +156,7 @@ class Machine:
             uniform, running = self._execute(pc, threads, uniform is not None, running)
 
     def _execute(self, pc: int, threads: np.ndarray, was_uniform: bool, running):
+        self.current_pc = pc
         ins = self.program.code[pc]
         taken = threads
         if ins.guard is not None:
@@ -169,7 +180,10 @@ class Machine:
         elif sim is None or sim not in SEMANTICS:
             raise SimError(f"{self.program.name}: the emulator does not run {ins.name} yet")
         elif len(taken):
-            SEMANTICS[sim](Step(self, ins, r, taken))
+            try:
+                SEMANTICS[sim](Step(self, ins, r, taken))
+            except SimError as e:
+                raise _located(e, ins) from None
         if sim == "ret" and self.program.function_of[pc]:
             sim = "returned"      # the PCs are set; reconverge below like any step
             self.pc[threads[~np.isin(threads, taken)]] = pc + 1
@@ -296,6 +310,8 @@ class Machine:
                 if len(at) >= need:
                     self.state[at] = _RUNNING
                     self.barrier[at] = -1
+                    if self.sanitizer is not None:
+                        self.sanitizer.barrier_released(np.array([cta]))
 
     def _deadlock(self) -> str:
         waiting = np.nonzero(self.state == _WAITING)[0]
@@ -307,6 +323,15 @@ class Machine:
         return (f"{self.program.name}: deadlock: barrier {int(self.barrier[t])} at "
                 f"{self.program.code[pc].name}{where} reached by {len(waiting)} threads, but others of "
                 f"CTA {cta} exited or never arrive (first waiting thread: tid {tid})")
+
+
+def _located(e: SimError, ins: ir.Instruction) -> SimError:
+    """The same error with the instruction's PTX line appended (once)."""
+    if "PTX line" in str(e) or not (ins.loc and len(ins.loc) == 3):
+        return e
+    return type(e)(f"{e} [PTX line {ins.loc[1]}]")
+
+
 
 
 class _SpecialRegisters:

@@ -51,6 +51,9 @@ class Memory:
         self.local = _padded(nctas * ntid * local_size)
         self.param = _padded(param_size)
         self.const = _padded(const_size)
+        # Called as watch(flat shared indices, threads, width, write) for every
+        # shared access when the sanitizer runs.
+        self.watch = None
 
     def add_global(self, nbytes: int) -> int:
         """Allocate a zeroed global buffer; returns its base address."""
@@ -65,16 +68,17 @@ class Memory:
         addr = addr.astype(np.uint64, copy=False)
         if space == "generic":
             return self._generic(addr, threads, width, what)
+        every = np.arange(len(addr))
         if space == "global":
-            return self._global(addr, np.arange(len(addr)), width, what)
+            return self._global(addr, every, threads, width, what)
         if space == "shared":
             return [self._window(self.shared, self.shared_size, threads // self.ntid, addr,
-                                 np.arange(len(addr)), width, "shared", what)]
+                                 every, threads, width, "shared", what)]
         if space == "local":
-            return [self._window(self.local, self.local_size, threads, addr, np.arange(len(addr)),
+            return [self._window(self.local, self.local_size, threads, addr, every, threads,
                                  width, "local", what)]
         buf = self.param if space == "param" else self.const
-        return [self._window(buf, len(buf), np.zeros_like(threads), addr, np.arange(len(addr)),
+        return [self._window(buf, len(buf), np.zeros_like(threads), addr, every, threads,
                              width, space, what)]
 
     def _generic(self, addr: np.ndarray, threads: np.ndarray, width: int, what: str):
@@ -89,22 +93,22 @@ class Memory:
                 offsets = addr[pos] - np.uint64(base)
                 if space == "shared":
                     groups.append(self._window(self.shared, self.shared_size, threads[pos] // self.ntid,
-                                               offsets, pos, width, space, what))
+                                               offsets, pos, threads, width, space, what))
                 elif space == "local":
                     groups.append(self._window(self.local, self.local_size, threads[pos], offsets, pos,
-                                               width, space, what))
+                                               threads, width, space, what))
                 else:
                     buf = self.param if space == "param" else self.const
-                    groups.append(self._window(buf, len(buf), np.zeros_like(pos), offsets, pos, width,
-                                               space, what))
+                    groups.append(self._window(buf, len(buf), np.zeros_like(pos), offsets, pos, threads,
+                                               width, space, what))
         if rest.all():
-            return self._global(addr, np.arange(len(addr)), width, what)
+            return self._global(addr, np.arange(len(addr)), threads, width, what)
         if rest.any():
             pos = np.nonzero(rest)[0]
-            groups.extend(self._global(addr[pos], pos, width, what))
+            groups.extend(self._global(addr[pos], pos, threads, width, what))
         return groups
 
-    def _global(self, addr: np.ndarray, pos: np.ndarray, width: int, what: str):
+    def _global(self, addr: np.ndarray, pos: np.ndarray, threads: np.ndarray, width: int, what: str):
         ids = (addr >> np.uint64(GLOBAL_SHIFT)).astype(np.int64) - 1
         offsets = addr & np.uint64((1 << GLOBAL_SHIFT) - 1)
         groups = []
@@ -112,28 +116,34 @@ class Memory:
             sel = ids == k
             if k < 0 or k >= len(self.globals):
                 bad = int(addr[sel][0])
-                raise SimError(f"{what}: address {bad:#x} is not in any global buffer")
+                raise SimError(f"{what}: address {bad:#x} is not in any global buffer "
+                               f"({self._who(threads[pos[sel][0]])})")
             off = offsets[sel]
-            self._check(off, width, self.sizes[k], "global", what, (k + 1) << GLOBAL_SHIFT)
+            self._check(off, width, self.sizes[k], "global", what, (k + 1) << GLOBAL_SHIFT, threads[pos[sel]])
             groups.append((self.globals[k], off, pos[sel]))
         return groups
 
     def _window(self, buf: np.ndarray, size: int, owner: np.ndarray, offsets: np.ndarray,
-                pos: np.ndarray, width: int, space: str, what: str):
-        self._check(offsets, width, size, space, what, 0)
+                pos: np.ndarray, threads: np.ndarray, width: int, space: str, what: str):
+        self._check(offsets, width, size, space, what, 0, threads[pos])
         return buf, owner.astype(np.uint64) * np.uint64(size) + offsets, pos
 
-    @staticmethod
-    def _check(off: np.ndarray, width: int, size: int, space: str, what: str, base: int) -> None:
+    def _who(self, thread: int) -> str:
+        cta, tid = divmod(int(thread), self.ntid)
+        return f"CTA {cta}, thread {tid}"
+
+    def _check(self, off: np.ndarray, width: int, size: int, space: str, what: str, base: int,
+               threads: np.ndarray) -> None:
         if len(off) == 0:
             return
         if width > 1 and (off % np.uint64(width)).any():
-            bad = int(off[(off % np.uint64(width)) != 0][0])
-            raise SimError(f"{what}: misaligned {width}-byte {space} access at {base + bad:#x}")
+            k = int(np.nonzero((off % np.uint64(width)) != 0)[0][0])
+            raise SimError(f"{what}: misaligned {width}-byte {space} access at {base + int(off[k]):#x} "
+                           f"({self._who(threads[k])})")
         if int(off.max()) + width > size:
-            bad = int(off[off + np.uint64(width) > np.uint64(size)][0])
-            raise SimError(f"{what}: {space} access of {width} bytes at offset {bad:#x} is out of "
-                           f"bounds (the {space} buffer has {size} bytes)")
+            k = int(np.nonzero(off + np.uint64(width) > np.uint64(size))[0][0])
+            raise SimError(f"{what}: {space} access of {width} bytes at offset {int(off[k]):#x} is out of "
+                           f"bounds (the {space} buffer has {size} bytes; {self._who(threads[k])})")
 
     # access ----------------------------------------------------------------------
     def load(self, space: str, addr: np.ndarray, threads: np.ndarray, width: int,
@@ -141,6 +151,8 @@ class Memory:
         """``width``-byte unsigned values at ``addr`` for each thread."""
         out = np.empty(len(addr), dtype=_UINT[width])
         for buf, off, pos in self._resolve(space, addr, threads, width, what):
+            if self.watch is not None and buf is self.shared:
+                self.watch(off, threads[pos], width, False)
             out[pos] = buf.view(_UINT[width])[off // np.uint64(width)]
         return out
 
@@ -149,6 +161,8 @@ class Memory:
         """Store ``width``-byte unsigned ``values`` at ``addr`` (later threads win)."""
         values = np.asarray(values).astype(_UINT[width], copy=False)
         for buf, off, pos in self._resolve(space, addr, threads, width, what):
+            if self.watch is not None and buf is self.shared:
+                self.watch(off, threads[pos], width, True)
             buf.view(_UINT[width])[off // np.uint64(width)] = values[pos]
 
     def locations(self, space: str, addr: np.ndarray, threads: np.ndarray, width: int,

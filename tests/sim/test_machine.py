@@ -136,7 +136,7 @@ def test_out_of_bounds_global_access_faults() -> None:
     ret;
 }"""
     with pytest.raises(SimError, match=r"st.global.u32: global access of 4 bytes at offset 0x10 is out of bounds "
-                                       r"\(the global buffer has 16 bytes\)"):
+                                       r"\(the global buffer has 16 bytes; CTA 0, thread 0\) \[PTX line 8\]"):
         sim.launch(text, np.zeros(4, np.uint32))
 
 
@@ -144,3 +144,78 @@ def test_reqntid_mismatch() -> None:
     text = HEAD + ".visible .entry k()\n.reqntid 32, 1, 1\n{\n\tret;\n}\n"
     with pytest.raises(SimError, match=r"launch block \(64, 1, 1\) does not match k's .reqntid \(32, 1, 1\)"):
         sim.launch(text, block=(64, 1, 1))
+
+
+SANITIZER_CASES = [
+    ("uninitialised register", """.visible .entry k(.param .u64 out)
+{
+    .reg .b32 %r<3>; .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [out];
+    add.u32 %r2, %r1, 1;
+    st.global.u32 [%rd1], %r2;
+    ret;
+}""", r"read of uninitialised register %r1 at PTX line 8 \(add.u32\), CTA \(0, 0, 0\) thread \(0, 0, 0\)"),
+    ("uninitialised shared memory", """.visible .entry k(.param .u64 out)
+{
+    .shared .align 4 .b8 buf[64];
+    .reg .b32 %r<3>; .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [out];
+    ld.shared.u32 %r2, [buf+8];
+    st.global.u32 [%rd1], %r2;
+    ret;
+}""", r"read of uninitialised shared memory at offset 0x8 at PTX line 9 \(ld.shared.u32\)"),
+    ("shared race without a barrier", """.visible .entry k(.param .u64 out)
+{
+    .shared .align 4 .b8 buf[256];
+    .reg .b32 %r<6>; .reg .b64 %rd<2>;
+    mov.u32 %r1, %tid.x;
+    shl.b32 %r2, %r1, 2;
+    mov.u32 %r3, buf;
+    add.u32 %r4, %r3, %r2;
+    st.shared.u32 [%r4], %r1;
+    xor.b32 %r5, %r2, 4;
+    add.u32 %r5, %r3, %r5;
+    ld.shared.u32 %r5, [%r5];
+    ret;
+}""", r"shared-memory race: read of offset 0x4 at PTX line 15 \(ld.shared.u32\), CTA \(0, 0, 0\) thread "
+      r"\(0, 0, 0\) conflicts with another thread"),
+    ("same address written by two threads", """.visible .entry k(.param .u64 out)
+{
+    .shared .align 4 .b8 buf[16];
+    .reg .b32 %r<2>;
+    mov.u32 %r1, %tid.x;
+    st.shared.u32 [buf], %r1;
+    ret;
+}""", r"shared-memory race: write of offset 0x0 at PTX line 9 \(st.shared.u32\)"),
+]
+
+
+@pytest.mark.parametrize("name, body, message", SANITIZER_CASES, ids=[c[0] for c in SANITIZER_CASES])
+def test_sanitizer_catches_planted_bugs(name, body, message) -> None:
+    with pytest.raises(sim.SanitizerError, match=message):
+        sim.launch(HEAD + body, np.zeros(4, np.uint32), block=(32, 1, 1), check=True)
+
+
+def test_sanitizer_is_quiet_on_correct_code() -> None:
+    text = HEAD + """.visible .entry k(.param .u64 out)
+{
+    .shared .align 4 .b8 buf[256];
+    .reg .b32 %r<6>; .reg .b64 %rd<4>;
+    mov.u32 %r1, %tid.x;
+    shl.b32 %r2, %r1, 2;
+    mov.u32 %r3, buf;
+    add.u32 %r4, %r3, %r2;
+    st.shared.u32 [%r4], %r1;
+    bar.sync 0;
+    xor.b32 %r5, %r2, 4;
+    add.u32 %r5, %r3, %r5;
+    ld.shared.u32 %r5, [%r5];
+    ld.param.u64 %rd1, [out];
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.u32 [%rd3], %r5;
+    ret;
+}"""
+    out = np.zeros(32, np.uint32)
+    sim.launch(text, out, block=(32, 1, 1), check=True)
+    np.testing.assert_array_equal(out, np.arange(32) ^ 1)
