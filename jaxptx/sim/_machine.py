@@ -296,22 +296,28 @@ class Machine:
         self.barrier_count[s.threads] = count
 
     def _release(self) -> None:
+        """Release every (CTA, barrier) whose arrivals reached its count (all
+        the CTA's live threads when the barrier names none), all at once."""
         waiting = np.nonzero(self.state == _WAITING)[0]
         if len(waiting) == 0:
             return
         ctas = waiting // self.ntid
-        for cta in np.unique(ctas):
-            members = waiting[ctas == cta]
-            lo = cta * self.ntid
-            alive = int((self.state[lo:lo + self.ntid] != _EXITED).sum())
-            for ident in np.unique(self.barrier[members]):
-                at = members[self.barrier[members] == ident]
-                need = int(self.barrier_count[at].max()) or alive
-                if len(at) >= need:
-                    self.state[at] = _RUNNING
-                    self.barrier[at] = -1
-                    if self.sanitizer is not None:
-                        self.sanitizer.barrier_released(np.array([cta]))
+        key = ctas * 16 + self.barrier[waiting]          # PTX has barriers 0..15
+        arrived = np.bincount(key, minlength=self.nctas * 16)
+        alive = np.bincount(np.nonzero(self.state != _EXITED)[0] // self.ntid, minlength=self.nctas)
+        need = np.repeat(alive, 16)
+        counted = self.barrier_count[waiting] > 0
+        if counted.any():
+            np.maximum.at(need, key[counted], 0)
+            need[key[counted]] = 0
+            np.maximum.at(need, key[counted], self.barrier_count[waiting][counted])
+        done = arrived[key] >= need[key]
+        if done.any():
+            go = waiting[done]
+            self.state[go] = _RUNNING
+            self.barrier[go] = -1
+            if self.sanitizer is not None:
+                self.sanitizer.barrier_released(np.unique(ctas[done]))
 
     def _deadlock(self) -> str:
         waiting = np.nonzero(self.state == _WAITING)[0]

@@ -112,7 +112,9 @@ class Memory:
         ids = (addr >> np.uint64(GLOBAL_SHIFT)).astype(np.int64) - 1
         offsets = addr & np.uint64((1 << GLOBAL_SHIFT) - 1)
         groups = []
-        for k in np.unique(ids):
+        first = int(ids[0]) if len(ids) else 0
+        distinct = [first] if (ids == first).all() else np.unique(ids)   # one buffer: the usual case
+        for k in distinct:
             sel = ids == k
             if k < 0 or k >= len(self.globals):
                 bad = int(addr[sel][0])

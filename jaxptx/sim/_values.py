@@ -30,7 +30,7 @@ def value_dtype(t: PtxType) -> np.dtype:
     if t.kind == "pred":
         return np.dtype(np.bool_)
     if t.kind == "s":
-        return np.dtype(_SINT[max(8, t.bits)])
+        return np.dtype(_SINT[max(8, t.bits // t.lanes)])
     if t.kind in "bu" or t.np_dtype is None:
         return np.dtype(UINT[max(8, t.bits // t.lanes)])
     return t.np_dtype
@@ -83,6 +83,8 @@ def constant(t: PtxType, value: int | float, n: int) -> np.ndarray:
         width = max(8, t.bits)
         value &= (1 << width) - 1
         arr = np.full(n, value, dtype=UINT[width])
+        if t.lanes > 1:         # packed u16x2 / s16x2: (n, 2) halves, low first
+            return arr.view(value_dtype(t)).reshape(n, t.lanes)
         return arr.view(value_dtype(t)) if t.kind == "s" else arr
     if t.lanes > 1:
         return np.full((n, t.lanes), value, dtype=value_dtype(t))

@@ -1,0 +1,373 @@
+"""Exact IEEE floating-point arithmetic for the emulator's semantics.
+
+numpy rounds to nearest. The PTX rounding modifiers ``.rn/.rz/.rm/.rp``
+need each result rounded in a chosen direction, so every operation here
+produces the round-to-nearest ``float64`` result ``x`` *and* the sign of the
+rounding error (``exact - x``: -1, 0 or +1), computed with error-free
+transformations (TwoSum, Dekker's TwoProduct, exact expansion signs):
+
+* f16 / bf16 / f32 operations run in float64 and are rounded once more
+  to the target type. The float64 result is first made *round-to-odd*
+  (Boldo & Melquiond), which makes the second rounding correct in every
+  mode, since float64 has at least two more bits than the target.
+* f64 operations correct numpy's result with the error sign. ``fma.f64``
+  uses Boldo & Melquiond's emulation of a fused multiply-add by
+  round-to-odd. Where an error-free transformation could over- or
+  underflow (operands beyond 2**995, products below 2**-966, results
+  outside [2**-960, 2**1000]) the few affected elements are computed with
+  :class:`fractions.Fraction` instead.
+
+NaN results are the canonical NaN of each type: positive with all payload
+bits set (``0x7fffffff`` for f32, ``0x7fff`` for f16/bf16; the same pattern,
+``0x7fffffffffffffff``, for f64, whose hardware NaN bits are not verified).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+
+__all__ = ["Fmt", "FMT", "arith", "flush", "canonical", "next_up", "next_down", "round_to", "saturate",
+           "sign_bit", "with_sign"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Fmt:
+    """An IEEE binary format: value and bit dtypes, precision ``p`` (with the
+    implicit bit), exponent range, canonical NaN bits."""
+
+    name: str
+    dtype: np.dtype
+    udtype: np.dtype
+    bits: int
+    p: int
+    emin: int
+    emax: int
+    nan: int
+
+    @property
+    def sign(self) -> int:
+        return 1 << (self.bits - 1)
+
+    @property
+    def exp_mask(self) -> int:
+        return ((1 << (self.bits - self.p)) - 1) << (self.p - 1)
+
+
+FMT = {
+    "f16": Fmt("f16", np.dtype(np.float16), np.dtype(np.uint16), 16, 11, -14, 15, 0x7FFF),
+    "bf16": Fmt("bf16", np.dtype(ml_dtypes.bfloat16), np.dtype(np.uint16), 16, 8, -126, 127, 0x7FFF),
+    "f32": Fmt("f32", np.dtype(np.float32), np.dtype(np.uint32), 32, 24, -126, 127, 0x7FFF_FFFF),
+    "f64": Fmt("f64", np.dtype(np.float64), np.dtype(np.uint64), 64, 53, -1022, 1023,
+               0x7FFF_FFFF_FFFF_FFFF),
+}
+_F64 = FMT["f64"]
+
+
+# bits ----------------------------------------------------------------------------
+def _bits(x: np.ndarray, f: Fmt) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(x, dtype=f.dtype)).view(f.udtype)
+
+
+def _value(b: np.ndarray, f: Fmt) -> np.ndarray:
+    return np.ascontiguousarray(b.astype(f.udtype, copy=False)).view(f.dtype)
+
+
+def sign_bit(x: np.ndarray, f: Fmt) -> np.ndarray:
+    """True where the sign bit of ``x`` is set (NaNs included)."""
+    return (_bits(x, f) & f.udtype.type(f.sign)) != 0
+
+
+def with_sign(x: np.ndarray, negative: np.ndarray, f: Fmt) -> np.ndarray:
+    """``x`` with its sign bit set to ``negative``."""
+    b = _bits(x, f) & f.udtype.type(f.sign - 1)
+    return _value(np.where(negative, b | f.udtype.type(f.sign), b), f)
+
+
+def flush(x: np.ndarray, f: Fmt) -> np.ndarray:
+    """``.ftz``: subnormals become zero of the same sign."""
+    b = _bits(x, f)
+    sub = (b & f.udtype.type(f.exp_mask)) == 0
+    return _value(np.where(sub, b & f.udtype.type(f.sign), b), f)
+
+
+def canonical(x: np.ndarray, f: Fmt) -> np.ndarray:
+    """NaNs replaced by the format's canonical NaN."""
+    nan = np.isnan(x.astype(np.float64) if f.name == "bf16" else x)
+    if not nan.any():
+        return x
+    return _value(np.where(nan, f.udtype.type(f.nan), _bits(x, f)), f)
+
+
+def next_up(x: np.ndarray, f: Fmt) -> np.ndarray:
+    """The next representable value above ``x`` (``+inf`` and NaN stay)."""
+    b = _bits(x, f)
+    one = f.udtype.type(1)
+    mag = b & f.udtype.type(f.sign - 1)
+    neg = (b & f.udtype.type(f.sign)) != 0
+    special = mag >= f.udtype.type(f.exp_mask)          # inf or NaN
+    out = np.where(mag == 0, one, np.where(neg, b - one, b + one))
+    out = np.where(special & ~neg, b, out)
+    out = np.where(special & neg & (mag > f.udtype.type(f.exp_mask)), b, out)   # -NaN
+    out = np.where(special & neg & (mag == f.udtype.type(f.exp_mask)),          # -inf → -max
+                   b - one, out)
+    return _value(out, f)
+
+
+def next_down(x: np.ndarray, f: Fmt) -> np.ndarray:
+    """The next representable value below ``x``."""
+    flip = f.udtype.type(f.sign)
+    return _value(_bits(next_up(_value(_bits(x, f) ^ flip, f), f), f) ^ flip, f)
+
+
+# error-free transformations (float64) --------------------------------------------
+def _two_sum_err(a: np.ndarray, b: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """Knuth's TwoSum: ``a + b - s`` exactly (``s = fl(a + b)``, finite)."""
+    bb = s - a
+    return (a - (s - bb)) + (b - bb)
+
+
+def _split(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    c = 134217729.0 * a
+    hi = c - (c - a)
+    return hi, a - hi
+
+
+def _two_prod(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dekker's TwoProduct: ``p + e == a * b`` exactly when :func:`_prod_safe`."""
+    p = a * b
+    ah, al = _split(a)
+    bh, bl = _split(b)
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def _prod_safe(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Where TwoProduct of float64 ``a``, ``b`` is exact (no over/underflow)."""
+    aa, ab = np.abs(a), np.abs(b)
+    ok_a = (aa == 0) | ((aa >= 2.0 ** -1022) & (aa < 2.0 ** 995))
+    ok_b = (ab == 0) | ((ab >= 2.0 ** -1022) & (ab < 2.0 ** 995))
+    p = aa * ab
+    return ok_a & ok_b & ((aa == 0) | (ab == 0) | ((p >= 2.0 ** -966) & (p < 2.0 ** 1020)))
+
+
+def _sign_of_sum(*terms: np.ndarray) -> np.ndarray:
+    """Exact sign of a sum of float64 arrays (Shewchuk's Grow-Expansion keeps a
+    nonoverlapping expansion; its largest nonzero component has the sum's sign)."""
+    expansion: list[np.ndarray] = []
+    for t in terms:
+        q = t
+        grown = []
+        for e in expansion:
+            s = q + e
+            grown.append(_two_sum_err(q, e, s))
+            q = s
+        expansion = grown + [q]
+    sign = np.zeros(np.shape(terms[0]), dtype=np.int8)
+    for comp in reversed(expansion):
+        sign = np.where(sign == 0, _sgn(comp), sign)
+    return sign
+
+
+def _sgn(v: np.ndarray) -> np.ndarray:
+    """Sign as int8 (-1, 0, 1); NaN gives 0."""
+    return (v > 0).astype(np.int8) - (v < 0).astype(np.int8)
+
+
+def _round_odd(x: np.ndarray, err_sign: np.ndarray) -> np.ndarray:
+    """Round-to-odd of ``x + (a tiny error of sign err_sign)``."""
+    even = (x.view(np.uint64 if x.dtype == np.float64 else np.uint32) & 1) == 0
+    bump = (err_sign != 0) & even & np.isfinite(x)
+    if not bump.any():
+        return x
+    return np.where(bump, np.nextafter(x, (err_sign * np.inf).astype(x.dtype)), x)
+
+
+# exact fallback ----------------------------------------------------------------------
+def _round_fraction(q: Fraction, f: Fmt, mode: str) -> float:
+    """The rational ``q`` rounded to format ``f`` in ``mode`` (as a Python float)."""
+    if q == 0:
+        return 0.0
+    neg = q < 0
+    n, d = abs(q.numerator), q.denominator
+    e = n.bit_length() - d.bit_length()
+    if (n << max(0, -e)) < (d << max(0, e)):
+        e -= 1
+    e = max(e, f.emin)
+    shift = f.p - 1 - e
+    m, rem = divmod(n << shift, d) if shift >= 0 else divmod(n, d << -shift)
+    if rem:
+        if mode == "rn":
+            up = 2 * rem > d * (1 << max(0, -shift)) or (2 * rem == d * (1 << max(0, -shift)) and m & 1)
+        else:
+            up = {"rz": False, "rp": not neg, "rm": neg}[mode]
+        m += int(up)
+    if m.bit_length() + e - f.p + 1 > f.emax + 1:        # overflow
+        to_inf = mode == "rn" or (mode == "rp" and not neg) or (mode == "rm" and neg)
+        val = math.inf if to_inf else math.ldexp((1 << f.p) - 1, f.emax - f.p + 1)
+    else:
+        val = math.ldexp(m, e - f.p + 1)
+    return -val if neg else val
+
+
+def _exact(op: str, args: tuple[float, ...]) -> Fraction:
+    a, b, *c = (Fraction(v) for v in args)
+    if op == "add":
+        return a + b
+    if op == "mul":
+        return a * b
+    if op == "div":
+        return a / b
+    return a * b + c[0]
+
+
+# operations ----------------------------------------------------------------------------
+def _wide(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, sign(exact - x))`` for f16/bf16/f32 operands held in float64:
+    products are exact there, sums and quotients get their error sign."""
+    if op == "mul":
+        x = a * b
+        return x, np.zeros(x.shape, np.int8)
+    if op == "div":
+        x = a / b
+        p, pe = _two_prod(x, b)
+        sgn = _sign_of_sum(a, -p, -pe) * _sgn(b)
+        sgn = np.where(np.isfinite(b) & (x != 0), sgn, 0)
+    else:
+        u, v = (a, b) if op == "add" else (a * b, c)
+        x = u + v
+        sgn = _sgn(_two_sum_err(u, v, x))
+    return x, np.where(np.isfinite(x), sgn, 0).astype(np.int8)
+
+
+def _f64(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray | None,
+         mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, sign(exact - x))`` for f64 operands, ``x`` the nearest float64
+    (the sign is only computed for directed modes, except inside fma)."""
+    fin = np.isfinite(a) & np.isfinite(b) & (np.isfinite(c) if c is not None else True)
+    unsafe = np.zeros(a.shape, bool)
+    if op == "fma":
+        uh, ul = _two_prod(a, b)
+        th = c + uh
+        tl = _two_sum_err(c, uh, th)
+        v = tl + ul
+        vo = _round_odd(v, _sgn(_two_sum_err(tl, ul, v)))
+        x = th + vo
+        plain = ~fin | (a == 0) | (b == 0)
+        x = np.where(plain, a * b + c, x)
+        sgn = _sign_of_sum(th, tl, ul, -x) if mode != "rn" else np.zeros(x.shape, np.int8)
+        sgn = np.where(plain, 0, sgn)
+        ax = np.abs(x)
+        unsafe = fin & ~plain & (~_prod_safe(a, b) | (np.abs(c) >= 2.0 ** 1000) |
+                                 ((ax != 0) & (ax < 2.0 ** -960)) | (ax >= 2.0 ** 1000))
+    else:
+        x = {"add": np.add, "mul": np.multiply, "div": np.divide}[op](a, b)
+        if mode == "rn":
+            return x, np.zeros(x.shape, np.int8)
+        if op == "add":
+            sgn = _sgn(_two_sum_err(a, b, x))
+        elif op == "mul":
+            sgn = _sgn(_two_prod(a, b)[1])
+            unsafe = fin & ~_prod_safe(a, b)
+        else:
+            p, pe = _two_prod(x, b)
+            sgn = np.where(b == 0, 0, _sign_of_sum(a, -p, -pe) * _sgn(b))
+            unsafe = fin & (b != 0) & (a != 0) & ~_prod_safe(x, b)
+    sgn = np.where(np.isfinite(x), sgn, np.where(fin, -_sgn(x), 0)).astype(np.int8)
+    sgn = np.where(fin, sgn, 0).astype(np.int8)
+    if unsafe.any():
+        idx = np.nonzero(unsafe)
+        rows = zip(*(v[idx] for v in ((a, b) if c is None else (a, b, c))))
+        x = x.copy()
+        x[idx] = [_round_fraction(_exact(op, tuple(map(float, r))), _F64, mode) for r in rows]
+        sgn = sgn.copy()
+        sgn[idx] = 0                 # already rounded in ``mode``
+    return x, sgn
+
+
+def _adjust(r: np.ndarray, sgn: np.ndarray, mode: str, f: Fmt) -> np.ndarray:
+    """Move the nearest result ``r`` one step where the directed mode needs it."""
+    if mode == "rn" or not sgn.any():
+        return r
+    pos = (r.astype(np.float64) if f.name == "bf16" else r) > 0
+    neg = (r.astype(np.float64) if f.name == "bf16" else r) < 0
+    up = (sgn > 0) & ((mode == "rp") | ((mode == "rz") & neg))
+    down = (sgn < 0) & ((mode == "rm") | ((mode == "rz") & pos))
+    if up.any():
+        r = np.where(up, next_up(r, f), r)
+    if down.any():
+        r = np.where(down, next_down(r, f), r)
+    return r.astype(f.dtype, copy=False)
+
+
+def round_to(x: np.ndarray, sgn: np.ndarray | None, f: Fmt, mode: str) -> np.ndarray:
+    """float64 ``x`` (the nearest float64 to an exact value whose error sign is
+    ``sgn``) rounded to format ``f`` in ``mode``."""
+    if sgn is None:
+        sgn = np.zeros(x.shape, np.int8)
+    if f.name == "f64":
+        return _adjust(x, sgn, mode, f)
+    x = _round_odd(x, sgn)
+    if f.name == "bf16":            # ml_dtypes rounds float64 via float32: round to odd first
+        y = x.astype(np.float32)
+        r = _round_odd(y, _sgn(x - y.astype(np.float64))).astype(f.dtype)
+    else:
+        r = x.astype(f.dtype)
+    rb = r.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        s2 = np.where(x == rb, 0, _sgn(x - rb)).astype(np.int8)
+    return _adjust(r, s2, mode, f)
+
+
+def arith(op: str, args: list[np.ndarray], f: Fmt, mode: str = "rn", *, ftz: bool = False,
+          sat: bool = False, relu: bool = False) -> np.ndarray:
+    """One IEEE operation (``add``, ``sub``, ``mul``, ``div``, ``fma``) on
+    values of format ``f`` (any shape), as PTX defines it: ``.ftz`` flushes
+    subnormal inputs and results, the result is rounded in ``mode``,
+    ``.sat`` clamps to [+0, 1] (NaN → +0), ``.relu`` clamps negatives to +0,
+    NaN results are canonical."""
+    with np.errstate(all="ignore"):
+        if ftz:
+            args = [flush(v, f) for v in args]
+        wide = [np.asarray(v).astype(np.float64) for v in args]
+        if op == "sub":
+            op, wide[1] = "add", -wide[1]
+        a, b, c = wide[0], wide[1], (wide[2] if len(wide) > 2 else None)
+        if f.name == "f64":
+            x, sgn = _f64(op, a, b, c, mode)
+        else:
+            x, sgn = _wide(op, a, b, c)
+        r = round_to(x, sgn, f, mode)
+        if op in ("add", "fma"):
+            r = _zero_sign(r, x, sgn, a * b if op == "fma" else a, c if op == "fma" else b, mode, f)
+        if ftz:
+            r = flush(r, f)
+        r = canonical(r, f)
+        if sat:
+            r = saturate(r, f)
+        if relu:
+            rf = r.astype(np.float64)
+            r = np.where(rf <= 0, np.zeros(1, f.dtype), r)
+        return r.astype(f.dtype, copy=False)
+
+
+def saturate(r: np.ndarray, f: Fmt) -> np.ndarray:
+    """``.sat``: clamp to [+0.0, 1.0]; NaN and -0.0 give +0.0."""
+    rf = r.astype(np.float64)
+    r = np.where(np.isnan(rf) | (rf <= 0), np.zeros(1, f.dtype), r)
+    return np.where(rf > 1, np.ones(1, f.dtype), r).astype(f.dtype)
+
+
+def _zero_sign(r: np.ndarray, x: np.ndarray, sgn: np.ndarray, u: np.ndarray, v: np.ndarray,
+               mode: str, f: Fmt) -> np.ndarray:
+    """IEEE 754 §6.3: an exact zero sum is +0 in every mode but ``.rm``, where
+    it is -0 — unless both addends are zeros of one sign."""
+    if mode != "rm":
+        return r
+    exact_zero = (x == 0) & (sgn == 0)
+    both_pos_zero = (u == 0) & (v == 0) & ~np.signbit(u) & ~np.signbit(v)
+    fix = exact_zero & ~both_pos_zero
+    return with_sign(r, fix | sign_bit(r, f), f) if fix.any() else r

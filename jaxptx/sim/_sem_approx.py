@@ -1,0 +1,191 @@
+"""Emulator semantics: reciprocal, square root and the transcendentals
+(PTX ISA "Floating-Point Instructions" rcp, sqrt, rsqrt, sin, cos, lg2, ex2,
+tanh, and their half-precision forms).
+
+IEEE forms (``rcp.rn``, ``sqrt.rz``...) are correctly rounded in every mode.
+``.approx`` forms compute the function in float64 and round to nearest in
+the result format: that is within the error bound the PTX ISA gives for
+each, but the hardware's approximations (MUFU) differ from it in the last
+bits, so results are not bit-exact against a GPU except where the true
+result is exactly representable (``ex2(10) = 1024``, ``sqrt(0.25)``...).
+NaN results are the format's canonical NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..types import TYPES
+from ._fp import FORMATS, Format, convert, directed_f64, flush, round_to, two_prod
+from ._step import Step
+
+_HALF = {"f16": "f16", "f16x2": "f16", "bf16": "bf16", "bf16x2": "bf16", "f32": "f32", "f64": "f64"}
+_UTYPE = {16: TYPES["u16"], 32: TYPES["u32"], 64: TYPES["u64"]}
+
+
+def _operand(s: Step) -> tuple[np.ndarray, Format, bool]:
+    """The source as float64 (``(n, 2)`` for packed halves), its element
+    format, and whether ``.ftz`` flushes subnormal inputs and results."""
+    t = s.type(1)
+    fmt = FORMATS[_HALF[t.name]]
+    x = s.src(1).astype(np.float64)
+    ftz = bool(s.mod("ftz"))
+    if ftz:
+        x = flush(x, fmt)
+    return x, fmt, ftz
+
+
+def _write(s: Step, y: np.ndarray, fmt: Format, ftz: bool, mode: str = "rn") -> None:
+    """Round float64 results to ``fmt`` and write them (packed pairs with
+    element 0 in the low half)."""
+    bits = convert(y, fmt, mode, ftz=ftz)
+    if bits.ndim == 2:
+        b = bits.astype(np.uint32)
+        s.dst(0, b[:, 0] | (b[:, 1] << np.uint32(16)), TYPES["u32"])
+    else:
+        s.dst(0, bits, _UTYPE[fmt.bits])
+
+
+def _approx(s: Step, fn: Callable[[np.ndarray], np.ndarray]) -> None:
+    """An ``.approx`` function: float64 ``fn``, rounded to nearest."""
+    x, fmt, ftz = _operand(s)
+    with np.errstate(all="ignore"):
+        y = fn(x)
+    _write(s, y, fmt, ftz)
+
+
+def _upper_word(s: Step, fn: Callable[[np.ndarray], np.ndarray]) -> None:
+    """``rcp/rsqrt.approx.ftz.f64``: computed from the upper 32 bits of the
+    operand (sign, exponent, 20 mantissa bits), result rounded to 20
+    mantissa bits with the low 32 bits zero; subnormal inputs and results
+    flush to zero; NaN → 0x7fffffff00000000 (PTX ISA, rcp.approx.ftz.f64)."""
+    bits = s.src(1, TYPES["u64"]) & np.uint64(0xFFFF_FFFF_0000_0000)
+    x = flush(bits.view(np.float64), FORMATS["f64"])
+    with np.errstate(all="ignore"):
+        y = round_to(fn(x), Format("f64u", 64, 21, -1022, float(np.finfo(np.float64).max), True, None,
+                                   np.float64), "rn")
+        y = flush(y, FORMATS["f64"])
+    out = y.view(np.uint64)
+    out = np.where(np.isnan(y), np.uint64(0x7FFF_FFFF_0000_0000), out)
+    s.dst(0, out, TYPES["u64"])
+
+
+def rcp(s: Step) -> None:
+    """``rcp``: 1/a. ``.rn/.rz/.rm/.rp`` are IEEE 754 correctly rounded
+    (f32 via the float64 quotient, which never lies on an f32 rounding
+    boundary unless exact; f64 from the nearest quotient and the exact sign
+    of the residual 1 - a*q). ``rcp.approx.f32`` (PTX: max 1 ulp error) is
+    the correctly rounded quotient here. ``rcp.approx.ftz.f64`` keeps the
+    ISA's upper-word semantics. ``.ftz`` flushes f32 subnormals."""
+    if s.mod("approx"):
+        if s.type(1).name == "f64":
+            _upper_word(s, lambda x: 1.0 / x)
+        else:
+            _approx(s, lambda x: 1.0 / x)
+        return
+    x, fmt, ftz = _operand(s)
+    mode = s.mod("rnd")
+    with np.errstate(all="ignore"):
+        q = 1.0 / x
+        if fmt.name == "f64" and mode != "rn":
+            q = directed_f64(q, *_rcp_sides(x, q), mode)
+            s.dst(0, np.where(np.isnan(q), np.uint64(FORMATS["f64"].nan), q.view(np.uint64)), TYPES["u64"])
+            return
+    _write(s, q, fmt, ftz, mode)
+
+
+def _rcp_sides(x: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where 1/x lies above / below its nearest float64 ``q``: the sign of
+    the exact residual 1 - x*q, computed on mantissas scaled to [1, 2)."""
+    finite = np.isfinite(x) & (x != 0)
+    ok = finite & np.isfinite(q) & (q != 0)
+    mx, ex = np.frexp(np.where(ok, x, 1.0))
+    mq, eq = np.frexp(np.where(ok, q, 1.0))
+    p, e = two_prod(np.abs(mx) * 2, np.abs(mq) * 2)          # both in [1, 2)
+    scale = ex + eq - 2
+    res = (1.0 - np.ldexp(p, scale)) - np.ldexp(e, scale)     # 1 - P exact (Sterbenz)
+    sign = np.sign(res) * np.sign(x)                          # sign of 1/x - q
+    # q overflowed to infinity: the exact quotient is finite, so below |q|.
+    sign = np.where(finite & np.isinf(q), -np.sign(q), np.where(ok, sign, 0.0))
+    return sign > 0, sign < 0
+
+
+def sqrt(s: Step) -> None:
+    """``sqrt``: IEEE forms correctly rounded in every mode (f32 via the
+    float64 root; f64 from the nearest root and the exact sign of a - q*q);
+    ``sqrt.approx.f32`` (PTX: max relative error 2**-23) is the correctly
+    rounded root here. Negative inputs give NaN, sqrt(-0) = -0."""
+    if s.mod("approx"):
+        _approx(s, np.sqrt)
+        return
+    x, fmt, ftz = _operand(s)
+    mode = s.mod("rnd")
+    with np.errstate(all="ignore"):
+        q = np.sqrt(x)
+        if fmt.name == "f64" and mode != "rn":
+            q = directed_f64(q, *_sqrt_sides(x, q), mode)
+            s.dst(0, np.where(np.isnan(q), np.uint64(FORMATS["f64"].nan), q.view(np.uint64)), TYPES["u64"])
+            return
+    _write(s, q, fmt, ftz, mode)
+
+
+def _sqrt_sides(x: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where sqrt(x) lies above / below its nearest float64 ``q``: the sign
+    of x - q*q, with x scaled by an even power of two into [1, 4)."""
+    ok = np.isfinite(x) & (x > 0)
+    m, e = np.frexp(np.where(ok, x, 1.0))                    # x = m * 2**e, m in [0.5, 1)
+    odd = (e % 2) != 0
+    m = np.where(odd, m * 2, m * 4)                          # [1, 4)
+    k = np.where(odd, e - 1, e - 2) // 2
+    qm = np.ldexp(np.where(ok, q, 1.0), -k)                  # sqrt(m) rounded, in [1, 2]
+    p, err = two_prod(qm, qm)
+    res = np.where(ok, (m - p) - err, 0.0)                   # m - p exact (Sterbenz)
+    return res > 0, res < 0
+
+
+def rsqrt(s: Step) -> None:
+    """``rsqrt.approx``: 1/sqrt(a) (PTX: f32 max relative error 2**-22.9),
+    computed in float64 and rounded to nearest; rsqrt(-0) = -inf.
+    ``rsqrt.approx.ftz.f64`` keeps the ISA's upper-word semantics."""
+    if s.type(1).name == "f64" and s.mod("ftz"):
+        _upper_word(s, lambda x: 1.0 / np.sqrt(x))
+        return
+    _approx(s, lambda x: 1.0 / np.sqrt(x))
+
+
+def sin(s: Step) -> None:
+    """``sin.approx.f32`` (PTX: max absolute error 2**-20.5 in [-2pi, 2pi],
+    2**-14.7 in [-100pi, 100pi]); here float64 sin rounded to f32."""
+    _approx(s, np.sin)
+
+
+def cos(s: Step) -> None:
+    """``cos.approx.f32`` (PTX: same error bounds as sin); here float64 cos
+    rounded to f32."""
+    _approx(s, np.cos)
+
+
+def lg2(s: Step) -> None:
+    """``lg2.approx.f32`` (PTX: max absolute error 2**-22 in (0.5, 2), else
+    relative 2**-22); lg2(±0) = -inf, negatives give NaN."""
+    _approx(s, lambda x: np.where(x == 0, -np.inf, np.log2(x)))
+
+
+def ex2(s: Step) -> None:
+    """``ex2.approx`` on f32 (PTX: max 2 ulp), f16/f16x2 (relative 2**-9.9)
+    and bf16/bf16x2 with ``.ftz`` (relative 2**-7): float64 2**a rounded to
+    the format."""
+    _approx(s, np.exp2)
+
+
+def tanh(s: Step) -> None:
+    """``tanh.approx`` on f32 (PTX: max relative error about 2**-11) and
+    f16/bf16 pairs: float64 tanh rounded to the format."""
+    _approx(s, np.tanh)
+
+
+SEMANTICS: dict[str, Callable] = {"rcp": rcp, "sqrt": sqrt, "rsqrt": rsqrt, "sin": sin, "cos": cos,
+                                  "lg2": lg2, "ex2": ex2, "tanh": tanh}
+"""The approximate-math semantics (merged into ``_sem_convert.SEMANTICS``)."""
