@@ -14,8 +14,8 @@ transformations (TwoSum, Dekker's TwoProduct, exact expansion signs):
   uses Boldo & Melquiond's emulation of a fused multiply-add by
   round-to-odd. Where an error-free transformation could over- or
   underflow (operands beyond 2**995, products below 2**-966, results
-  outside [2**-960, 2**1000]) the few affected elements are computed with
-  :class:`fractions.Fraction` instead.
+  outside [2**-960, 2**1000]) the few affected elements get their nearest
+  value and error sign from :class:`fractions.Fraction` arithmetic instead.
 
 NaN results are the canonical NaN of each type: positive with all payload
 bits set (``0x7fffffff`` for f32, ``0x7fff`` for f16/bf16; the same pattern,
@@ -183,7 +183,7 @@ def _round_odd(x: np.ndarray, err_sign: np.ndarray) -> np.ndarray:
     bump = (err_sign != 0) & even & np.isfinite(x)
     if not bump.any():
         return x
-    return np.where(bump, np.nextafter(x, (err_sign * np.inf).astype(x.dtype)), x)
+    return np.where(bump, np.nextafter(x, np.where(err_sign > 0, np.inf, -np.inf).astype(x.dtype)), x)
 
 
 # exact fallback ----------------------------------------------------------------------
@@ -279,12 +279,12 @@ def _f64(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray | None,
     sgn = np.where(np.isfinite(x), sgn, np.where(fin, -_sgn(x), 0)).astype(np.int8)
     sgn = np.where(fin, sgn, 0).astype(np.int8)
     if unsafe.any():
-        idx = np.nonzero(unsafe)
-        rows = zip(*(v[idx] for v in ((a, b) if c is None else (a, b, c))))
-        x = x.copy()
-        x[idx] = [_round_fraction(_exact(op, tuple(map(float, r))), _F64, mode) for r in rows]
-        sgn = sgn.copy()
-        sgn[idx] = 0                 # already rounded in ``mode``
+        x, sgn = x.copy(), sgn.copy()
+        for i in zip(*np.nonzero(unsafe)):
+            q = _exact(op, tuple(float(v[i]) for v in ((a, b) if c is None else (a, b, c))))
+            if q != 0:          # an exact zero keeps numpy's signed zero
+                x[i] = _round_fraction(q, _F64, "rn")
+                sgn[i] = -np.sign(x[i]) if math.isinf(x[i]) else (q > Fraction(x[i])) - (q < Fraction(x[i]))
     return x, sgn
 
 
@@ -316,6 +316,8 @@ def round_to(x: np.ndarray, sgn: np.ndarray | None, f: Fmt, mode: str) -> np.nda
         r = _round_odd(y, _sgn(x - y.astype(np.float64))).astype(f.dtype)
     else:
         r = x.astype(f.dtype)
+    if mode == "rn":
+        return r
     rb = r.astype(np.float64)
     with np.errstate(invalid="ignore"):
         s2 = np.where(x == rb, 0, _sgn(x - rb)).astype(np.int8)
@@ -332,17 +334,12 @@ def arith(op: str, args: list[np.ndarray], f: Fmt, mode: str = "rn", *, ftz: boo
     with np.errstate(all="ignore"):
         if ftz:
             args = [flush(v, f) for v in args]
-        wide = [np.asarray(v).astype(np.float64) for v in args]
-        if op == "sub":
-            op, wide[1] = "add", -wide[1]
-        a, b, c = wide[0], wide[1], (wide[2] if len(wide) > 2 else None)
-        if f.name == "f64":
-            x, sgn = _f64(op, a, b, c, mode)
+        if mode == "rn" and op != "fma":
+            r = _nearest(op, args, f)
+        elif mode == "rn" and f.name != "f64":
+            r = _fma_nearest(args, f)
         else:
-            x, sgn = _wide(op, a, b, c)
-        r = round_to(x, sgn, f, mode)
-        if op in ("add", "fma"):
-            r = _zero_sign(r, x, sgn, a * b if op == "fma" else a, c if op == "fma" else b, mode, f)
+            r = _directed(op, args, f, mode)
         if ftz:
             r = flush(r, f)
         r = canonical(r, f)
@@ -352,6 +349,63 @@ def arith(op: str, args: list[np.ndarray], f: Fmt, mode: str = "rn", *, ftz: boo
             rf = r.astype(np.float64)
             r = np.where(rf <= 0, np.zeros(1, f.dtype), r)
         return r.astype(f.dtype, copy=False)
+
+
+_NUMPY_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+
+
+def _nearest(op: str, args: list[np.ndarray], f: Fmt) -> np.ndarray:
+    """``add/sub/mul/div`` rounded to nearest: numpy's own IEEE operation for
+    f32/f64; f16/bf16 computed in float32 and rounded once more, which is
+    correct because float32 has at least 2p+2 bits for these formats
+    (double rounding is then innocuous for + - * /)."""
+    a, b = args
+    if f.name in ("f32", "f64"):
+        return _NUMPY_OPS[op](a, b)
+    return _NUMPY_OPS[op](a.astype(np.float32), b.astype(np.float32)).astype(f.dtype)
+
+
+def _midpoint(x: np.ndarray, p: int) -> np.ndarray:
+    """Where float64 ``x`` lies exactly halfway between two ``p``-bit values
+    (for ``x`` in the normal range of the ``p``-bit format)."""
+    k = 53 - p
+    low = x.view(np.uint64) & np.uint64((1 << k) - 1)
+    return low == np.uint64(1 << (k - 1))
+
+
+def _fma_nearest(args: list[np.ndarray], f: Fmt) -> np.ndarray:
+    """f16/bf16/f32 fma rounded to nearest, fast: a*b + c in float64 has one
+    rounding, and rounding that again to ``f`` is correct unless the float64
+    value is a midpoint of ``f`` (or of float32 on bf16's way through it), or
+    subnormal in ``f``; those few elements take the exact path."""
+    x = np.multiply(args[0], args[1], dtype=np.float64)
+    x += args[2]
+    bits = x.view(np.uint64)
+    suspect = _midpoint(x, 24 if f.name == "bf16" else f.p)
+    suspect |= (bits & np.uint64(0x7FF0_0000_0000_0000)) < np.uint64((f.emin + 1023) << 52)
+    if f.name == "bf16":
+        y = x.astype(np.float32)
+        suspect |= _midpoint(y.astype(np.float64), f.p)
+        r = y.astype(f.dtype)
+    else:
+        r = x.astype(f.dtype)
+    if suspect.any():
+        idx = np.nonzero(suspect)
+        r[idx] = _directed("fma", [v[idx] for v in args], f, "rn")
+    return r
+
+
+def _directed(op: str, args: list[np.ndarray], f: Fmt, mode: str) -> np.ndarray:
+    """The general path: exact error signs, round-to-odd, directed rounding."""
+    wide = [np.asarray(v).astype(np.float64) for v in args]
+    if op == "sub":
+        op, wide[1] = "add", -wide[1]
+    a, b, c = wide[0], wide[1], (wide[2] if len(wide) > 2 else None)
+    x, sgn = _f64(op, a, b, c, mode) if f.name == "f64" else _wide(op, a, b, c)
+    r = round_to(x, sgn, f, mode)
+    if op in ("add", "fma"):
+        r = _zero_sign(r, x, sgn, a * b if op == "fma" else a, c if op == "fma" else b, mode, f)
+    return r
 
 
 def saturate(r: np.ndarray, f: Fmt) -> np.ndarray:

@@ -152,7 +152,8 @@ def decode(bits: np.ndarray, fmt: Format) -> np.ndarray:
     b = np.asarray(bits).astype(store)
     if fmt.bits < 8:
         b = b & store((1 << fmt.bits) - 1)
-    return b.view(fmt.dtype).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        return b.view(fmt.dtype).astype(np.float64)
 
 
 def convert(x: np.ndarray, fmt: Format, mode: str = "rn", *, ftz: bool = False, sat: bool = False,

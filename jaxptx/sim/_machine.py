@@ -252,12 +252,27 @@ class Machine:
             return "var", v.size
         return "reg", self.register_width(name) // 8
 
+    def _components(self, name: str) -> list[str]:
+        return [f"{name}.{c}" for c in "xyzw" if f"{name}.{c}" in self.regs]
+
     def _copy_in(self, s: Step, callee_name: str, arg: ir.Operand) -> None:
+        parts = self._components(callee_name)
+        if parts:       # a vector register parameter: element by element
+            items = arg.items if isinstance(arg, ir.Vector) else [ir.Register(f"{arg.name}.{c}") for c in "xyzw"]
+            for part, item in zip(parts, items):
+                self._copy_in(s, part, item)
+            return
         kind, size = self._bytes_of(s, callee_name)
         bits = self._read_bits(s, arg, size)
         self._write_bits(s, callee_name, kind, bits, size)
 
     def _copy_out(self, s: Step, callee_name: str, target: ir.Operand) -> None:
+        parts = self._components(callee_name)
+        if parts:
+            items = target.items if isinstance(target, ir.Vector) else [ir.Register(f"{target.name}.{c}") for c in "xyzw"]
+            for part, item in zip(parts, items):
+                self._copy_out(s, part, item)
+            return
         kind, size = self._bytes_of(s, callee_name)
         bits = self._read_bits(s, ir.Register(callee_name) if kind == "reg" else ir.Symbol(callee_name), size)
         if isinstance(target, ir.Register):

@@ -273,7 +273,12 @@ def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) ->
                 root.names[s.name] = prefix + s.name
         if prefix:
             for p in [*f.params, *(f.returns or [])]:
-                if p.space == "reg":
+                if p.space == "reg" and p.vector:
+                    name = root.declare(p.name, registers)
+                    vectors[name] = p.vector
+                    for c in "xyzw"[:p.vector]:
+                        registers[f"{name}.{c}"] = TYPES[p.type]
+                elif p.space == "reg":
                     registers[root.declare(p.name, registers)] = TYPES[p.type]
                 else:
                     thread_param(p, root.declare(p.name, variables))

@@ -30,7 +30,8 @@ def _operand(s: Step) -> tuple[np.ndarray, Format, bool]:
     format, and whether ``.ftz`` flushes subnormal inputs and results."""
     t = s.type(1)
     fmt = FORMATS[_HALF[t.name]]
-    x = s.src(1).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        x = s.src(1).astype(np.float64)
     ftz = bool(s.mod("ftz"))
     if ftz:
         x = flush(x, fmt)

@@ -49,6 +49,9 @@ def mov(s: Step) -> None:
     the low half), ``mov.b64 {a, b}, d`` unpacks; vector registers copy
     element by element (PTX ISA, mov)."""
     d, a = s.ins.operands[0], s.ins.operands[1]
+    if s.mod("type") == "pred":
+        s.dst(0, s.pred(1), TYPES["pred"])
+        return
     dvec, avec = isinstance(d, ir.Vector), isinstance(a, ir.Vector)
     if dvec == avec:
         s.dst(0, _mov_source(s))
@@ -131,10 +134,10 @@ def cvt(s: Step) -> None:
         _float_to_int(s, dname, aname, rnd)
     elif aname in _INT:
         _int_to_float(s, dname, rnd or "rn")
-    elif dname in _PAIR_DST:
-        _to_pair(s, dname, aname, rnd or "rn")
     elif aname in _PAIR_SRC:
         _from_pair(s, dname, aname)
+    elif dname in _PAIR_DST:
+        _to_pair(s, dname, aname, rnd or "rn")
     else:
         _float_to_float(s, dname, aname, rnd)
 
@@ -157,7 +160,8 @@ def _int_to_int(s: Step, dname: str, aname: str) -> None:
 def _float_in(s: Step, k: int, aname: str) -> np.ndarray:
     """Operand ``k`` of float type ``aname`` as float64; ``.ftz`` flushes
     f32 subnormal inputs (only f32 inputs are flushed)."""
-    x = s.src(k, TYPES[aname]).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        x = s.src(k, TYPES[aname]).astype(np.float64)
     if s.mod("ftz") and aname == "f32":
         x = flush(x, FORMATS["f32"])
     return x
@@ -238,7 +242,8 @@ def _to_pair(s: Step, dname: str, aname: str, mode: str) -> None:
     if aname == "f32":
         hi, lo = _float_in(s, 1, "f32"), _float_in(s, 2, "f32")
     else:           # f16x2 / bf16x2: element 0 is the low half
-        pair = s.src(1, TYPES[aname]).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            pair = s.src(1, TYPES[aname]).astype(np.float64)
         lo, hi = pair[:, 0], pair[:, 1]
     out = (_narrow(hi, elem, mode, s) << np.uint32(width)) | _narrow(lo, elem, mode, s)
     s.dst(0, out, _UTYPE[max(8, 2 * width)])

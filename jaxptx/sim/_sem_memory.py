@@ -5,7 +5,8 @@
 copies) and ``createpolicy``. Caching, eviction and ordering qualifiers
 (``.ca``, ``.L2::evict_last``, ``.volatile``, ``.relaxed.gpu`` ...) change
 nothing here: the emulator has no caches and runs one instruction at a time,
-so every access is immediately visible to all threads. The atomics live in
+so every access is immediately visible to all threads (``prefetch`` has
+nothing to do; the machine skips it). The atomics live in
 :mod:`._sem_memory_2`, whose table this module's ``SEMANTICS`` includes.
 """
 
@@ -173,13 +174,8 @@ def createpolicy(s: Step) -> None:
         s.dst(0, np.full(s.n, value | np.uint64(1 << 40), dtype=np.uint64), TYPES["b64"])
 
 
-def prefetch(s: Step) -> None:
-    """``prefetch``/``prefetchu``: a cache hint with no effect here (PTX ISA,
-    prefetch: it does not change memory or registers)."""
-
-
 SEMANTICS: dict[str, Callable] = {
     "ld": ld, "st": st, "cp_async": cp_async, "cp_async_commit_group": cp_async_group,
-    "cp_async_wait_group": cp_async_group, "createpolicy": createpolicy, "prefetch": prefetch,
+    "cp_async_wait_group": cp_async_group, "createpolicy": createpolicy,
     **_ATOMICS,
 }

@@ -11,8 +11,9 @@ distinct addresses together, so the loop runs as many times as the most
 contended address has accesses.
 
 Floating-point notes (PTX ISA, atom): ``add.f32`` rounds to nearest even
-and flushes subnormal inputs and results to sign-preserving zero (in every
-space here; hardware shared-memory f32 atomics may keep subnormals);
+and flushes subnormal inputs and results to sign-preserving zero, here in
+every state space (older PTX ISA versions said shared-memory f32 atomics
+keep subnormals; that is not modelled);
 ``add.f64`` rounds to nearest and keeps subnormals; the ``.noftz`` half
 adds (``f16``, ``bf16``, ``x2``) keep subnormals. ``min``/``max`` of halves
 return the non-NaN operand and order -0 below +0. NaN results are the

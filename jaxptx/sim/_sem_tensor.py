@@ -85,7 +85,7 @@ def decode(raw: np.ndarray, type_name: str) -> np.ndarray:
         return (raw.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
     if type_name == "tf32":
         return (raw.astype(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
-    if type_name in ("f32",):
+    if type_name == "f32":
         return raw.astype(np.uint32).view(np.float32).astype(np.float64)
     if type_name == "f64":
         return raw.astype(np.uint64).view(np.float64)
@@ -163,15 +163,19 @@ def fma_f64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 # --- mma fragment layouts -------------------------------------------------------------------
 
-_SHAPES = {}
-
-
+@functools.lru_cache(maxsize=None)
 def _dims(shape: str) -> tuple[int, int, int]:
-    if shape not in _SHAPES:
-        m, rest = shape[1:].split("n")
-        n, k = rest.split("k")
-        _SHAPES[shape] = (int(m), int(n), int(k))
-    return _SHAPES[shape]
+    """(M, N, K) of ``m16n8k16``."""
+    m, rest = shape[1:].split("n")
+    n, k = rest.split("k")
+    return int(m), int(n), int(k)
+
+
+def _frozen(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    out = tuple(np.array(a) for a in arrays)
+    for a in out:
+        a.flags.writeable = False       # cached: shared by every call
+    return out
 
 
 @functools.lru_cache(maxsize=None)
@@ -192,7 +196,7 @@ def mma_layout(shape: str, which: str, type_name: str, major: str = "") -> tuple
     """
     m, n, k = _dims(shape)
     lane = np.arange(32)[:, None]
-    if shape == "m8n8k4" and type_name in ("f16", "f32") :
+    if shape == "m8n8k4" and type_name in ("f16", "f32"):
         return _quad_pair_layout(which, type_name, major)
     g, t = lane >> 2, lane & 3
     if which == "c":
@@ -208,7 +212,7 @@ def mma_layout(shape: str, which: str, type_name: str, major: str = "") -> tuple
         else:
             row, col = t * e + j + 4 * e * run, g + 0 * i
     row, col = np.broadcast_arrays(row, col)
-    return np.zeros_like(row), row, col
+    return _frozen(np.zeros_like(row), row, col)
 
 
 def _quad_pair_layout(which: str, type_name: str, major: str) -> tuple[np.ndarray, ...]:
@@ -227,7 +231,7 @@ def _quad_pair_layout(which: str, type_name: str, major: str) -> tuple[np.ndarra
     else:
         row, col = (lane & 1) + (i & 2) + high, (i & 4) + (lane & 2) + (i & 1)
     row, col, quad = np.broadcast_arrays(row, col, quad)
-    return quad, row, col
+    return _frozen(quad, row, col)
 
 
 def gather(frag: np.ndarray, slot: np.ndarray, rank: np.ndarray, count: int,

@@ -21,7 +21,7 @@ import numpy as np
 from .. import ir
 from ..types import TYPES
 from ._program import SimError
-from ._sem_tensor import (_BITS, decode, gather, groups, mma_layout, registers, scatter, unpack,
+from ._sem_tensor import (_BITS, _dims, decode, gather, groups, mma_layout, registers, scatter, unpack,
                           write_accumulator)
 from ._step import Step
 
@@ -158,7 +158,7 @@ def wgmma_mma_async(s: Step) -> None:
     clamping; ``.b1`` adds the population count of AND.
     """
     shape = s.mod("shape")
-    n, k = int(shape[4:].split("k")[0]), int(shape.split("k")[1])
+    _, n, k = _dims(shape)
     atype, btype, dtype = s.mod("atype"), s.mod("btype"), s.mod("dtype")
     slot, rank, count = groups(s, 128)
     ops = s.ins.operands
@@ -185,12 +185,10 @@ def wgmma_mma_async(s: Step) -> None:
         B = B * int(s.src(5, TYPES["s32"])[0])
     scale_d = _per_group(s, s.pred(3), slot, count, "scale-d predicates")
     dl = wgmma_d_layout(n)
-    if atype == "b1":
-        AB = A.astype(np.int64) @ B.astype(np.int64)
-    elif floats:
+    if floats:
         with np.errstate(over="ignore", invalid="ignore"):
             AB = A @ B
-    else:
+    else:                               # integers, and .b1 AND + popc as 0/1 products
         AB = A.astype(np.int64) @ B.astype(np.int64)
     old = _accumulator(s, dtype, n)
     C = gather(old, slot, rank, count, dl, (1, 64, n))[:, 0]

@@ -10,64 +10,117 @@ instruction; the emulator then just leaves that lane out.
 
 from __future__ import annotations
 
+import functools
+import weakref
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..types import TYPES
 from ._step import Step
 
+if TYPE_CHECKING:
+    from ._machine import Machine
+
 __all__ = ["SEMANTICS"]
 
 _U32 = TYPES["u32"]
-_FULL = np.uint64(0xFFFF_FFFF)
 _CANONICAL_F32 = 0x7FFF_FFFF
 
 
 # --- warp geometry -------------------------------------------------------------------------
 
 
-def _lane_bits(s: Step) -> np.ndarray:
-    """``1 << lane`` of each executing thread, as uint64."""
-    return np.left_shift(np.uint64(1), s.lanes.astype(np.uint64))
+_GEOMETRY: "weakref.WeakKeyDictionary[Machine, tuple[np.ndarray, ...]]" = weakref.WeakKeyDictionary()
 
 
-def _warp_index(s: Step) -> tuple[np.ndarray, int]:
-    """Dense index (0..nwarps-1) of each executing thread's warp, and nwarps."""
-    _, inv = np.unique(s.warps, return_inverse=True)
-    inv = inv.reshape(-1)
-    return inv, int(inv.max()) + 1 if len(inv) else 0
+def _grid_geometry(m: "Machine") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per thread of the grid: index in its CTA, ``1 << lane``, global warp
+    index; computed once per launch (the divisions cost more than a gather)."""
+    geometry = _GEOMETRY.get(m)
+    if geometry is None:
+        threads = np.arange(m.nthreads, dtype=np.int64)
+        local = threads % m.ntid
+        bits = np.left_shift(np.uint64(1), (local & 31).astype(np.uint64))
+        warp = (threads - local) // m.ntid * m.warps_per_cta + (local >> 5)
+        geometry = _GEOMETRY[m] = (local, bits, warp)
+    return geometry
 
 
-def _per_warp_or(inv: np.ndarray, nwarps: int, bits: np.ndarray) -> np.ndarray:
-    """OR of ``bits`` over the executing threads of each warp."""
-    acc = np.zeros(nwarps, dtype=np.uint64)
-    np.bitwise_or.at(acc, inv, bits)
-    return acc
+class _Warps:
+    """Where the executing threads sit in their warps, computed once per step.
 
+    Attributes:
+        local: index of each thread in its CTA; lane: its lane (0..31).
+        bits: ``1 << lane`` (uint64). inv: dense index of its warp among the
+        executing threads' warps. active: per thread, the mask of its warp's
+        lanes executing now.
+    """
 
-def _active(s: Step) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
-    """``(warp index, lane bits, nwarps, executing-lane mask per thread)``."""
-    inv, nwarps = _warp_index(s)
-    bits = _lane_bits(s)
-    return inv, bits, nwarps, _per_warp_or(inv, nwarps, bits)[inv]
+    def __init__(self, s: Step) -> None:
+        local, bits, warp = _grid_geometry(s.m)
+        whole = s.n == s.m.nthreads             # then threads is arange(nthreads)
+        self.local = local if whole else local[s.threads]
+        self.lane = (self.local & 31).astype(np.int32)
+        self.bits = bits if whole else bits[s.threads]
+        self._warp = warp if whole else warp[s.threads]
+
+    @functools.cached_property
+    def _runs(self) -> tuple[np.ndarray | None, np.ndarray, int]:
+        warp = self._warp
+        if (warp[1:] >= warp[:-1]).all():       # threads in order: warps are contiguous runs
+            first = np.ones(len(warp), dtype=bool)
+            first[1:] = warp[1:] != warp[:-1]
+            inv = np.cumsum(first) - 1
+            return np.flatnonzero(first), inv, int(inv[-1]) + 1
+        inv = np.unique(warp, return_inverse=True)[1].reshape(-1)
+        return None, inv, int(inv.max()) + 1
+
+    @property
+    def inv(self) -> np.ndarray:
+        return self._runs[1]
+
+    @functools.cached_property
+    def active(self) -> np.ndarray:
+        return self.reduce(np.bitwise_or, self.bits, 0)[self.inv]
+
+    def reduce(self, fn: np.ufunc, values: np.ndarray, identity) -> np.ndarray:
+        """``fn`` over the executing threads of each warp (one value per warp)."""
+        starts, inv, count = self._runs
+        if starts is not None:
+            return fn.reduceat(values, starts)
+        acc = np.full(count, identity, dtype=values.dtype)
+        fn.at(acc, inv, values)
+        return acc
+
+    def reduce_over(self, fn: np.ufunc, values: np.ndarray, part: np.ndarray, identity) -> np.ndarray:
+        """``fn`` over the threads of each warp with ``part`` set (``identity``
+        where none is)."""
+        return self.reduce(fn, np.where(part, values, np.asarray(identity, dtype=values.dtype)), identity)
 
 
 def _mask(s: Step, k: int) -> np.ndarray:
     return s.src(k, TYPES["b32"]).astype(np.uint64)
 
 
-def _source_positions(s: Step, lane_src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _distinct(mask: np.ndarray) -> np.ndarray:
+    """The distinct membermasks (one, nearly always)."""
+    return mask[:1] if (mask == mask[0]).all() else np.unique(mask)
+
+
+def _source_positions(s: Step, w: _Warps, lane_src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each executing thread, the position among the executing threads of
-    lane ``lane_src`` of its own warp, and whether that lane executes."""
-    local = s.threads % s.m.ntid
-    target_local = local - s.lanes + lane_src
-    target = s.threads - local + target_local
-    order = np.argsort(s.threads, kind="stable")
-    sorted_threads = s.threads[order]
-    at = np.minimum(np.searchsorted(sorted_threads, target), max(s.n - 1, 0))
-    found = (sorted_threads[at] == target) & (target_local < s.m.ntid) & (lane_src >= 0) & (lane_src < 32)
-    return order[at], found
+    lane ``lane_src`` (0..31) of its own warp, and whether that lane executes."""
+    delta = lane_src - w.lane
+    inside = w.local + delta < s.m.ntid          # a partial last warp has no such lane
+    source = np.where(inside, s.threads + delta, s.threads)
+    if s.n == s.m.nthreads:                      # every thread executes: positions are thread ids
+        return source, inside
+    where = np.full(s.m.nthreads, -1, dtype=np.int64)
+    where[s.threads] = np.arange(s.n)
+    pos = where[source]
+    return np.maximum(pos, 0), inside & (pos >= 0)
 
 
 # --- instructions ---------------------------------------------------------------------------
@@ -83,10 +136,11 @@ def shfl_sync(s: Step) -> None:
     ``j <= maxLane``. Out of range, a thread keeps its own ``a``; ``p`` says
     whether the source was in range. A source lane that does not execute the
     instruction gives an undefined value in PTX: here the thread's own ``a``."""
+    w = _Warps(s)
     a = s.src(1, TYPES["b32"])
-    b = s.src(2, _U32).astype(np.int64) & 0x1F
-    c = s.src(3, _U32).astype(np.int64)
-    lane = s.lanes.astype(np.int64)
+    b = s.src(2, _U32).astype(np.int32) & 0x1F
+    c = s.src(3, _U32).astype(np.int32)
+    lane = w.lane
     clamp, segmask = c & 0x1F, (c >> 8) & 0x1F
     max_lane = (lane & segmask) | (clamp & ~segmask)
     mode = s.mod("mode")
@@ -96,8 +150,7 @@ def shfl_sync(s: Step) -> None:
     else:
         j = {"down": lane + b, "bfly": lane ^ b, "idx": (lane & segmask) | (b & ~segmask)}[mode]
         ok = j <= max_lane
-    j = np.where(ok, j, lane)
-    pos, found = _source_positions(s, j)
+    pos, found = _source_positions(s, w, np.where(ok, j, lane))
     s.dst(0, np.where(found, a[pos], a), TYPES["b32"])
     s.dst_pred_of_pair(0, ok)
 
@@ -106,10 +159,9 @@ def vote_sync(s: Step) -> None:
     """``vote.sync.{all,any,uni}.pred`` and ``vote.sync.ballot.b32`` over the
     lanes of ``membermask`` that execute it (PTX ISA, vote.sync: ballot sets
     bit ``i`` when lane ``i``'s predicate is true; uni: all equal)."""
-    pred = s.pred(1)
-    inv, bits, nwarps, active = _active(s)
-    members = _mask(s, 2) & active
-    true = _per_warp_or(inv, nwarps, np.where(pred, bits, np.uint64(0)))[inv] & members
+    w = _Warps(s)
+    members = _mask(s, 2) & w.active
+    true = w.reduce(np.bitwise_or, np.where(s.pred(1), w.bits, np.uint64(0)), 0)[w.inv] & members
     mode = s.mod("mode")
     if mode == "ballot":
         s.dst(0, true, TYPES["b32"])
@@ -121,33 +173,28 @@ def vote_sync(s: Step) -> None:
 def activemask(s: Step) -> None:
     """``activemask.b32 d``: bit ``i`` set for each lane of the warp executing
     this instruction now (PTX ISA, activemask)."""
-    s.dst(0, _active(s)[3], TYPES["b32"])
+    s.dst(0, _Warps(s).active, TYPES["b32"])
 
 
 def _f32_key(bits: np.ndarray) -> np.ndarray:
     """An int64 key ordering f32 bit patterns as numbers, -0 below +0."""
-    signed = bits.astype(np.int64)
-    return np.where(signed >= 0x8000_0000, -(signed & 0x7FFF_FFFF) - 1, signed)
+    return np.where(bits >= 0x8000_0000, -(bits & 0x7FFF_FFFF) - 1, bits)
 
 
 def _f32_from_key(key: np.ndarray) -> np.ndarray:
     return np.where(key < 0, (-key - 1) | 0x8000_0000, key).astype(np.uint32)
 
 
-def _reduce_int(op: str, values: np.ndarray, part: np.ndarray, inv: np.ndarray,
-                nwarps: int) -> np.ndarray:
+def _reduce_int(w: _Warps, op: str, values: np.ndarray, part: np.ndarray) -> np.ndarray:
     """Per-warp reduction of ``values`` over the threads with ``part`` set."""
     info = np.iinfo(values.dtype)
     fn, identity = {"add": (np.add, 0), "min": (np.minimum, info.max), "max": (np.maximum, info.min),
                     "and": (np.bitwise_and, info.max), "or": (np.bitwise_or, 0),
                     "xor": (np.bitwise_xor, 0)}[op]
-    acc = np.full(nwarps, identity, dtype=values.dtype)
-    fn.at(acc, inv[part], values[part])
-    return acc
+    return w.reduce_over(fn, values, part, identity)
 
 
-def _reduce_f32(s: Step, want_max: bool, values: np.ndarray, part: np.ndarray, inv: np.ndarray,
-                nwarps: int) -> np.ndarray:
+def _reduce_f32(s: Step, w: _Warps, want_max: bool, values: np.ndarray, part: np.ndarray) -> np.ndarray:
     """PTX ISA, redux.sync .f32 min/max: ``.abs`` takes absolute values first;
     NaN inputs are ignored (the result is NaN only when all are NaN) unless
     ``.NaN``, which makes any NaN input give the canonical NaN; -0 < +0."""
@@ -155,17 +202,11 @@ def _reduce_f32(s: Step, want_max: bool, values: np.ndarray, part: np.ndarray, i
     if s.mod("abs"):
         bits &= 0x7FFF_FFFF
     nan = (bits & 0x7FFF_FFFF) > 0x7F80_0000
-    key = _f32_key(bits)
-    lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
-    key = np.where(nan, lo if want_max else hi, key)
-    acc = np.full(nwarps, lo if want_max else hi, dtype=np.int64)
-    (np.maximum if want_max else np.minimum).at(acc, inv[part], key[part])
-    any_nan = np.zeros(nwarps, dtype=bool)
-    np.logical_or.at(any_nan, inv[part], nan[part])
-    all_nan = acc == (lo if want_max else hi)
-    out = _f32_from_key(np.where(all_nan, 0, acc))
-    bad = all_nan | (any_nan if s.mod("nan") else False)
-    return np.where(bad, np.uint32(_CANONICAL_F32), out).view(np.float32)
+    none = np.iinfo(np.int64).min if want_max else np.iinfo(np.int64).max
+    best = w.reduce_over(np.maximum if want_max else np.minimum, _f32_key(bits), part & ~nan, none)
+    all_nan = best == none
+    bad = all_nan | (w.reduce_over(np.logical_or, nan, part, False) if s.mod("nan") else False)
+    return np.where(bad, np.uint32(_CANONICAL_F32), _f32_from_key(np.where(all_nan, 0, best))).view(np.float32)
 
 
 def redux_sync(s: Step) -> None:
@@ -173,22 +214,39 @@ def redux_sync(s: Step) -> None:
     participating lane gets the reduction of ``a`` over the lanes of
     membermask: add (wrapping), min, max (signed for .s32), and, or, xor,
     and f32 min/max with ``.abs`` / ``.NaN``."""
+    w = _Warps(s)
     t = s.type(1)
     values = s.src(1, t)
     op = s.mod("op")
-    inv, bits, nwarps, active = _active(s)
     mask = _mask(s, 2)
     out = np.empty_like(values)
-    for m in np.unique(mask):
-        part = (bits & m) != 0
+    for m in _distinct(mask):                  # one pass per distinct membermask (usually one)
+        part = (w.bits & m) != 0
         if t.kind == "f":
-            acc = _reduce_f32(s, op == "max", values, part, inv, nwarps)
+            per_warp = _reduce_f32(s, w, op == "max", values, part)
         else:
             with np.errstate(over="ignore"):
-                acc = _reduce_int(op, values, part, inv, nwarps)
+                per_warp = _reduce_int(w, op, values, part)
         mine = mask == m
-        out[mine] = acc[inv[mine]]
+        out[mine] = per_warp[w.inv[mine]]
     s.dst(0, out, t)
+
+
+def _match_any(w: _Warps, values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per thread: the lanes of its membermask (executing) holding its value."""
+    order = np.lexsort((values, w.inv))
+    warp, v = w.inv[order], values[order]
+    first = np.ones(len(values), dtype=bool)
+    first[1:] = (warp[1:] != warp[:-1]) | (v[1:] != v[:-1])
+    group = np.empty(len(values), dtype=np.int64)
+    group[order] = np.cumsum(first) - 1
+    starts = np.flatnonzero(first)
+    out = np.zeros(len(values), dtype=np.uint64)
+    for m in _distinct(mask):
+        lanes = np.bitwise_or.reduceat((w.bits & m)[order], starts)
+        mine = mask == m
+        out[mine] = lanes[group[mine]]
+    return out
 
 
 def match_sync(s: Step) -> None:
@@ -196,39 +254,22 @@ def match_sync(s: Step) -> None:
 
     any: ``d`` = mask of the lanes in membermask whose ``a`` equals this
     lane's. all: ``d`` = membermask when all lanes in membermask hold the
-    same ``a``, else 0; the ``d|p`` predicate says whether they do."""
-    t = s.type(1)
-    values = s.src(1, t).astype(np.uint64)
-    inv, bits, nwarps, active = _active(s)
+    same ``a``, else 0; the ``d|p`` predicate says whether they do. (The
+    table gives both the sim name match_sync; the opcode tells them apart.)"""
+    w = _Warps(s)
+    values = s.src(1, s.type(1)).astype(np.uint64)
     mask = _mask(s, 2)
-    out = np.zeros(s.n, dtype=np.uint64)
-    same = np.ones(s.n, dtype=bool)
     if s.ins.opcode.startswith("match.any"):
-        order = np.lexsort((values, inv))
-        w, v = inv[order], values[order]
-        first = np.ones(s.n, dtype=bool)
-        first[1:] = (w[1:] != w[:-1]) | (v[1:] != v[:-1])
-        group = np.empty(s.n, dtype=np.int64)
-        group[order] = np.cumsum(first) - 1
-        ngroups = int(first.sum())
-        for m in np.unique(mask):
-            acc = np.zeros(ngroups, dtype=np.uint64)
-            np.bitwise_or.at(acc, group, bits & m)
-            mine = mask == m
-            out[mine] = acc[group[mine]]
-        s.dst(0, out, TYPES["b32"])
+        s.dst(0, _match_any(w, values, mask), TYPES["b32"])
         return
-    for m in np.unique(mask):
-        part = (bits & m) != 0
-        lo = np.full(nwarps, np.iinfo(np.uint64).max, dtype=np.uint64)
-        hi = np.zeros(nwarps, dtype=np.uint64)
-        np.minimum.at(lo, inv[part], values[part])
-        np.maximum.at(hi, inv[part], values[part])
-        equal = lo >= hi   # one value, or no participating lane
+    same = np.ones(s.n, dtype=bool)
+    for m in _distinct(mask):
+        part = (w.bits & m) != 0
+        lo = w.reduce_over(np.minimum, values, part, np.iinfo(np.uint64).max)
+        hi = w.reduce_over(np.maximum, values, part, 0)
         mine = mask == m
-        same[mine] = equal[inv[mine]]
-        out[mine] = np.where(same[mine], m, 0)
-    s.dst(0, out, TYPES["b32"])
+        same[mine] = (lo >= hi)[w.inv[mine]]     # one value, or no participating lane
+    s.dst(0, np.where(same, mask, 0), TYPES["b32"])
     s.dst_pred_of_pair(0, same)
 
 
@@ -236,12 +277,12 @@ def elect_sync(s: Step) -> None:
     """``elect.sync d|p, membermask`` (PTX ISA, elect.sync): the lowest lane
     of membermask that executes is the leader; every thread gets its lane id
     in ``d``, and ``p`` is true in the leader only."""
-    _, bits, _, active = _active(s)
-    members = _mask(s, 1) & active
+    w = _Warps(s)
+    members = _mask(s, 1) & w.active
     lowest = members & (~members + np.uint64(1))
-    leader = np.where(members != 0, np.log2(np.maximum(lowest, 1).astype(np.float64)), 0).astype(np.uint32)
-    s.dst(0, leader, _U32)
-    s.dst_pred_of_pair(0, (members != 0) & (bits == lowest))
+    leader = np.log2(np.maximum(lowest, 1).astype(np.float64)).astype(np.uint32)   # exact: a power of 2
+    s.dst(0, np.where(members != 0, leader, 0), _U32)
+    s.dst_pred_of_pair(0, (members != 0) & (w.bits == lowest))
 
 
 SEMANTICS: dict[str, Callable] = {

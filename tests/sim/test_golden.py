@@ -12,8 +12,17 @@ from golden_harness import cases, run
 
 CASES = cases()
 
-# name -> why it does not pass yet (kept honest: strict xfail).
-NOT_YET: dict[str, str] = {}
+# name -> why it does not pass (kept honest: strict xfail, so a case that
+# starts passing must leave the list).
+NOT_YET: dict[str, str] = {
+    "vector8_extract": "ld.global.v8.u8 is not in the table: ptxas 13 rejects it ('Illegal vector size: 8')",
+    "vote_ballot_nosync": "vote without .sync is not in the table: ptxas 13 rejects it on sm_70+",
+    "vshr_clamp": "the SIMD video instructions (vshr, vadd, ...) are not in the table yet",
+    "ldmatrix": "its second warp reads past the end of the kernel's .global arrays; a GPU returns "
+                "whatever lies there, the emulator faults (out of bounds)",
+    "mma_m16n8k16_f32_bf16_bf16_f32_2x": "its second warp writes past the end of the output buffer; "
+                                         "the emulator faults (out of bounds)",
+}
 
 
 @pytest.mark.skipif(not CASES, reason="golden vectors not found at ../shared/golden/zluda")

@@ -465,3 +465,39 @@ def test_cp_async_copies_and_zero_fills() -> None:
     want[13] = 0                         # src-size 0
     want[14:16] = 0                      # dst[56..63] was never written (shared starts zeroed)
     np.testing.assert_array_equal(out, want)
+
+
+def test_float_add_nan_results_are_canonical() -> None:
+    out = run("""
+    mov.b32 %r2, 0x7FA00001;                    // a signalling NaN with a payload
+    atom.global.add.f32 %r3, [%rd1], %r2;
+    mov.b32 %r2, 0xFF800000;                    // -inf
+    red.global.add.f32 [%rd1+4], %r2;
+    mov.b32 %r2, 0x7E017E00;                    // two f16 NaNs
+    red.global.add.noftz.f16x2 [%rd1+8], %r2;
+    """, np.array([0x3F800000, 0x7F800000, 0x3C003C00, 0], np.uint32))
+    np.testing.assert_array_equal(out, [0x7FFFFFFF, 0x7FFFFFFF, 0x7FFF7FFF, 0])
+
+
+def test_narrow_cas_exch_and_64_bit_minmax() -> None:
+    out = run("""
+    atom.global.cas.b16 %h1, [%rd1], 0x1234, 0xBEEF;        // matches: swapped
+    atom.global.cas.b16 %h2, [%rd1+2], 0x1234, 0xBEEF;      // does not match
+    st.global.b16 [%rd1+4], %h1;
+    st.global.b16 [%rd1+6], %h2;
+    mov.u64 %rd5, -5;
+    atom.global.max.s64 %rd6, [%rd1+8], %rd5;
+    atom.global.min.u64 %rd7, [%rd1+16], %rd5;
+    atom.global.exch.b64 %rd8, [%rd1+24], %rd5;
+    st.global.v2.u64 [%rd1+32], {%rd6, %rd8};
+    """, np.array([0x4321_1234, 2**64 - 9, 7, 1, 0, 0], np.uint64))
+    w = out.view(np.uint16)
+    np.testing.assert_array_equal(w[:4], [0xBEEF, 0x4321, 0x1234, 0x4321])
+    q = out.view(np.uint64)
+    assert q[1] == 2**64 - 5 and q[2] == 7 and q[3] == 2**64 - 5
+    assert q[4] == 2**64 - 9 and q[5] == 1
+
+
+def test_128_bit_atomics_are_reported_unsupported() -> None:
+    with pytest.raises(SimError, match="128-bit"):
+        run("atom.global.exch.b128 %rd5, [%rd1], %rd6;", np.zeros(4, np.uint64))

@@ -33,10 +33,12 @@ RNG = np.random.default_rng(1234)
 # --- PTX kernels that move fragments between global memory and registers -------------------
 
 def _lane_pointer(reg: str, param: str, nbytes: int) -> str:
-    """``reg = param + tid * nbytes`` (nbytes a power of two) with mov/add."""
+    """``reg = param + tid * nbytes`` with mov/add (shift-and-add)."""
     lines = [f"ld.param.u64 {reg}, [{param}];", "mov.u64 %off, %tid.x;"]
-    lines += ["add.u64 %off, %off, %off;"] * (nbytes.bit_length() - 1)
-    lines.append(f"add.u64 {reg}, {reg}, %off;")
+    for bit in range(nbytes.bit_length()):
+        if nbytes >> bit & 1:
+            lines.append(f"add.u64 {reg}, {reg}, %off;")
+        lines.append("add.u64 %off, %off, %off;")
     return "\n    ".join(lines)
 
 
@@ -189,7 +191,8 @@ def fragments(mats: np.ndarray, ty: str, where, count: int) -> np.ndarray:
         for lane in range(32):
             for i in range(count):
                 r, c = where(lane, i)
-                regs[w * 32 + lane, i // per] |= raw[w, r, c] << np.uint64((i % per) * bits if bits < 32 else 0)
+                shift = (i % per) * bits if bits < 32 else 0
+                regs[w * 32 + lane, i // per] |= raw[w, r, c] << np.uint64(shift)
     return regs.astype(np.uint64 if bits == 64 else np.uint32)
 
 
@@ -474,7 +477,8 @@ def test_golden_mma_half(name: str, dtype) -> None:
     text = mma_ptx(f"mma.sync.aligned.m16n8k16.row.col.f32.{bty}.{bty}.f32", 4, 2, 4, 4, c=".f32", d=".f32")
     outs = []
     for first in ((0, 4) if name.endswith("2x") else (0,)):     # B from in[first..first+3], C too
-        rb = np.stack([_half2(inp[first], inp[first + 1], dtype), _half2(inp[first + 2], inp[first + 3], dtype)], -1)
+        rb = np.stack([_half2(inp[first], inp[first + 1], dtype),
+                       _half2(inp[first + 2], inp[first + 3], dtype)], -1)
         rc = np.stack(inp[first:first + 4], -1)
         rd = np.zeros((64, 4), np.uint32)
         sim.launch(text, ra, rb, rc, rd, block=(64, 1, 1))
@@ -521,7 +525,8 @@ def test_golden_mma_s8_interleave() -> None:
 
 def _shift(reg: str, nbytes: int) -> str:
     """``reg = tid * nbytes``."""
-    return "\n    ".join([f"mov.u64 {reg}, %tid.x;"] + [f"add.u64 {reg}, {reg}, {reg};"] * (nbytes.bit_length() - 1))
+    doubling = [f"add.u64 {reg}, {reg}, {reg};"] * (nbytes.bit_length() - 1)
+    return "\n    ".join([f"mov.u64 {reg}, %tid.x;"] + doubling)
 
 
 def ldmatrix_ptx(num: int, trans: bool, generic: bool = False) -> str:
@@ -711,3 +716,357 @@ def test_golden_ldmatrix_x4_trans() -> None:
     halves = np.stack([out & 0xFFFF, out >> 16], -1).reshape(-1)
     expected = np.array([int(v) for v in case["output"]["values"]], dtype=np.int64)
     np.testing.assert_array_equal(halves, expected)
+
+
+# --- wgmma: shared-memory layouts from PTX ISA "Canonical Layouts" (CuTe notation) -----------
+
+def cute_offset(shape, stride, coord: int) -> int:
+    """Offset of 1-D ``coord`` in a (nested) CuTe layout shape:stride,
+    coordinates split colexicographically (first mode fastest)."""
+    if isinstance(shape, int):
+        return coord * stride
+    total = 0
+    for sh, st in zip(shape, stride):
+        size = int(np.prod(_flat(sh)))
+        total += cute_offset(sh, st, coord % size)
+        coord //= size
+    return total
+
+
+def _flat(shape) -> list[int]:
+    return [shape] if isinstance(shape, int) else [x for s in shape for x in _flat(s)]
+
+
+def cute_swizzle(bits: int, addr: int) -> int:
+    """CuTe ``Swizzle<bits, 4, 3>`` on a byte address: XOR bits [4, 4+bits)
+    with bits [7, 7+bits)."""
+    mask = ((1 << bits) - 1) << 7
+    return addr ^ ((addr & mask) >> 3)
+
+
+SWIZZLE_MODE = {0: 0, 1: 3, 2: 2, 3: 1}          # descriptor mode -> Swizzle<B,4,3>'s B
+
+
+def canonical(major: str, mode: int, T: int, m: int, k: int, lbo: int, sbo: int):
+    """PTX ISA "Canonical Layouts" table; LBO/SBO in elements. Returns
+    (shape, stride) mapping (MN index, K index)."""
+    c = {0: 1, 3: 2, 2: 4, 1: 8}[mode]             # 16-byte chunks in a swizzle-atom row
+    if major == "MN":
+        if mode == 0:
+            return ((T, 1, m), (8, k)), ((1, T, sbo), (T, lbo))
+        return ((T, c, m), (8, k)), ((1, T, lbo), (c * T, sbo))
+    if mode == 0:
+        return ((8, m), (T, 2 * k)), ((T, sbo), (1, lbo))
+    return ((8, m), (T, 2 * k)), ((c * T, sbo), (1, T))
+
+
+def canonical_address(start: int, size: int, layout, mode: int, x: int, y: int) -> int:
+    (sx, sy), (tx, ty) = layout
+    off = (cute_offset(sx, tx, x) + cute_offset(sy, ty, y)) * size
+    return start + cute_swizzle(SWIZZLE_MODE[mode], off)
+
+
+def descriptor(start: int, lbo_bytes: int, sbo_bytes: int, mode: int, base: int = 0) -> int:
+    """PTX ISA "Matrix Descriptor Format"."""
+    enc = lambda v: (v & 0x3FFFF) >> 4          # noqa: E731
+    return enc(start) | enc(lbo_bytes) << 16 | enc(sbo_bytes) << 32 | base << 49 | mode << 62
+
+
+DOC_EXAMPLES = [
+    # (major, mode, element bytes, exact layout from the PTX ISA examples, LBO, SBO in elements)
+    ("K", 0, 4, (((8, 2), (4, 4)), ((4, 32), (1, 64))), 64, 32),
+    ("MN", 0, 2, (((8, 1, 2), (8, 2)), ((1, 8, 64), (8, 128))), 128, 64),
+    ("MN", 3, 2, (((8, 2, 2), (8, 2)), ((1, 8, 128), (16, 256))), 128, 256),
+    ("MN", 2, 2, (((8, 4, 2), (8, 2)), ((1, 8, 256), (32, 512))), 256, 512),
+]
+
+
+@pytest.mark.parametrize("major,mode,size,exact,lbo,sbo", DOC_EXAMPLES)
+def test_descriptor_addresses_match_ptx_examples(major, mode, size, exact, lbo, sbo) -> None:
+    from jaxptx.sim._sem_tensor_2 import smem_matrix_addresses
+    (sx, sy), _ = exact
+    mn, kk = int(np.prod(_flat(sx))), int(np.prod(_flat(sy)))
+    start = 2048
+    desc = np.array([descriptor(start, lbo * size, sbo * size, mode)], dtype=np.uint64)
+    got = smem_matrix_addresses(desc, mn, kk, size * 8, np.array([major == "MN"]))[0]
+    want = np.array([[canonical_address(start, size, exact, mode, x, y) for y in range(kk)]
+                     for x in range(mn)])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_descriptor_fields() -> None:
+    from jaxptx.sim._sem_tensor_2 import descriptor_fields
+    d = descriptor(0x3FFF0, 0x1230, 0x4560, 1, base=5)
+    f = descriptor_fields(np.array([d], dtype=np.uint64))
+    assert (int(f["start"][0]), int(f["lbo"][0]), int(f["sbo"][0]), int(f["base"][0]),
+            int(f["swizzle"][0])) == (0x3FFF0, 0x1230, 0x4560, 5, 1)
+
+
+def wgmma_ptx(opcode: str, nd: int, a_regs: bool, smem: int, tail: str, d: str = ".f32") -> str:
+    """One warpgroup: copy ``img`` (smem bytes) into shared memory (each
+    thread smem/128 bytes), load A registers (if any) and D, run the wgmma
+    between fence / commit / wait, store D."""
+    per = smem // 128
+    copy = "\n    ".join(f"ld.global.u64 %v, [%s+{8 * i}];\n    st.shared.u64 [%p+{8 * i}], %v;"
+                         for i in range(per // 8))
+    a_load = _loads("a", "%a", 4, ".b32", 4) if a_regs else ""
+    a_op = _vec("a", 4) if a_regs else "%da"
+    return HEAD + f""".visible .entry k(.param .u64 img, .param .u64 pa, .param .u64 pd,
+    .param .u64 desca, .param .u64 descb)
+{{
+    .shared .align 1024 .b8 smem[{smem}];
+    .reg .u64 %off, %s, %a, %d, %p, %v, %base, %da, %db;
+    .reg .b32 a<4>;
+    .reg {d} d<{nd}>;
+    {_lane_pointer('%s', 'img', per)}
+    mov.u64 %base, smem;
+    {_shift('%p', per)}
+    add.u64 %p, %p, %base;
+    {copy}
+    bar.sync 0;
+    {_lane_pointer('%a', 'pa', 16)}
+    {a_load}
+    {_lane_pointer('%d', 'pd', nd * 4)}
+    {_loads('d', '%d', nd, d, 4)}
+    ld.param.u64 %da, [desca];
+    ld.param.u64 %db, [descb];
+    wgmma.fence.sync.aligned;
+    {opcode} {_vec('d', nd)}, {a_op}, %db, {tail};
+    wgmma.commit_group.sync.aligned;
+    wgmma.wait_group.sync.aligned 0;
+    {chr(10).join(f'    st.global{d} [%d+{4 * i}], d{i};' for i in range(nd)).strip()}
+    ret;
+}}
+"""
+
+
+def wg_d(thread: int, i: int) -> tuple[int, int]:
+    """PTX ISA wgmma D fragment (m64nN): warp w holds rows 16w.., each 8-column
+    block i/4 as an mma C fragment."""
+    warp, lane = thread // 32, thread % 32
+    return 16 * warp + lane // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (lane % 4) + (i % 2)
+
+
+def _place(img: np.ndarray, mat: np.ndarray, start: int, layout, mode: int, size: int = 2) -> None:
+    """Write ``mat`` (MN x K element bits, or f16 values) into byte image
+    ``img`` per the canonical layout."""
+    raw = mat.astype(np.float16).view(np.uint16) if mat.dtype.kind == "f" else mat
+    taken = set()
+    for x in range(mat.shape[0]):
+        for y in range(mat.shape[1]):
+            addr = canonical_address(start, size, layout, mode, x, y)
+            assert addr not in taken
+            taken.add(addr)
+            img[addr:addr + size] = np.frombuffer(int(raw[x, y]).to_bytes(size, "little"), np.uint8)
+
+
+def _layout_params(major: str, mode: int, mn: int, kk: int, start: int, T: int = 8):
+    """A canonical layout for an MN x K operand with T elements per 16 bytes:
+    (layout, LBO bytes, SBO bytes); ``kk`` is K in elements."""
+    size = 16 // T
+    c = {0: 1, 3: 2, 2: 4, 1: 8}[mode]
+    if major == "K":
+        m, k = mn // 8, kk // (2 * T)
+        if mode == 0:
+            lbo, sbo = 8 * T * (mn // 8 + 1), 8 * T    # chunks along K far apart, 8-row groups dense
+        else:
+            lbo, sbo = T, 8 * c * T                    # (LBO unused) atoms stacked along MN
+        return canonical("K", mode, T, m, k, lbo, sbo), lbo * size, sbo * size
+    m, k = mn // (T * c), kk // 8
+    if mode == 0:
+        lbo, sbo = 8 * T * (mn // 8), 8 * T           # MN core matrices dense, K groups after them
+    else:
+        lbo, sbo = 8 * c * T, 8 * c * T * m            # atoms along MN, then 8-row K groups
+    return canonical("MN", mode, T, m, k, lbo, sbo), lbo * size, sbo * size
+
+
+WGMMA_CASES = [(am, bm, mode, n) for am, bm, mode, n in [
+    ("K", "K", 0, 16), ("K", "K", 1, 32), ("K", "K", 2, 16), ("K", "K", 3, 8),
+    ("MN", "MN", 0, 16), ("MN", "MN", 1, 64), ("MN", "MN", 2, 32), ("MN", "MN", 3, 16),
+    ("K", "MN", 1, 64), ("MN", "K", 3, 24), ("regs", "K", 1, 16), ("regs", "MN", 0, 8),
+]]
+
+
+@pytest.mark.parametrize("amajor,bmajor,mode,n", WGMMA_CASES)
+def test_wgmma_f16_layouts(amajor: str, bmajor: str, mode: int, n: int) -> None:
+    smem = 16384
+    img = np.zeros(smem, np.uint8)
+    A = small_ints((64, 16), -4, 5)
+    B = small_ints((16, n), -4, 5)
+    D0 = small_ints((64, n), -20, 20)
+    a_start, b_start = 0, 8192
+    da = 0
+    if amajor != "regs":
+        layout, lbo, sbo = _layout_params(amajor, mode, 64, 16, a_start)
+        _place(img, A, a_start, layout, mode)
+        da = descriptor(a_start, lbo, sbo, mode)
+    layout, lbo, sbo = _layout_params(bmajor, mode, n, 16, b_start)
+    _place(img, B.T, b_start, layout, mode)
+    db = descriptor(b_start, lbo, sbo, mode)
+    # A registers: the mma.m16n8k16 A fragment of each warp's 16 rows.
+    ra = np.zeros((128, 4), np.uint32)
+    for t in range(128):
+        for i in range(8):
+            r, c = doc_a("m16n8k16", "f16", t % 32, i)
+            bits = int(np.float16(A[16 * (t // 32) + r, c]).view(np.uint16))
+            ra[t, i // 2] |= bits << (16 * (i % 2))
+    rd = np.zeros((128, n // 2), np.float32)
+    for t in range(128):
+        for i in range(n // 2):
+            rd[t, i] = D0[wg_d(t, i)]
+    ta, tb = int(amajor == "MN"), int(bmajor == "MN")
+    opcode = f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16"
+    tail = f"1, 1, -1, {tb}" if amajor == "regs" else f"1, 1, -1, {ta}, {tb}"
+    text = wgmma_ptx(opcode, n // 2, amajor == "regs", smem, tail)
+    sim.launch(text, img, ra, rd, np.uint64(da), np.uint64(db), block=(128, 1, 1))
+    D = np.zeros((64, n))
+    for t in range(128):
+        for i in range(n // 2):
+            D[wg_d(t, i)] = rd[t, i]
+    np.testing.assert_array_equal(D, A @ -B + D0)          # imm-scale-b = -1 negates B
+
+
+def _wg_run(opcode: str, tail: str, img: np.ndarray, ra: np.ndarray | None, D0: np.ndarray, da: int, db: int,
+            dtype: str = "f32") -> np.ndarray:
+    """Run one wgmma over a warpgroup; returns D (64 x N) as float64/int64."""
+    n = D0.shape[1]
+    nd = n // 4 if dtype == "f16" else n // 2
+    rd = np.zeros((128, nd), np.uint32)
+    for t in range(128):
+        for i in range(n // 2):
+            r, c = wg_d(t, i)
+            if dtype == "f16":
+                rd[t, i // 2] |= int(np.float16(D0[r, c]).view(np.uint16)) << (16 * (i % 2))
+            elif dtype == "f32":
+                rd[t, i] = np.float32(D0[r, c]).view(np.uint32)
+            else:
+                rd[t, i] = np.int64(D0[r, c]).astype(np.int32).view(np.uint32)
+    dreg = {"f32": ".f32", "s32": ".s32", "f16": ".b32"}[dtype]
+    text = wgmma_ptx(opcode, nd, ra is not None, len(img), tail, dreg)
+    ra = np.zeros((128, 4), np.uint32) if ra is None else ra
+    sim.launch(text, img, ra, rd, np.uint64(da), np.uint64(db), block=(128, 1, 1))
+    D = np.zeros((64, n), np.float64 if dtype != "s32" else np.int64)
+    for t in range(128):
+        for i in range(n // 2):
+            if dtype == "f16":
+                D[wg_d(t, i)] = np.uint16((int(rd[t, i // 2]) >> (16 * (i % 2))) & 0xFFFF).view(np.float16)
+            elif dtype == "f32":
+                D[wg_d(t, i)] = rd[t, i].view(np.float32)
+            else:
+                D[wg_d(t, i)] = rd[t, i].view(np.int32)
+    return D
+
+
+def test_wgmma_k_blocks_of_a_128b_swizzled_tile() -> None:
+    """CUTLASS-style: a 64x64 f16 K-major 128B-swizzled tile, the descriptor's
+    start address advanced by 32 bytes per k16 block (the swizzle follows the
+    absolute address)."""
+    img = np.zeros(16384, np.uint8)
+    A = small_ints((64, 64), -4, 5)
+    B = small_ints((64, 8), -4, 5)
+    layout_a = canonical("K", 1, 8, 8, 4, 8, 64 * 8)          # 8 rows x 128 B atoms, SBO 1024 B
+    _place(img, A, 0, layout_a, 1)
+    layout_b = canonical("K", 1, 8, 1, 4, 8, 64 * 8)
+    _place(img, B.T, 8192, layout_b, 1)
+    for j in range(4):
+        da, db = descriptor(32 * j, 16, 1024, 1), descriptor(8192 + 32 * j, 16, 1024, 1)
+        D = _wg_run("wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16", "1, 1, 1, 0, 0", img, None,
+                    np.zeros((64, 8)), da, db)
+        np.testing.assert_array_equal(D, A[:, 16 * j:16 * j + 16] @ B[16 * j:16 * j + 16])
+
+
+def test_wgmma_scale_d_false_and_negated_a() -> None:
+    img = np.zeros(16384, np.uint8)
+    A, B = small_ints((64, 16), -4, 5), small_ints((16, 16), -4, 5)
+    la, lbo_a, sbo_a = _layout_params("K", 0, 64, 16, 0)
+    lb, lbo_b, sbo_b = _layout_params("K", 0, 16, 16, 8192)
+    _place(img, to_raw(A, "bf16"), 0, la, 0)
+    _place(img, to_raw(B.T, "bf16"), 8192, lb, 0)
+    da, db = descriptor(0, lbo_a, sbo_a, 0), descriptor(8192, lbo_b, sbo_b, 0)
+    D = _wg_run("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16", "0, -1, 1, 0, 0", img, None,
+                np.full((64, 16), 1e30), da, db)
+    np.testing.assert_array_equal(D, -A @ B)                  # D's old value is ignored
+    _place(img, A, 0, la, 0)
+    _place(img, B.T, 8192, lb, 0)
+    D = _wg_run("wgmma.mma_async.sync.aligned.m64n16k16.f16.f16.f16", "1, 1, 1, 0, 0", img, None,
+                np.full((64, 16), 3.0), da, db, dtype="f16")
+    np.testing.assert_array_equal(D, A @ B + 3)
+
+
+def _regs_a(A: np.ndarray, shape: str, ty: str) -> np.ndarray:
+    """wgmma A registers: warp w holds rows 16w.. as the mma ``shape`` A fragment."""
+    count = 16 * int(shape.split("k")[1]) // 32
+    per = [fragments(A[None, 16 * w:16 * w + 16], ty, lambda l, i: doc_a(shape, ty, l, i), count)
+           for w in range(4)]
+    return np.concatenate(per).astype(np.uint32)
+
+
+@pytest.mark.parametrize("atype,btype,dtype,a_regs,mode", [
+    ("tf32", "tf32", "f32", False, 1), ("tf32", "tf32", "f32", True, 0),
+    ("e4m3", "e5m2", "f32", False, 2), ("e5m2", "e4m3", "f16", True, 3),
+    ("s8", "s8", "s32", False, 1), ("u8", "s8", "s32", True, 0),
+])
+def test_wgmma_other_types(atype: str, btype: str, dtype: str, a_regs: bool, mode: int) -> None:
+    k = 8 if atype == "tf32" else 32
+    T = 4 if atype == "tf32" else 16
+    n = 16
+    img = np.zeros(16384, np.uint8)
+    if atype in ("s8", "u8"):
+        A, B = _int_values(atype, (64, k)), _int_values(btype, (k, n))
+        D0 = RNG.integers(-1000, 1000, (64, n))
+    else:
+        A, B, D0 = small_ints((64, k), -3, 4), small_ints((k, n), -3, 4), small_ints((64, n), -9, 9)
+    la, lbo_a, sbo_a = _layout_params("K", mode, 64, k, 0, T)
+    lb, lbo_b, sbo_b = _layout_params("K", mode, n, k, 8192, T)
+    size = 16 // T
+    _place(img, to_raw(A, atype), 0, la, mode, size)
+    _place(img, to_raw(B.T, btype), 8192, lb, mode, size)
+    da, db = descriptor(0, lbo_a, sbo_a, mode), descriptor(8192, lbo_b, sbo_b, mode)
+    ra = _regs_a(A, f"m16n8k{k}", atype) if a_regs else None
+    opcode = f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.{dtype}.{atype}.{btype}"
+    tail = "1" if dtype == "s32" else "1, 1, 1"
+    D = _wg_run(opcode, tail, img, ra, D0, da, db, dtype)
+    np.testing.assert_array_equal(D, A @ B + D0)
+
+
+def test_wgmma_s8_satfinite_and_b1() -> None:
+    img = np.zeros(16384, np.uint8)
+    A, B = np.full((64, 32), 127), np.full((32, 8), 127)
+    la, lbo_a, sbo_a = _layout_params("K", 0, 64, 32, 0, 16)
+    lb, lbo_b, sbo_b = _layout_params("K", 0, 8, 32, 8192, 16)
+    _place(img, to_raw(A, "s8"), 0, la, 0, 1)
+    _place(img, to_raw(B.T, "s8"), 8192, lb, 0, 1)
+    da, db = descriptor(0, lbo_a, sbo_a, 0), descriptor(8192, lbo_b, sbo_b, 0)
+    D0 = np.full((64, 8), 2**31 - 100)
+    op = "wgmma.mma_async.sync.aligned.m64n8k32"
+    D = _wg_run(f"{op}.satfinite.s32.s8.s8", "1", img, None, D0, da, db, "s32")
+    assert (D == 2**31 - 1).all()
+    D = _wg_run(f"{op}.s32.s8.s8", "1", img, None, D0, da, db, "s32")
+    np.testing.assert_array_equal(D, ((A @ B + D0 + 2**31) % 2**32) - 2**31)
+    # .b1: K = 256 bits = 32 bytes a row, the lowest K index in the lowest bit.
+    Ab, Bb = RNG.integers(0, 2, (64, 256)), RNG.integers(0, 2, (256, 8))
+    img[:] = 0
+    _place(img, np.packbits(Ab, axis=1, bitorder="little"), 0, la, 0, 1)
+    _place(img, np.packbits(Bb.T, axis=1, bitorder="little"), 8192, lb, 0, 1)
+    D0 = RNG.integers(-100, 100, (64, 8))
+    op = "wgmma.mma_async.sync.aligned.m64n8k256"
+    D = _wg_run(f"{op}.s32.b1.b1.and.popc", "1", img, None, D0, da, db, "s32")
+    np.testing.assert_array_equal(D, Ab @ Bb + D0)
+
+
+def test_wgmma_needs_uniform_descriptors_and_a_whole_warpgroup() -> None:
+    text = HEAD + """.visible .entry k(.param .u64 out)
+{
+    .shared .align 1024 .b8 smem[4096];
+    .reg .u64 %da, %db;
+    .reg .f32 d<4>;
+    mov.u64 %da, %tid.x;
+    mov.u64 %db, 0;
+    wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {d0, d1, d2, d3}, %da, %db, 1, 1, 1, 0, 0;
+    ret;
+}
+"""
+    with pytest.raises(SimError, match="warpgroup-uniform"):
+        sim.launch(text, np.zeros(1, np.uint32), block=(128, 1, 1))
+    with pytest.raises(SimError, match="64 of the 128 threads"):
+        sim.launch(text, np.zeros(1, np.uint32), block=(64, 1, 1))
