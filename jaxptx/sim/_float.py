@@ -276,7 +276,8 @@ def _f64(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray | None,
             p, pe = _two_prod(x, b)
             sgn = np.where(b == 0, 0, _sign_of_sum(a, -p, -pe) * _sgn(b))
             unsafe = fin & (b != 0) & (a != 0) & ~_prod_safe(x, b)
-    sgn = np.where(np.isfinite(x), sgn, np.where(fin, -_sgn(x), 0)).astype(np.int8)
+    overflow = fin & ~np.isfinite(x) & ((b != 0) if op == "div" else True)   # x / 0 is exact
+    sgn = np.where(np.isfinite(x), sgn, np.where(overflow, -_sgn(x), 0)).astype(np.int8)
     sgn = np.where(fin, sgn, 0).astype(np.int8)
     if unsafe.any():
         x, sgn = x.copy(), sgn.copy()

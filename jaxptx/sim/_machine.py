@@ -25,8 +25,9 @@ from ._values import bits_dtype
 __all__ = ["Machine"]
 
 _RUNNING, _WAITING, _EXITED = 0, 1, 2
+_BARRIERS = ("bar_sync", "bar_red", "bar_arrive")
 _NO_OPS = frozenset(["fence", "fence_proxy", "prefetch", "nanosleep", "pmevent", "griddepcontrol",
-                     "bar_warp_sync", "createpolicy", "setmaxnreg", "brkpt"])
+                     "bar_warp_sync", "setmaxnreg", "brkpt"])
 
 
 class Machine:
@@ -60,6 +61,11 @@ class Machine:
         self.state = np.zeros(self.nthreads, dtype=np.int8)
         self.barrier = np.full(self.nthreads, -1, dtype=np.int64)
         self.barrier_count = np.zeros(self.nthreads, dtype=np.int64)
+        # bar.red: each waiting thread's predicate and the PC of its bar.red
+        # (-1 for bar.sync); bar.arrive: arrivals without waiting per (CTA, barrier).
+        self.barrier_pred = np.zeros(self.nthreads, dtype=bool)
+        self.barrier_pc = np.full(self.nthreads, -1, dtype=np.int64)
+        self.arrived = np.zeros(self.nctas * 16, dtype=np.int64)
         self.all_threads = np.arange(self.nthreads)
         self.frames: dict[str, np.ndarray] = {}   # function -> calling PC per thread (-1: not in it)
         self.current_pc: int | None = None
@@ -173,8 +179,8 @@ class Machine:
             self._return(Step(self, ins, r, taken), self.program.function_of[pc])
         elif sim in ("ret", "exit"):
             self.state[taken] = _EXITED
-        elif sim == "bar_sync":
-            self._arrive(Step(self, ins, r, taken))
+        elif sim in _BARRIERS:
+            self._arrive(Step(self, ins, r, taken), pc)
         elif sim in _NO_OPS:
             pass
         elif sim is None or sim not in SEMANTICS:
@@ -194,16 +200,16 @@ class Machine:
                     return int(pcs[0]), threads
             return None, None
         # next PCs
-        if was_uniform and (len(taken) == len(threads) or len(taken) == 0) and sim not in ("ret", "exit", "bar_sync"):
+        if was_uniform and (len(taken) == len(threads) or len(taken) == 0) and sim not in ("ret", "exit", *_BARRIERS):
             nxt = target if (target is not None and len(taken)) else pc + 1
             return nxt, threads
         self.pc[threads] = pc + 1
         if target is not None:
             self.pc[taken] = target
-        if sim == "bar_sync":
+        if sim in _BARRIERS:
             self._release()
         live = self.state == _RUNNING
-        if sim not in ("ret", "exit", "bar_sync") and len(threads) == int(live.sum()):
+        if sim not in ("ret", "exit", *_BARRIERS) and len(threads) == int(live.sum()):
             pcs = self.pc[threads]
             if (pcs == pcs[0]).all():
                 return int(pcs[0]), threads
@@ -303,12 +309,24 @@ class Machine:
         return self.program.labels[op.name]
 
     # barriers --------------------------------------------------------------------
-    def _arrive(self, s: Step) -> None:
-        ident = s.src(0, TYPES["u32"]).astype(np.int64)
-        count = s.src(1, TYPES["u32"]).astype(np.int64) if len(s.ins.operands) > 1 else np.zeros(s.n, np.int64)
+    def _arrive(self, s: Step, pc: int) -> None:
+        """bar.sync / bar.red wait at barrier ``a``; bar.arrive only counts
+        (PTX ISA, bar). bar.red's d is the reduction of its predicate over the
+        threads of the barrier, written when the barrier completes (``_reduce``)."""
+        sim = s.r.inst.sim
+        red = sim == "bar_red"
+        ops = s.ins.operands[1:-1] if red else s.ins.operands   # bar.red d, a{, b}, c
+        ident = s.value(ops[0], TYPES["u32"]).astype(np.int64)
+        count = s.value(ops[1], TYPES["u32"]).astype(np.int64) if len(ops) > 1 else np.zeros(s.n, np.int64)
+        if sim == "bar_arrive":
+            np.add.at(self.arrived, (s.threads // self.ntid) * 16 + ident, 1)
+            return
         self.state[s.threads] = _WAITING
         self.barrier[s.threads] = ident
         self.barrier_count[s.threads] = count
+        self.barrier_pc[s.threads] = pc if red else -1
+        if red:
+            self.barrier_pred[s.threads] = s.pred(len(s.ins.operands) - 1)
 
     def _release(self) -> None:
         """Release every (CTA, barrier) whose arrivals reached its count (all
@@ -318,12 +336,11 @@ class Machine:
             return
         ctas = waiting // self.ntid
         key = ctas * 16 + self.barrier[waiting]          # PTX has barriers 0..15
-        arrived = np.bincount(key, minlength=self.nctas * 16)
+        arrived = np.bincount(key, minlength=self.nctas * 16) + self.arrived
         alive = np.bincount(np.nonzero(self.state != _EXITED)[0] // self.ntid, minlength=self.nctas)
         need = np.repeat(alive, 16)
         counted = self.barrier_count[waiting] > 0
         if counted.any():
-            np.maximum.at(need, key[counted], 0)
             need[key[counted]] = 0
             np.maximum.at(need, key[counted], self.barrier_count[waiting][counted])
         done = arrived[key] >= need[key]
@@ -331,8 +348,31 @@ class Machine:
             go = waiting[done]
             self.state[go] = _RUNNING
             self.barrier[go] = -1
+            self.arrived[key[done]] = 0
+            self._reduce(go, key[done])
             if self.sanitizer is not None:
                 self.sanitizer.barrier_released(np.unique(ctas[done]))
+
+    def _reduce(self, go: np.ndarray, key: np.ndarray) -> None:
+        """Write the bar.red results of the released threads ``go`` (barrier
+        ``key`` = CTA * 16 + id): popc counts the true predicates of the
+        barrier's threads, and/or combine them (PTX ISA, bar.red)."""
+        red = self.barrier_pc[go] >= 0
+        if not red.any():
+            return
+        go, key = go[red], key[red]
+        true = np.bincount(key, weights=self.barrier_pred[go], minlength=self.nctas * 16).astype(np.int64)
+        total = np.bincount(key, minlength=self.nctas * 16)
+        pcs = self.barrier_pc[go]
+        for pc in np.unique(pcs):
+            sel = pcs == pc
+            s = Step(self, self.program.code[pc], self.program.resolved[pc], go[sel])
+            t, n = true[key[sel]], total[key[sel]]
+            if s.mod("op") == "popc":
+                s.dst(0, t.astype(np.uint32), TYPES["u32"])
+            else:
+                s.dst(0, t == n if s.mod("op") == "and" else t > 0, TYPES["pred"])
+        self.barrier_pc[go] = -1
 
     def _deadlock(self) -> str:
         waiting = np.nonzero(self.state == _WAITING)[0]

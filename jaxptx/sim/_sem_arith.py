@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..types import PtxType
+from ..types import TYPES, PtxType
 from ._sem_float import float_abs_neg, float_binary, float_minmax
 from ._step import Step
 from ._values import UINT
@@ -27,8 +27,24 @@ _M32 = np.uint64(0xFFFF_FFFF)
 _S32 = np.uint64(32)
 
 
+_B32 = TYPES["b32"]
+_PACKED = {"u16x2": np.dtype(np.uint16), "s16x2": np.dtype(np.int16)}
+
+
 def _is_float(s: Step) -> bool:
     return s.type(0).kind == "f"
+
+
+def _halves(s: Step, k: int) -> np.ndarray:
+    """Operand ``k`` of a ``u16x2``/``s16x2`` form as (n, 2) halves, low first."""
+    dt = _PACKED[s.mod("type")]
+    return np.ascontiguousarray(s.src(k, _B32)).view(dt).reshape(s.n, 2)
+
+
+def _pack(s: Step, halves: np.ndarray) -> None:
+    """Write (n, 2) halves to the destination as one 32-bit value."""
+    dt = _PACKED[s.mod("type")]
+    s.dst(0, np.ascontiguousarray(halves.astype(dt)).view(np.uint32).reshape(s.n), _B32)
 
 
 def _unsigned(x: np.ndarray) -> np.ndarray:
@@ -77,6 +93,10 @@ def _product(a: np.ndarray, b: np.ndarray, mode: str, t: PtxType) -> np.ndarray:
 def _add_sub(s: Step, sign: int) -> None:
     if _is_float(s):
         float_binary(s, "add" if sign > 0 else "sub")
+        return
+    if s.mod("type") in _PACKED:
+        a, b = _halves(s, 1), _halves(s, 2)
+        _pack(s, a + b if sign > 0 else a - b)
         return
     a, b = s.src(1), s.src(2)
     t = s.type(0)
@@ -202,10 +222,15 @@ def _minmax(s: Step, is_max: bool) -> None:
     if _is_float(s):
         float_minmax(s, is_max)
         return
-    r = (np.maximum if is_max else np.minimum)(s.src(1), s.src(2))
+    packed = s.mod("type") in _PACKED
+    a, b = (_halves(s, k) if packed else s.src(k) for k in (1, 2))
+    r = (np.maximum if is_max else np.minimum)(a, b)
     if s.mod("relu") is not None:      # .relu: clamp negative results to 0
         r = np.maximum(r, 0).astype(r.dtype)
-    s.dst(0, r)
+    if packed:
+        _pack(s, r)
+    else:
+        s.dst(0, r)
 
 
 def min_(s: Step) -> None:

@@ -101,6 +101,10 @@ class _Warps:
 
 
 def _mask(s: Step, k: int) -> np.ndarray:
+    """The membermask operand ``k``; all lanes for the legacy forms without
+    one (``vote.ballot.b32``, deprecated since PTX 6.0, has none)."""
+    if k >= len(s.ins.operands):
+        return np.full(s.n, 0xFFFF_FFFF, dtype=np.uint64)
     return s.src(k, TYPES["b32"]).astype(np.uint64)
 
 

@@ -329,14 +329,38 @@ def _float_case(dtype: str, atype: str, mode: str | None, mods: Sequence[str]) -
     assert not len(bad), [(values[i], hex(int(got[i])), hex(int(want[i]))) for i in bad[:5]]
 
 
+def _modifier_sets(extra: list[str]) -> list[tuple[str, ...]]:
+    return [()] + [(x,) for x in extra] + ([tuple(extra)] if len(extra) > 1 else [])
+
+
 @pytest.mark.parametrize("case", [pytest.param((d, a, m, mods), id=f"{d}.{a}.{m}.{'.'.join(mods)}")
                                   for d, a, modes, extra in FLOAT_PAIRS for m in modes
-                                  for mods in [()] + [(x,) for x in extra] + ([tuple(extra)] if len(extra) > 1 else [])])
+                                  for mods in _modifier_sets(extra)])
 def test_float_to_float(case) -> None:
     """Narrowing rounds exactly in each mode (overflow → inf or max per
     mode); widening is exact; .ftz flushes f32 inputs and results; .sat
     clamps to [0, 1] with NaN → +0; NaN → canonical NaN."""
     _float_case(*case)
+
+
+def test_round_to_nearest_matches_numpy() -> None:
+    """A second, independent reference: numpy's f32→f16 and f64→f32 and
+    ml_dtypes' f32→bf16/e4m3/e5m2 conversions round to nearest even."""
+    with np.errstate(all="ignore"):
+        x = f32_inputs()
+        x = x[~np.isnan(x)]
+        np.testing.assert_array_equal(elementwise("cvt.rn.f16.f32 %d, %a;", [("f32", x)], "b16"),
+                                      x.astype(np.float16).view(np.uint16))
+        np.testing.assert_array_equal(elementwise("cvt.rn.bf16.f32 %d, %a;", [("f32", x)], "b16"),
+                                      x.astype(ml_dtypes.bfloat16).view(np.uint16))
+        d = RNG.integers(0, 2**64, 3000, dtype=np.uint64).view(np.float64)
+        d = d[~np.isnan(d)]
+        np.testing.assert_array_equal(elementwise("cvt.rn.f32.f64 %d, %a;", [("f64", d)], "f32"),
+                                      d.astype(np.float32).view(np.uint32))
+        for name, dtype in (("e4m3x2", ml_dtypes.float8_e4m3fn), ("e5m2x2", ml_dtypes.float8_e5m2)):
+            small = x[np.abs(x) <= float(ml_dtypes.finfo(dtype).max)]
+            got = elementwise(f"cvt.rn.satfinite.{name}.f32 %d, %a, %b;", [("f32", small), ("f32", small)], "b16")
+            np.testing.assert_array_equal(got & np.uint16(0xFF), small.astype(dtype).view(np.uint8))
 
 
 @pytest.mark.parametrize("mods", [(), ("relu",), ("satfinite",), ("relu", "satfinite")])
