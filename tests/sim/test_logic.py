@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -330,7 +331,6 @@ def test_setp_boolop_and_packed_halves() -> None:
     h2 = np.array([[2, 2], [2, 3], [0, 0]], np.float16).view(np.uint32).reshape(3)
     got = ew("", np.uint32, h1, h2, body=setp_body("setp.lt.f16x2"))
     np.testing.assert_array_equal(got, [1, 2, 0])
-    import ml_dtypes
     bf = ml_dtypes.bfloat16
     g1 = np.array([[1, 5], [4, 2], [np.nan, 1]], bf).view(np.uint32).reshape(3)
     g2 = np.array([[2, 2], [2, 3], [0, 0]], bf).view(np.uint32).reshape(3)
