@@ -9,6 +9,7 @@ touches the machine's registers or memory layout directly.
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -78,6 +79,10 @@ class Step:
         if isinstance(op, ir.Register):
             return from_bits(t, self.m.read_register(op.name, self.threads))
         if isinstance(op, ir.Immediate):
+            if op.form in ("f32", "f64") and t.kind != "f":
+                # 0f3F800000 where bits are expected: the literal's bit pattern.
+                fmt = ("<f", "<I") if op.form == "f32" else ("<d", "<Q")
+                return constant(t, struct.unpack(fmt[1], struct.pack(fmt[0], op.value))[0], self.n)
             return constant(t, op.value, self.n)
         if isinstance(op, ir.Negated):
             return ~self.value(op.operand, TYPES["pred"])

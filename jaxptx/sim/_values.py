@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..types import PtxType
+from ._program import SimError
 
 __all__ = ["UINT", "bits_dtype", "value_dtype", "from_bits", "to_bits", "constant"]
 
@@ -22,6 +23,8 @@ def bits_dtype(t: PtxType) -> np.dtype:
     """The storage dtype of a register of type ``t``."""
     if t.kind == "pred":
         return np.dtype(np.bool_)
+    if t.bits > 64:
+        raise SimError(f"registers of type .{t.name} ({t.bits} bits) are not supported by the emulator")
     return np.dtype(UINT[max(8, t.bits)])
 
 

@@ -143,14 +143,13 @@ APPROX = [
 ]
 
 
-@pytest.mark.parametrize("ftz", [False, True])
-@pytest.mark.parametrize("case", APPROX, ids=lambda c: f"{c[0]}{c[2]}" if isinstance(c, tuple) else str(c))
+# tanh.approx.f32 has no .ftz, so that pair is not generated.
+@pytest.mark.parametrize("case, ftz", [(c, f) for c in APPROX for f in (False, True) if not (c[0] == "tanh" and f)],
+                         ids=lambda c: f"{c[0]}{c[2]}" if isinstance(c, tuple) else str(c))
 def test_approx_f32_error(case, ftz: bool) -> None:
     """Within the PTX ISA's documented error (the emulator is the float64
     result rounded to nearest, so hardware may differ in the last bits)."""
     op, fn, (lo, hi), kind, bound = case
-    if op == "tanh" and ftz:
-        pytest.skip("tanh.approx.f32 has no .ftz")
     x = np.float32(RNG.uniform(lo, hi, 2000))
     got = _run_f32(f"{op}.approx{'.ftz' if ftz else ''}.f32 %d, %a;", x)
     want = fn(x.astype(np.float64))
