@@ -8,6 +8,7 @@ parameters.
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import numpy as np
@@ -56,7 +57,7 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
     elif template:
         raise SimError(f"launch: unexpected keyword arguments {sorted(template)}")
     module = parse(source) if isinstance(source, str) else source
-    program = prepare(module, kernel, None)
+    program = _prepared(module, kernel)
     try:
         grid = check_dim3(grid or (1, 1, 1), "launch grid", limit=2**31 - 1)
         block = check_dim3(block or (1, 1, 1), "launch block", limit=1024)
@@ -77,6 +78,26 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
             check=check).run()
     for array, index in outputs:
         array.reshape(-1).view(np.uint8)[:] = memory.globals[index][:array.nbytes]
+
+
+_PREPARED: "collections.OrderedDict[tuple[int, str | None], tuple[ir.Module, Program]]" = \
+    collections.OrderedDict()
+
+
+def _prepared(module: ir.Module, kernel: str | None) -> Program:
+    # Preparing a kernel (flattening, resolving every instruction) costs more
+    # than a short run; a kernel launched again reuses it. Keyed by the
+    # module's identity, which the entry keeps alive; a few dozen at most.
+    key = (id(module), kernel)
+    hit = _PREPARED.get(key)
+    if hit is not None and hit[0] is module:
+        _PREPARED.move_to_end(key)
+        return hit[1]
+    program = prepare(module, kernel, None)
+    _PREPARED[key] = (module, program)
+    if len(_PREPARED) > 32:
+        _PREPARED.popitem(last=False)
+    return program
 
 
 def _from_kernel(k: Kernel, args: tuple, grid: Any, block: Any, smem: int, template: dict):

@@ -179,6 +179,12 @@ class Machine:
             self._return(Step(self, ins, r, taken), self.program.function_of[pc])
         elif sim in ("ret", "exit"):
             self.state[taken] = _EXITED
+        elif sim == "bar_sync" and was_uniform and len(taken) == self.nthreads and len(ins.operands) == 1:
+            # Every thread of every CTA is here and none has exited: the
+            # barrier completes at once.
+            if self.sanitizer is not None:
+                self.sanitizer.barrier_released(np.arange(self.nctas))
+            return pc + 1, threads
         elif sim in _BARRIERS:
             self._arrive(Step(self, ins, r, taken), pc)
         elif sim in _NO_OPS:
@@ -396,12 +402,25 @@ def _located(e: SimError, ins: ir.Instruction) -> SimError:
 
 
 class _SpecialRegisters:
-    """``%tid.x``, ``%laneid``, ``%ctaid.y`` ... computed from thread indices."""
+    """``%tid.x``, ``%laneid``, ``%ctaid.y`` ... computed from thread indices
+    (once per launch for the ones that never change)."""
+
+    _CONSTANT = ("tid", "ntid", "ctaid", "nctaid", "laneid", "warpid", "nwarpid", "lanemask_eq",
+                 "lanemask_lt", "lanemask_le", "lanemask_gt", "lanemask_ge")
 
     def __init__(self, m: Machine) -> None:
         self.m = m
+        self.cache: dict[str, np.ndarray] = {}
 
     def read(self, name: str, threads: np.ndarray) -> np.ndarray:
+        if name[1:].partition(".")[0] not in self._CONSTANT:
+            return self.compute(name, threads)
+        every = self.cache.get(name)
+        if every is None:
+            every = self.cache[name] = self.compute(name, self.m.all_threads)
+        return every if len(threads) == self.m.nthreads else every[threads]
+
+    def compute(self, name: str, threads: np.ndarray) -> np.ndarray:
         m = self.m
         base, _, comp = name[1:].partition(".")
         axis = "xyz".index(comp) if comp in ("x", "y", "z") else 0

@@ -24,6 +24,7 @@ CONST_WINDOW = 0x7C00_0000_0000
 PARAM_WINDOW = 0x7E00_0000_0000
 _WINDOW_SIZE = 1 << 40
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_LOG2 = {1: 0, 2: 1, 4: 2, 8: 3}
 
 
 def _padded(nbytes: int) -> np.ndarray:
@@ -109,6 +110,14 @@ class Memory:
         return groups
 
     def _global(self, addr: np.ndarray, pos: np.ndarray, threads: np.ndarray, width: int, what: str):
+        if len(addr):
+            # The usual access: one buffer, in bounds, aligned — four array ops.
+            lo, hi = int(addr.min()), int(addr.max())
+            k = (lo >> GLOBAL_SHIFT) - 1
+            if (hi >> GLOBAL_SHIFT) - 1 == k and 0 <= k < len(self.globals):
+                base = (k + 1) << GLOBAL_SHIFT
+                if hi - base + width <= self.sizes[k] and not (width > 1 and (addr & np.uint64(width - 1)).any()):
+                    return [(self.globals[k], addr - np.uint64(base), pos)]
         ids = (addr >> np.uint64(GLOBAL_SHIFT)).astype(np.int64) - 1
         offsets = addr & np.uint64((1 << GLOBAL_SHIFT) - 1)
         groups = []
@@ -155,7 +164,10 @@ class Memory:
         for buf, off, pos in self._resolve(space, addr, threads, width, what):
             if self.watch is not None and buf is self.shared:
                 self.watch(off, threads[pos], width, False)
-            out[pos] = buf.view(_UINT[width])[off // np.uint64(width)]
+            elements = buf.view(_UINT[width])[off >> np.uint64(_LOG2[width])]
+            if len(pos) == len(out):
+                return elements        # every thread in one group: no scatter into `out`
+            out[pos] = elements
         return out
 
     def store(self, space: str, addr: np.ndarray, threads: np.ndarray, values: np.ndarray,
@@ -165,7 +177,8 @@ class Memory:
         for buf, off, pos in self._resolve(space, addr, threads, width, what):
             if self.watch is not None and buf is self.shared:
                 self.watch(off, threads[pos], width, True)
-            buf.view(_UINT[width])[off // np.uint64(width)] = values[pos]
+            buf.view(_UINT[width])[off >> np.uint64(_LOG2[width])] = values if len(pos) == len(values) \
+                else values[pos]
 
     def locations(self, space: str, addr: np.ndarray, threads: np.ndarray, width: int,
                   what: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
