@@ -25,6 +25,7 @@ from ._values import bits_dtype
 __all__ = ["Machine"]
 
 _RUNNING, _WAITING, _EXITED = 0, 1, 2
+_CLUSTER_BARRIER = 99          # the barrier id of a thread in barrier.cluster.wait
 _BARRIERS = ("bar_sync", "bar_red", "bar_arrive")
 _NO_OPS = frozenset(["fence", "fence_proxy", "prefetch", "nanosleep", "pmevent", "griddepcontrol",
                      "bar_warp_sync", "setmaxnreg", "brkpt"])
@@ -70,6 +71,8 @@ class Machine:
         self.frames: dict[str, np.ndarray] = {}   # function -> calling PC per thread (-1: not in it)
         self.current_pc: int | None = None
         self.sanitizer = Sanitizer(self) if check else None
+        memory.cluster_cta = self.cluster_cta
+        self.cluster_arrivals = np.zeros(self.nctas, dtype=np.int64)   # by rank-0 CTA
         if self.sanitizer is not None:
             memory.watch = self.sanitizer.shared_access
         self._special = _SpecialRegisters(self)
@@ -110,6 +113,20 @@ class Machine:
         if v.space == "shared" and v.offset < 0:    # the .extern dynamic array
             return -(-self.program.shared_size // 16) * 16
         return v.offset
+
+    def cluster_first(self, cta: np.ndarray) -> np.ndarray:
+        """Linear index of the CTA of rank 0 in each CTA's cluster."""
+        gx, gy, _ = self.grid
+        cx, cy, cz = self.cluster
+        x, y, z = cta % gx, (cta // gx) % gy, cta // (gx * gy)
+        return (x - x % cx) + gx * ((y - y % cy) + gy * (z - z % cz))
+
+    def cluster_cta(self, cta: np.ndarray, rank: np.ndarray) -> np.ndarray:
+        """Linear index of the CTA of ``rank`` in each CTA's cluster."""
+        gx, gy, _ = self.grid
+        cx, cy, _ = self.cluster
+        first = self.cluster_first(cta)
+        return first + rank % cx + gx * ((rank // cx) % cy) + gx * gy * (rank // (cx * cy))
 
     def cluster_register(self, base: str, axis: int, cta: np.ndarray) -> np.ndarray:
         """``%cluster_ctarank`` and friends for CTAs ``cta``."""
@@ -187,6 +204,11 @@ class Machine:
             return pc + 1, threads
         elif sim in _BARRIERS:
             self._arrive(Step(self, ins, r, taken), pc)
+        elif sim == "barrier_cluster_arrive":
+            np.add.at(self.cluster_arrivals, self.cluster_first(taken // self.ntid), 1)
+        elif sim == "barrier_cluster_wait":
+            self.state[taken] = _WAITING
+            self.barrier[taken] = _CLUSTER_BARRIER
         elif sim in _NO_OPS:
             pass
         elif sim is None or sim not in SEMANTICS:
@@ -206,16 +228,17 @@ class Machine:
                     return int(pcs[0]), threads
             return None, None
         # next PCs
-        if was_uniform and (len(taken) == len(threads) or len(taken) == 0) and sim not in ("ret", "exit", *_BARRIERS):
+        if was_uniform and (len(taken) == len(threads) or len(taken) == 0) and \
+                sim not in ("ret", "exit", "barrier_cluster_wait", *_BARRIERS):
             nxt = target if (target is not None and len(taken)) else pc + 1
             return nxt, threads
         self.pc[threads] = pc + 1
         if target is not None:
             self.pc[taken] = target
-        if sim in _BARRIERS:
+        if sim in _BARRIERS or sim == "barrier_cluster_wait":
             self._release()
         live = self.state == _RUNNING
-        if sim not in ("ret", "exit", *_BARRIERS) and len(threads) == int(live.sum()):
+        if sim not in ("ret", "exit", "barrier_cluster_wait", *_BARRIERS) and len(threads) == int(live.sum()):
             pcs = self.pc[threads]
             if (pcs == pcs[0]).all():
                 return int(pcs[0]), threads
@@ -334,10 +357,30 @@ class Machine:
         if red:
             self.barrier_pred[s.threads] = s.pred(len(s.ins.operands) - 1)
 
+    def _release_cluster(self, waiting: np.ndarray) -> np.ndarray:
+        """``barrier.cluster.wait``: release a cluster's waiting threads once
+        every live thread of the cluster has arrived; returns the rest."""
+        at = waiting[self.barrier[waiting] == _CLUSTER_BARRIER]
+        if len(at) == 0:
+            return waiting
+        first = self.cluster_first(np.arange(self.nctas))
+        alive = np.bincount(first[np.nonzero(self.state != _EXITED)[0] // self.ntid], minlength=self.nctas)
+        cluster = first[at // self.ntid]
+        done = self.cluster_arrivals[cluster] >= alive[cluster]
+        if done.any():
+            self.state[at[done]] = _RUNNING
+            self.barrier[at[done]] = -1
+            finished = np.unique(cluster[done])
+            self.cluster_arrivals[finished] -= alive[finished]
+        return waiting[self.barrier[waiting] != _CLUSTER_BARRIER]
+
     def _release(self) -> None:
         """Release every (CTA, barrier) whose arrivals reached its count (all
         the CTA's live threads when the barrier names none), all at once."""
         waiting = np.nonzero(self.state == _WAITING)[0]
+        if len(waiting) == 0:
+            return
+        waiting = self._release_cluster(waiting)
         if len(waiting) == 0:
             return
         ctas = waiting // self.ntid

@@ -15,7 +15,8 @@ import numpy as np
 
 from ._program import SimError
 
-__all__ = ["Memory", "GLOBAL_SHIFT", "SHARED_WINDOW", "LOCAL_WINDOW", "CONST_WINDOW", "PARAM_WINDOW"]
+__all__ = ["Memory", "GLOBAL_SHIFT", "SHARED_WINDOW", "LOCAL_WINDOW", "CONST_WINDOW", "PARAM_WINDOW",
+           "CLUSTER_TAG"]
 
 GLOBAL_SHIFT = 36
 SHARED_WINDOW = 0x7000_0000_0000
@@ -23,6 +24,9 @@ LOCAL_WINDOW = 0x7800_0000_0000
 CONST_WINDOW = 0x7C00_0000_0000
 PARAM_WINDOW = 0x7E00_0000_0000
 _WINDOW_SIZE = 1 << 40
+# A shared::cluster address of another CTA (from mapa): this bit, the CTA's
+# rank in the cluster in bits 24-30, the offset in its window below.
+CLUSTER_TAG = 1 << 31
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _LOG2 = {1: 0, 2: 1, 4: 2, 8: 3}
 
@@ -55,6 +59,8 @@ class Memory:
         # Called as watch(flat shared indices, threads, width, write) for every
         # shared access when the sanitizer runs.
         self.watch = None
+        # (CTA index, rank) -> index of that rank's CTA in its cluster (set by the machine).
+        self.cluster_cta = lambda cta, rank: cta
 
     def add_global(self, nbytes: int) -> int:
         """Allocate a zeroed global buffer; returns its base address."""
@@ -73,7 +79,10 @@ class Memory:
         if space == "global":
             return self._global(addr, every, threads, width, what)
         if space == "shared":
-            return [self._window(self.shared, self.shared_size, threads // self.ntid, addr,
+            owner = threads // self.ntid
+            if (addr & np.uint64(CLUSTER_TAG)).any():
+                owner, addr = self._remote(owner, addr)
+            return [self._window(self.shared, self.shared_size, owner, addr,
                                  every, threads, width, "shared", what)]
         if space == "local":
             return [self._window(self.local, self.local_size, threads, addr, every, threads,
@@ -81,6 +90,15 @@ class Memory:
         buf = self.param if space == "param" else self.const
         return [self._window(buf, len(buf), np.zeros_like(threads), addr, every, threads,
                              width, space, what)]
+
+    def _remote(self, owner: np.ndarray, addr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Distributed shared memory: an address made by ``mapa`` carries
+        ``CLUSTER_TAG`` and the target CTA's rank in bits 24-30; others are
+        the executing CTA's own."""
+        tagged = (addr & np.uint64(CLUSTER_TAG)) != 0
+        rank = ((addr >> np.uint64(24)) & np.uint64(0x7F)).astype(np.int64)
+        owner = np.where(tagged, self.cluster_cta(owner, rank), owner)
+        return owner, addr & np.uint64(0xFFFFFF)
 
     def _generic(self, addr: np.ndarray, threads: np.ndarray, width: int, what: str):
         groups = []
