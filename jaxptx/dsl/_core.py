@@ -79,8 +79,8 @@ class Reg:
     def _bits(self, other: Any, opcode: str, dst: "Reg | None" = None) -> "Reg":
         _check_same_type(self, other, opcode)
         ty = "pred" if self.type.kind == "pred" else f"b{self.type.bits}"
-        args = (self, other) if dst is None else (dst, self, other)
-        return emit_instruction(opcode, (ty,), args)
+        # The result keeps this register's type (u32 & 3 is a u32, not a b32).
+        return emit_instruction(opcode, (ty,), (dst or new_reg(self.type), self, other))
 
     def __and__(self, o: Any) -> "Reg": return self._bits(o, "and")
     def __or__(self, o: Any) -> "Reg": return self._bits(o, "or")
@@ -90,7 +90,7 @@ class Reg:
     def __ixor__(self, o: Any) -> "Reg": return self._bits(o, "xor", self)
 
     def __lshift__(self, o: Any) -> "Reg":
-        return emit_instruction("shl", (f"b{self.type.bits}",), (self, o))
+        return emit_instruction("shl", (f"b{self.type.bits}",), (new_reg(self.type), self, o))
 
     def __rshift__(self, o: Any) -> "Reg":
         return emit_instruction("shr", (self.type.name,), (self, o))
@@ -101,7 +101,7 @@ class Reg:
     def __invert__(self) -> "Reg | NegPred":
         if self.type.kind == "pred":
             return NegPred(self)
-        return emit_instruction("not", (f"b{self.type.bits}",), (self,))
+        return emit_instruction("not", (f"b{self.type.bits}",), (new_reg(self.type), self))
 
     def max(self, other: Any) -> "Reg":
         """``max`` of this register and ``other`` into a new register."""

@@ -56,8 +56,7 @@ class Machine:
         self.nthreads = self.ntid * self.nctas
         self.warps_per_cta = -(-self.ntid // 32)
         self.max_steps = max_steps
-        self.regs = {name: np.zeros(self.nthreads, dtype=bits_dtype(t))
-                     for name, t in program.registers.items()}
+        self.regs = _Registers(program.registers, self.nthreads)
         self.pc = np.zeros(self.nthreads, dtype=np.int64)
         self.state = np.zeros(self.nthreads, dtype=np.int8)
         self.barrier = np.full(self.nthreads, -1, dtype=np.int64)
@@ -93,7 +92,7 @@ class Machine:
         if reg is None:
             raise SimError(f"write to undeclared register {name}")
         if len(threads) == self.nthreads:
-            reg[:] = bits
+            self.regs.replace(name, bits)
         else:
             reg[threads] = bits
         if self.sanitizer is not None:
@@ -433,6 +432,48 @@ class Machine:
         return (f"{self.program.name}: deadlock: barrier {int(self.barrier[t])} at "
                 f"{self.program.code[pc].name}{where} reached by {len(waiting)} threads, but others of "
                 f"CTA {cta} exited or never arrive (first waiting thread: tid {tid})")
+
+
+class _Registers:
+    """The register file: one bits array per declared register, allocated on
+    first use (a register first written by every thread never needs zeroing)."""
+
+    def __init__(self, types: dict, n: int) -> None:
+        self.dtypes = {name: bits_dtype(t) for name, t in types.items()}
+        self.n = n
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def get(self, name: str) -> np.ndarray | None:
+        arr = self.arrays.get(name)
+        if arr is None:
+            dtype = self.dtypes.get(name)
+            if dtype is None:
+                return None
+            arr = self.arrays[name] = np.zeros(self.n, dtype=dtype)
+        return arr
+
+    def replace(self, name: str, bits: np.ndarray) -> None:
+        """Every thread writes ``name``: keep a private copy of ``bits``."""
+        dtype = self.dtypes[name]
+        if bits.dtype == dtype and bits.shape == (self.n,):
+            self.arrays[name] = bits.copy()
+            return
+        arr = self.arrays.get(name)
+        if arr is None:
+            arr = self.arrays[name] = np.empty(self.n, dtype=dtype)
+        arr[:] = bits
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        arr = self.get(name)
+        if arr is None:
+            raise KeyError(name)
+        return arr
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.dtypes
+
+    def __iter__(self):
+        return iter(self.dtypes)
 
 
 def _located(e: SimError, ins: ir.Instruction) -> SimError:

@@ -99,6 +99,15 @@ def float_minmax(s: Step, is_max: bool) -> None:
     ``.ftz`` flushes subnormal inputs (and so results)."""
     f = fmt_of(s)
     a, b = s.src(1), s.src(2)
+    plain = not any(s.mod(m) for m in ("ftz", "xorsign", "abs", "nan"))
+    if plain and a.dtype in (np.float32, np.float64) and a.ndim == 1:
+        # Fast path: fmax/fmin already ignore a single NaN; only results that
+        # are NaN (both NaN: canonical) or zero (-0 < +0) need the full rules.
+        with np.errstate(invalid="ignore"):
+            r = np.fmax(a, b) if is_max else np.fmin(a, b)
+            if not (np.isnan(r).any() or (r == 0).any()):
+                s.dst(0, r)
+                return
     if s.mod("ftz") is not None:
         a, b = flush(a, f), flush(b, f)
     xorsign = s.mod("xorsign") is not None
