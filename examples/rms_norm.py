@@ -60,12 +60,28 @@ def rms_norm(x, w, y, *, eps=1e-6):
 
 
 def main() -> None:
-    """Print the PTX and the ptxas resource report for B=4, N=1024."""
+    """Print the PTX and the ptxas resource report for B=4, N=1024, then run
+    the kernel on the CPU emulator and check it against numpy."""
+    import numpy as np
+
+    from jaxptx import sim
+
     spec = rms_norm.specialize(B=4, N=1024)
     print(f"== PTX of rms_norm for B=4, N=1024 (grid {spec.grid}, block {spec.block}) ==")
     print(spec.ptx)
     print(f"== ptxas -arch={spec.target.name} ==")
     print(rms_norm.resources(B=4, N=1024))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 1024)).astype(np.float32)
+    w = rng.standard_normal(1024).astype(np.float32)
+    y = np.zeros_like(x)
+    sim.launch(rms_norm, x, w, y)           # the CPU emulator: 4 CTAs x 128 threads
+    x64 = x.astype(np.float64)
+    want = x64 / np.sqrt((x64 ** 2).mean(axis=1, keepdims=True) + 1e-6) * w
+    err = float(np.abs(y - want).max())
+    print(f"== emulator vs numpy: max abs error {err:.2e} ==")
+    if err > 1e-4:
+        raise SystemExit("the emulator's result does not match numpy")
 
 
 if __name__ == "__main__":
