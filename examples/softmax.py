@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxptx import Tile, kernel, ptx, reg, smem
-from jaxptx.types import f32, u32
+from jaxptx import Tile, kernel, ptx, smem
+from jaxptx.types import f32
 
 THREADS = 128
 WARPS = THREADS // 32

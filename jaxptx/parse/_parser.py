@@ -16,7 +16,6 @@ import re
 
 from .. import ir, isa
 from ..emit import function_header_tokens, statement_tokens
-from ..errors import ParseError
 from ._lexer import Tokens, lex
 from ._literals import immediate, offset_value
 
