@@ -1,11 +1,13 @@
 // jaxptx._ffi: the compiled half of jaxptx.
 //
-// For now it only reports build facts. The CUDA launch handler and the CPU
-// (emulator) handler arrive with the JAX integration, as typed XLA FFI
-// handlers exported to Python as capsules.
+// Exports the typed XLA FFI handlers as capsules (registered from Python
+// with jax.ffi.register_ffi_target) and the hooks that feed them: the CPU
+// handler's Python callback and the CUDA handler's module registry.
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
+
+#include "handlers.h"
 
 namespace nb = nanobind;
 
@@ -27,11 +29,43 @@ NB_MODULE(_ffi, m) {
 #else
     d["stable_abi"] = false;
 #endif
-#if defined(JAXPTX_HAVE_XLA_FFI)
     d["xla_ffi_headers"] = true;
+#if defined(JAXPTX_CHECKED_CUDA_H)
+    d["checked_against_cuda_h"] = true;
 #else
-    d["xla_ffi_headers"] = false;
+    d["checked_against_cuda_h"] = false;
 #endif
     return d;
   }, "Small facts about how this extension was built.");
+
+  m.def("handlers", []() {
+    nb::dict d;
+    d["jaxptx_cpu"] = nb::capsule(reinterpret_cast<void*>(&JaxptxCpu));
+    d["jaxptx_launch"] = nb::capsule(reinterpret_cast<void*>(&JaxptxLaunch));
+    return d;
+  }, "The typed FFI handlers by target name, as capsules for "
+     "jax.ffi.register_ffi_target: jaxptx_cpu (platform cpu) and "
+     "jaxptx_launch (platform CUDA).");
+
+  m.def("set_cpu_callback", &jaxptx::set_cpu_callback, nb::arg("fn").none(),
+        "Set fn(kernel_id, inputs, outputs) -> None | str, called by the CPU "
+        "handler with tuples of memoryviews (outputs writable) valid only "
+        "during the call; a returned string becomes the FFI error.");
+
+  m.def("cuda_register",
+        [](int64_t kernel_id, nb::bytes image, const std::string& entry, int64_t num_params) {
+          jaxptx::cuda_register(kernel_id, std::string(image.c_str(), image.size()), entry,
+                                num_params);
+        },
+        nb::arg("kernel_id"), nb::arg("image"),
+        nb::arg("entry"), nb::arg("num_params"),
+        "Register a kernel's module image (PTX text or cubin bytes) and entry "
+        "name for the CUDA handler under kernel_id; it takes num_params "
+        "pointer parameters (inputs then outputs).");
+
+  m.def("cuda_registered", &jaxptx::cuda_registered, nb::arg("kernel_id"),
+        "Whether kernel_id is registered for the CUDA handler.");
+
+  m.def("cuda_driver_error", &jaxptx::cuda_driver_error,
+        "Empty when libcuda.so.1 opens and cuInit succeeds, else the reason.");
 }

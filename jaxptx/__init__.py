@@ -34,6 +34,14 @@ from .emit import emit as emit
 from .errors import ParseError as ParseError
 from .errors import PtxError as PtxError
 from .parse import parse as parse
+from . import jax as jax  # kernels as JAX primitives (jax itself loads on first call)
+from .jax import custom_vjp as custom_vjp
+
+# Explicit, so that ``from jaxptx import *`` does not bind ``jax`` to the
+# jaxptx.jax subpackage over the user's ``import jax``.
+__all__ = ["errors", "ir", "isa", "types", "Kernel", "Layout", "Specialization", "Tile",
+           "kernel", "ptx", "reg", "smem", "unify_envs", "Diagnostic", "check", "emit",
+           "ParseError", "PtxError", "parse", "custom_vjp"]
 
 try:
     __version__ = _version("jaxptx")

@@ -30,6 +30,17 @@ __all__ = ["Kernel", "kernel", "Specialization", "AUTO_FALLBACK_ARCH"]
 # What ``arch="auto"`` means where no GPU is visible and JAXPTX_ARCH is unset.
 AUTO_FALLBACK_ARCH = "sm_90a"
 
+# ``Kernel.__call__`` goes through the JAX layer, which sits above this one:
+# jaxptx.jax registers itself here when imported (the DSL never imports jax).
+_CALL_HOOK: Callable[[Kernel, tuple, dict], Any] | None = None
+
+
+def set_call_hook(hook: Callable[[Kernel, tuple, dict], Any] | None) -> None:
+    """Set what ``Kernel.__call__(*args, **kwargs)`` runs, as
+    ``hook(kernel, args, kwargs)``; jaxptx.jax installs its primitive binding."""
+    global _CALL_HOOK
+    _CALL_HOOK = hook
+
 
 @dataclasses.dataclass(frozen=True)
 class Specialization:
@@ -105,6 +116,7 @@ class Kernel:
                 f"{len(self._out_specs)} out_specs")
         self._dims = tuple(dict.fromkeys(d for t in specs for d in t.symbolic_dims))
         self._cache: dict[tuple, Specialization] = {}
+        self._jax_primitive: Any = None  # created by jaxptx.jax on the first call
 
     # documented properties ------------------------------------------------
     @property
@@ -207,8 +219,21 @@ class Kernel:
         return resources(s.ptx, s.target.name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TraceError(f"kernel {self.name}: calling a kernel on arrays needs the JAX "
-                         "integration, which is not built yet; use .ptx()/.cubin() to inspect it")
+        """Call the kernel on arrays: binds its JAX primitive (see :mod:`jaxptx.jax`).
+
+        Positional arguments are the inputs (one per ``in_specs`` entry);
+        keywords are template values, and dims that no input binds. Returns
+        the output array, or a tuple when there are several outputs. Works
+        eagerly and under ``jax.jit``, ``vmap`` and ``shard_map``.
+
+        Raises:
+            SpecError: an input's shape or dtype does not match its spec.
+            TraceError: the JAX integration is not loaded.
+        """
+        if _CALL_HOOK is None:
+            raise TraceError(f"kernel {self.name}: calling a kernel on arrays needs the JAX "
+                             "integration; import jaxptx.jax (importing jaxptx does)")
+        return _CALL_HOOK(self, args, kwargs)
 
     def __repr__(self) -> str:
         return f"<jaxptx.Kernel {self.name} arch={self._arch}>"

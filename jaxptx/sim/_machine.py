@@ -371,7 +371,8 @@ class Machine:
             self.barrier[at[done]] = -1
             finished = np.unique(cluster[done])
             self.cluster_arrivals[finished] -= alive[finished]
-        return waiting[self.barrier[waiting] != _CLUSTER_BARRIER]
+        # the rest: those waiting at CTA barriers (not the ones released just now)
+        return waiting[(self.barrier[waiting] != _CLUSTER_BARRIER) & (self.state[waiting] == _WAITING)]
 
     def _release(self) -> None:
         """Release every (CTA, barrier) whose arrivals reached its count (all

@@ -111,7 +111,10 @@ class Memory:
                 rest &= ~inside
                 offsets = addr[pos] - np.uint64(base)
                 if space == "shared":
-                    groups.append(self._window(self.shared, self.shared_size, threads[pos] // self.ntid,
+                    owner = threads[pos] // self.ntid
+                    if (offsets & np.uint64(CLUSTER_TAG)).any():    # generic mapa address
+                        owner, offsets = self._remote(owner, offsets)
+                    groups.append(self._window(self.shared, self.shared_size, owner,
                                                offsets, pos, threads, width, space, what))
                 elif space == "local":
                     groups.append(self._window(self.local, self.local_size, threads[pos], offsets, pos,

@@ -1,0 +1,95 @@
+"""Per-call overhead of a jitted jaxptx kernel on the CPU path.
+
+A trivial elementwise kernel (``y = x * 2 + 1`` over N float32, 128 threads a
+CTA) called through ``jax.jit`` against the same computation as a jitted
+``jnp`` op, and the pieces in between:
+
+* ``jnp``: ``jax.jit(lambda x: x * 2 + 1)``, the floor of a jitted call.
+* ``kernel``: ``jax.jit(affine)``: XLA → the ``jaxptx_cpu`` FFI handler →
+  the GIL → the Python callback → the emulator.
+* ``kernel, no-op callback``: the same executable with the callback swapped
+  for one that returns at once: the cost of the FFI and Python round trip.
+* ``emulator alone``: ``jaxptx.sim.launch`` on numpy arrays, no JAX.
+
+Times are medians of ``--repeat`` blocked calls (``block_until_ready``).
+The dispatch overhead of the custom call is ``no-op cb`` minus ``jnp`` at the
+smallest N, where the jnp op itself costs next to nothing; ``kernel`` minus
+``no-op cb`` is the emulator run plus the numpy views and input copies.
+
+    python benchmarks/dispatch.py [--sizes 256 4096 65536] [--repeat 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+
+def median_us(fn, repeat: int) -> float:
+    """Median wall time of ``fn()`` in microseconds, after three warm-ups."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+def make_kernel():
+    """The benchmarked kernel: ``y = x * 2 + 1``."""
+    from jaxptx import Tile, kernel, ptx
+    from jaxptx.types import f32
+
+    @kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),),
+            grid=lambda N: (N // 128, 1, 1), block=(128, 1, 1), arch="sm_90a")
+    def affine(x, y):
+        i = ptx.special.ctaid.x() * 128 + ptx.special.tid.x()
+        off = ptx.mul.wide.u32(i, 4)
+        v = ptx.ld.global_.f32(x.ptr + off)
+        ptx.st.global_.f32(y.ptr + off, v * 2.0 + 1.0)
+
+    return affine
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[256, 4096, 65536])
+    parser.add_argument("--repeat", type=int, default=200)
+    args = parser.parse_args()
+
+    import jax
+    import jax.numpy as jnp
+
+    from jaxptx import _ffi, sim
+    from jaxptx.jax import _cpu
+
+    affine = make_kernel()
+    jnp_op = jax.jit(lambda x: x * 2 + 1)
+    kernel_op = jax.jit(affine)
+    print(f"jax {jax.__version__}, device {jax.devices()[0].device_kind}; "
+          f"median of {args.repeat} calls, microseconds")
+    print(f"{'N':>8} {'jnp':>9} {'kernel':>10} {'no-op cb':>10} {'emulator':>10}")
+    for n in args.sizes:
+        x = jnp.arange(n, dtype=jnp.float32)
+        np.testing.assert_array_equal(kernel_op(x), jnp_op(x))
+        t_jnp = median_us(lambda: jnp_op(x).block_until_ready(), args.repeat)
+        t_kernel = median_us(lambda: kernel_op(x).block_until_ready(), args.repeat)
+        _ffi.set_cpu_callback(lambda kernel_id, inputs, outputs: None)
+        try:
+            t_noop = median_us(lambda: kernel_op(x).block_until_ready(), args.repeat)
+        finally:
+            _ffi.set_cpu_callback(_cpu.run)
+        spec = affine.specialize(N=n)
+        xn, yn = np.asarray(x).copy(), np.zeros(n, np.float32)
+        t_sim = median_us(lambda: sim.launch(spec.module, xn, yn, grid=spec.grid,
+                                             block=spec.block), args.repeat)
+        print(f"{n:>8} {t_jnp:>9.1f} {t_kernel:>10.1f} {t_noop:>10.1f} {t_sim:>10.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+// jaxptx_cpu: the CPU platform's FFI handler. It takes the GIL and calls the
+// Python callback registered by jaxptx.jax with the kernel id and zero-copy
+// memoryviews of the input and output buffers; the callback runs the kernel
+// on the emulator, writing the outputs in place.
+
+#include <exception>
+#include <string>
+
+#include "handlers.h"
+
+namespace nb = nanobind;
+namespace ffi = xla::ffi;
+
+namespace {
+
+// A strong reference that is never released: dropping it at interpreter
+// exit, after Python has finalised, would crash.
+PyObject* g_cpu_callback = nullptr;
+
+// A view of `size` bytes at `data`. Zero-size buffers may have no address;
+// a memoryview still needs one.
+nb::object view(void* data, size_t size, bool writable) {
+  static char empty = 0;
+  char* p = data ? static_cast<char*>(data) : &empty;
+  PyObject* mv = PyMemoryView_FromMemory(p, static_cast<Py_ssize_t>(size),
+                                         writable ? PyBUF_WRITE : PyBUF_READ);
+  if (!mv) throw nb::python_error();
+  return nb::steal(mv);
+}
+
+// The views must not outlive this call: XLA owns the memory. release()
+// fails only if something still exports the view, which the callback
+// avoids; the failure is then cleared rather than reported.
+void release(nb::handle views) {
+  for (nb::handle v : views) {
+    PyObject* r = PyObject_CallMethod(v.ptr(), "release", nullptr);
+    if (r) Py_DECREF(r); else PyErr_Clear();
+  }
+}
+
+// "TypeName: message" of a Python exception (its traceback would name
+// only XLA's and our frames).
+std::string describe(nb::python_error& e) {
+  nb::object name = nb::getattr(e.type(), "__name__", nb::str("exception"));
+  std::string out = nb::str(name).c_str();
+  PyObject* text = PyObject_Str(e.value().ptr());
+  if (text) {
+    out += std::string(": ") + nb::str(nb::steal(text)).c_str();
+  } else {
+    PyErr_Clear();
+  }
+  return out;
+}
+
+ffi::Error call_python(int64_t kernel_id, ffi::RemainingArgs args, ffi::RemainingRets rets) {
+  if (!g_cpu_callback) {
+    return ffi::Error::Internal(
+        "jaxptx_cpu: no Python callback registered; import jaxptx.jax in this process");
+  }
+  nb::list ins, outs;
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto buf = args.get<ffi::AnyBuffer>(i);
+    if (!buf.has_value()) return buf.error();
+    ins.append(view(buf->untyped_data(), buf->size_bytes(), false));
+  }
+  for (size_t i = 0; i < rets.size(); ++i) {
+    auto buf = rets.get<ffi::AnyBuffer>(i);
+    if (!buf.has_value()) return buf.error();
+    outs.append(view((*buf)->untyped_data(), (*buf)->size_bytes(), true));
+  }
+  std::string message;
+  try {
+    nb::object result = nb::handle(g_cpu_callback)(kernel_id, nb::tuple(ins), nb::tuple(outs));
+    if (!result.is_none()) message = nb::str(result).c_str();
+  } catch (nb::python_error& e) {
+    message = "jaxptx_cpu: the Python callback raised: " + describe(e);
+  }
+  release(ins);
+  release(outs);
+  if (!message.empty()) return ffi::Error::Internal(message);
+  return ffi::Error::Success();
+}
+
+ffi::Error cpu_impl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t kernel_id) {
+  if (!Py_IsInitialized()) return ffi::Error::Internal("jaxptx_cpu: Python is not running");
+  // Every exception is caught while the GIL is still held: formatting and
+  // destroying a Python error needs it.
+  PyGILState_STATE gil = PyGILState_Ensure();
+  ffi::Error result;
+  try {
+    result = call_python(kernel_id, args, rets);
+  } catch (nb::python_error& e) {
+    result = ffi::Error::Internal("jaxptx_cpu: " + describe(e));
+  } catch (const std::exception& e) {
+    result = ffi::Error::Internal(std::string("jaxptx_cpu: ") + e.what());
+  } catch (...) {
+    result = ffi::Error::Internal("jaxptx_cpu: unknown C++ exception");
+  }
+  PyGILState_Release(gil);
+  return result;
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxptxCpu, cpu_impl,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<int64_t>("kernel_id"));
+
+namespace jaxptx {
+
+void set_cpu_callback(nb::object fn) {
+  if (!fn.is_none() && !PyCallable_Check(fn.ptr())) {
+    throw nb::type_error("set_cpu_callback: expected a callable or None");
+  }
+  PyObject* old = g_cpu_callback;
+  g_cpu_callback = fn.is_none() ? nullptr : fn.inc_ref().ptr();
+  Py_XDECREF(old);
+}
+
+}  // namespace jaxptx

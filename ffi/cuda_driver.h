@@ -1,0 +1,88 @@
+// The few CUDA driver API declarations the launch handler needs.
+//
+// Declared here rather than taken from cuda.h so that the extension builds
+// with no CUDA toolkit and opens libcuda.so.1 with dlopen at run time. These
+// types are part of the driver's stable ABI; cuda_launch.cc checks them
+// against the real cuda.h (static_asserts) whenever the build finds one.
+
+#ifndef JAXPTX_FFI_CUDA_DRIVER_H_
+#define JAXPTX_FFI_CUDA_DRIVER_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace jaxptx::cu {
+
+using CUresult = int;
+using CUdevice = int;
+struct CUctx_st;
+struct CUmod_st;
+struct CUfunc_st;
+struct CUstream_st;
+using CUcontext = CUctx_st*;
+using CUmodule = CUmod_st*;
+using CUfunction = CUfunc_st*;
+using CUstream = CUstream_st*;
+
+inline constexpr CUresult CUDA_SUCCESS = 0;
+// CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+inline constexpr int FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
+// CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+inline constexpr int LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4;
+// CUjit_option::CU_JIT_ERROR_LOG_BUFFER{,_SIZE_BYTES}
+inline constexpr int JIT_ERROR_LOG_BUFFER = 5;
+inline constexpr int JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6;
+// Kernels may use 48 KiB of dynamic shared memory without opting in.
+inline constexpr int64_t DEFAULT_MAX_DYNAMIC_SMEM = 48 * 1024;
+
+// CUlaunchAttributeValue: a 64-byte union whose widest members hold
+// pointers (hence 8-byte alignment); clusterDim sits at offset 0.
+union LaunchAttributeValue {
+  char pad[64];
+  unsigned long long align_;
+  struct {
+    unsigned int x, y, z;
+  } clusterDim;
+};
+
+// CUlaunchAttribute
+struct LaunchAttribute {
+  int id;
+  char pad[8 - sizeof(int)];
+  LaunchAttributeValue value;
+};
+
+// CUlaunchConfig
+struct LaunchConfig {
+  unsigned int gridDimX, gridDimY, gridDimZ;
+  unsigned int blockDimX, blockDimY, blockDimZ;
+  unsigned int sharedMemBytes;
+  CUstream hStream;
+  LaunchAttribute* attrs;
+  unsigned int numAttrs;
+};
+
+// Entry points, by the symbol names libcuda exports (cuda.h maps
+// cuCtxPushCurrent to cuCtxPushCurrent_v2, and so on).
+struct Driver {
+  CUresult (*cuInit)(unsigned int);
+  CUresult (*cuGetErrorName)(CUresult, const char**);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+  CUresult (*cuStreamGetCtx)(CUstream, CUcontext*);
+  CUresult (*cuCtxGetCurrent)(CUcontext*);
+  CUresult (*cuCtxPushCurrent_v2)(CUcontext);
+  CUresult (*cuCtxPopCurrent_v2)(CUcontext*);
+  CUresult (*cuModuleLoadDataEx)(CUmodule*, const void*, unsigned int, int*, void**);
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuLaunchKernelEx)(const LaunchConfig*, CUfunction, void**, void**);
+};
+
+// The driver, opened and initialised on first use (thread-safe). Returns
+// nullptr when libcuda.so.1 or one of its symbols is missing, or cuInit
+// fails; `error` then says why.
+const Driver* driver(const char** error);
+
+}  // namespace jaxptx::cu
+
+#endif  // JAXPTX_FFI_CUDA_DRIVER_H_

@@ -1,0 +1,326 @@
+// jaxptx_launch: the CUDA platform's FFI handler.
+//
+// Python registers each kernel's module image (PTX text, which the driver
+// JIT-compiles, or a cubin) under a stable kernel id at lowering time. At run
+// time the handler loads the module once per CUDA context (the stream's),
+// opts in to more than 48 KiB of dynamic shared memory when asked, and
+// launches with cuLaunchKernelEx on XLA's stream, passing the device
+// addresses of the inputs then the outputs as the kernel's parameters.
+// libcuda.so.1 is opened with dlopen on first use, so the extension builds
+// and imports with no driver. Every failure is returned as an ffi::Error.
+
+#include <dlfcn.h>
+
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "cuda_driver.h"
+#include "handlers.h"
+
+
+namespace nb = nanobind;
+namespace ffi = xla::ffi;
+
+namespace jaxptx::cu {
+
+namespace {
+
+struct Loaded {
+  Driver api{};
+  std::string error;
+};
+
+template <typename F>
+bool bind(void* lib, const char* name, F& fn, std::string& error) {
+  fn = reinterpret_cast<F>(dlsym(lib, name));
+  if (!fn && error.empty()) error = std::string("libcuda.so.1 has no symbol ") + name;
+  return fn != nullptr;
+}
+
+Loaded open_driver() {
+  Loaded out;
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char* why = dlerror();
+    out.error = std::string("cannot open libcuda.so.1 (no NVIDIA driver?): ") + (why ? why : "");
+    return out;
+  }
+  Driver& d = out.api;
+  bind(lib, "cuInit", d.cuInit, out.error);
+  bind(lib, "cuGetErrorName", d.cuGetErrorName, out.error);
+  bind(lib, "cuGetErrorString", d.cuGetErrorString, out.error);
+  bind(lib, "cuStreamGetCtx", d.cuStreamGetCtx, out.error);
+  bind(lib, "cuCtxGetCurrent", d.cuCtxGetCurrent, out.error);
+  bind(lib, "cuCtxPushCurrent_v2", d.cuCtxPushCurrent_v2, out.error);
+  bind(lib, "cuCtxPopCurrent_v2", d.cuCtxPopCurrent_v2, out.error);
+  bind(lib, "cuModuleLoadDataEx", d.cuModuleLoadDataEx, out.error);
+  bind(lib, "cuModuleGetFunction", d.cuModuleGetFunction, out.error);
+  bind(lib, "cuFuncSetAttribute", d.cuFuncSetAttribute, out.error);
+  bind(lib, "cuLaunchKernelEx", d.cuLaunchKernelEx, out.error);
+  if (out.error.empty()) {
+    CUresult rc = d.cuInit(0);
+    if (rc != CUDA_SUCCESS) out.error = "cuInit failed with CUresult " + std::to_string(rc);
+  }
+  return out;  // the library stays open for the life of the process
+}
+
+}  // namespace
+
+const Driver* driver(const char** error) {
+  static const Loaded loaded = open_driver();  // thread-safe initialisation
+  if (!loaded.error.empty()) {
+    *error = loaded.error.c_str();
+    return nullptr;
+  }
+  return &loaded.api;
+}
+
+}  // namespace jaxptx::cu
+
+namespace {
+
+using namespace jaxptx::cu;
+
+struct Image {
+  std::string data;  // PTX text (NUL-terminated) or cubin bytes
+  std::string entry;
+  int64_t num_params;
+};
+
+struct Function {
+  CUfunction fn = nullptr;
+  int64_t smem_opt_in = DEFAULT_MAX_DYNAMIC_SMEM;
+};
+
+// Kernel id -> image, and (id, context) -> loaded function. Modules are
+// never unloaded: an id's code may run again until the process ends.
+std::mutex g_mutex;
+std::unordered_map<int64_t, std::shared_ptr<const Image>> g_images;
+std::map<std::pair<int64_t, CUcontext>, Function> g_functions;
+
+std::string describe(const Driver& d, CUresult rc) {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  d.cuGetErrorName(rc, &name);
+  d.cuGetErrorString(rc, &text);
+  return std::string(name ? name : "CUDA error " + std::to_string(rc)) + " (" +
+         (text ? text : "no description") + ")";
+}
+
+// Pushes a context for the scope of a launch.
+class ScopedContext {
+ public:
+  ScopedContext(const Driver& d, CUcontext ctx) : d_(d) {
+    rc_ = d_.cuCtxPushCurrent_v2(ctx);
+  }
+  ~ScopedContext() {
+    CUcontext ignored;
+    if (rc_ == CUDA_SUCCESS) d_.cuCtxPopCurrent_v2(&ignored);
+  }
+  CUresult rc() const { return rc_; }
+
+ private:
+  const Driver& d_;
+  CUresult rc_;
+};
+
+// Loads the image in the current context (the caller holds g_mutex).
+ffi::Error load_function(const Driver& d, const Image& image, int64_t id, Function* out) {
+  char log[8192] = {0};
+  int options[] = {JIT_ERROR_LOG_BUFFER, JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* values[] = {log, reinterpret_cast<void*>(static_cast<uintptr_t>(sizeof(log) - 1))};
+  CUmodule module = nullptr;
+  CUresult rc = d.cuModuleLoadDataEx(&module, image.data.data(), 2, options, values);
+  if (rc != CUDA_SUCCESS) {
+    return ffi::Error::Internal("jaxptx_launch: loading the module of kernel " + image.entry +
+                                " (id " + std::to_string(id) + ") failed: " + describe(d, rc) +
+                                (log[0] ? std::string("\n") + log : std::string()));
+  }
+  rc = d.cuModuleGetFunction(&out->fn, module, image.entry.c_str());
+  if (rc != CUDA_SUCCESS) {
+    return ffi::Error::Internal("jaxptx_launch: the module of kernel id " + std::to_string(id) +
+                                " has no entry " + image.entry + ": " + describe(d, rc));
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error check_dim3(ffi::Span<const int32_t> v, const char* what, const Image& image) {
+  bool ok = v.size() == 3;
+  for (size_t i = 0; ok && i < 3; ++i) ok = v[i] > 0;
+  if (ok) return ffi::Error::Success();
+  return ffi::Error::InvalidArgument(std::string("jaxptx_launch: kernel ") + image.entry +
+                                     ": attribute " + what + " must be 3 positive ints");
+}
+
+ffi::Error launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
+                  int64_t kernel_id, ffi::Span<const int32_t> grid,
+                  ffi::Span<const int32_t> block, ffi::Span<const int32_t> cluster,
+                  int64_t smem) {
+  const char* why = nullptr;
+  const Driver* d = driver(&why);
+  if (!d) return ffi::Error::Internal(std::string("jaxptx_launch: ") + why);
+
+  std::shared_ptr<const Image> image;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_images.find(kernel_id);
+    if (it != g_images.end()) image = it->second;
+  }
+  if (!image) {
+    return ffi::Error::InvalidArgument(
+        "jaxptx_launch: kernel id " + std::to_string(kernel_id) +
+        " is not registered in this process; kernels register when a function using them is "
+        "lowered (a deserialized export or cached executable must be lowered here first)");
+  }
+  if (ffi::Error e = check_dim3(grid, "grid", *image); e.failure()) return e;
+  if (ffi::Error e = check_dim3(block, "block", *image); e.failure()) return e;
+  if (ffi::Error e = check_dim3(cluster, "cluster", *image); e.failure()) return e;
+  if (smem < 0 || smem > (int64_t{1} << 31)) {
+    return ffi::Error::InvalidArgument("jaxptx_launch: smem out of range");
+  }
+  size_t n = args.size() + rets.size();
+  if (static_cast<int64_t>(n) != image->num_params) {
+    return ffi::Error::InvalidArgument(
+        "jaxptx_launch: kernel " + image->entry + " takes " + std::to_string(image->num_params) +
+        " pointer parameters, got " + std::to_string(n) + " buffers");
+  }
+  std::vector<void*> pointers(n);
+  std::vector<void*> params(n);
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto buf = args.get<ffi::AnyBuffer>(i);
+    if (!buf.has_value()) return buf.error();
+    pointers[i] = buf->untyped_data();
+  }
+  for (size_t i = 0; i < rets.size(); ++i) {
+    auto buf = rets.get<ffi::AnyBuffer>(i);
+    if (!buf.has_value()) return buf.error();
+    pointers[args.size() + i] = (*buf)->untyped_data();
+  }
+  for (size_t i = 0; i < n; ++i) params[i] = &pointers[i];
+
+  CUcontext ctx = nullptr;
+  CUresult rc = d->cuStreamGetCtx(stream, &ctx);
+  if (rc != CUDA_SUCCESS || !ctx) rc = d->cuCtxGetCurrent(&ctx);
+  if (rc != CUDA_SUCCESS || !ctx) {
+    return ffi::Error::Internal("jaxptx_launch: no CUDA context for XLA's stream: " +
+                                describe(*d, rc));
+  }
+  ScopedContext scope(*d, ctx);
+  if (scope.rc() != CUDA_SUCCESS) {
+    return ffi::Error::Internal("jaxptx_launch: cuCtxPushCurrent failed: " +
+                                describe(*d, scope.rc()));
+  }
+  CUfunction fn = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    Function& f = g_functions[{kernel_id, ctx}];
+    if (!f.fn) {
+      if (ffi::Error e = load_function(*d, *image, kernel_id, &f); e.failure()) {
+        g_functions.erase({kernel_id, ctx});
+        return e;
+      }
+    }
+    if (smem > f.smem_opt_in) {
+      rc = d->cuFuncSetAttribute(f.fn, FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 static_cast<int>(smem));
+      if (rc != CUDA_SUCCESS) {
+        return ffi::Error::Internal("jaxptx_launch: kernel " + image->entry + " cannot use " +
+                                    std::to_string(smem) + " bytes of dynamic shared memory: " +
+                                    describe(*d, rc));
+      }
+      f.smem_opt_in = smem;
+    }
+    fn = f.fn;
+  }
+
+  LaunchAttribute attr{};
+  attr.id = LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim = {static_cast<unsigned>(cluster[0]), static_cast<unsigned>(cluster[1]),
+                           static_cast<unsigned>(cluster[2])};
+  bool clustered = cluster[0] * cluster[1] * cluster[2] > 1;
+  LaunchConfig config{};
+  config.gridDimX = grid[0];
+  config.gridDimY = grid[1];
+  config.gridDimZ = grid[2];
+  config.blockDimX = block[0];
+  config.blockDimY = block[1];
+  config.blockDimZ = block[2];
+  config.sharedMemBytes = static_cast<unsigned>(smem);
+  config.hStream = stream;
+  config.attrs = clustered ? &attr : nullptr;
+  config.numAttrs = clustered ? 1 : 0;
+  rc = d->cuLaunchKernelEx(&config, fn, params.data(), nullptr);
+  if (rc != CUDA_SUCCESS) {
+    return ffi::Error::Internal("jaxptx_launch: launching kernel " + image->entry +
+                                " failed: " + describe(*d, rc));
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error launch_impl(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
+                       int64_t kernel_id, ffi::Span<const int32_t> grid,
+                       ffi::Span<const int32_t> block, ffi::Span<const int32_t> cluster,
+                       int64_t smem) {
+  try {
+    return launch(stream, args, rets, kernel_id, grid, block, cluster, smem);
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string("jaxptx_launch: ") + e.what());
+  } catch (...) {
+    return ffi::Error::Internal("jaxptx_launch: unknown C++ exception");
+  }
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxptxLaunch, launch_impl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<CUstream>>()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<int64_t>("kernel_id")
+                                  .Attr<ffi::Span<const int32_t>>("grid")
+                                  .Attr<ffi::Span<const int32_t>>("block")
+                                  .Attr<ffi::Span<const int32_t>>("cluster")
+                                  .Attr<int64_t>("smem"));
+
+namespace jaxptx {
+
+void cuda_register(int64_t kernel_id, const std::string& image, const std::string& entry,
+                   int64_t num_params) {
+  if (image.empty()) throw nb::value_error("cuda_register: empty module image");
+  if (num_params < 0) throw nb::value_error("cuda_register: num_params must be >= 0");
+  auto img = std::make_shared<Image>();
+  img->data = image;
+  // PTX text must be NUL-terminated for cuModuleLoadData; a cubin ignores it.
+  if (img->data.back() != '\0') img->data.push_back('\0');
+  img->entry = entry;
+  img->num_params = num_params;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto [it, inserted] = g_images.emplace(kernel_id, img);
+  if (!inserted) {
+    const Image& old = *it->second;
+    if (old.data != img->data || old.entry != entry || old.num_params != num_params) {
+      throw nb::value_error(("cuda_register: kernel id " + std::to_string(kernel_id) +
+                             " is already registered with different content")
+                                .c_str());
+    }
+  }
+}
+
+bool cuda_registered(int64_t kernel_id) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_images.count(kernel_id) != 0;
+}
+
+std::string cuda_driver_error() {
+  const char* why = nullptr;
+  return cu::driver(&why) ? std::string() : std::string(why);
+}
+
+}  // namespace jaxptx

@@ -1,0 +1,39 @@
+// The typed XLA FFI handlers of jaxptx._ffi and the Python-facing hooks
+// that feed them (module.cc exposes both to Python).
+
+#ifndef JAXPTX_FFI_HANDLERS_H_
+#define JAXPTX_FFI_HANDLERS_H_
+
+#include <cstdint>
+#include <string>
+
+#include <nanobind/nanobind.h>
+
+#include "xla/ffi/api/ffi.h"
+
+// CPU: runs a kernel on the emulator through a Python callback.
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxptxCpu);
+// CUDA: launches a registered PTX module on XLA's stream.
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxptxLaunch);
+
+namespace jaxptx {
+
+// Sets the callable the CPU handler calls as
+// ``fn(kernel_id, inputs, outputs)`` (tuples of memoryviews over the XLA
+// buffers; outputs writable). It returns None on success or an error string.
+void set_cpu_callback(nanobind::object fn);
+
+// Registers the module image (PTX text or cubin) of a kernel id for the CUDA
+// handler. Raises ValueError when the id already names different content.
+void cuda_register(int64_t kernel_id, const std::string& image, const std::string& entry,
+                   int64_t num_params);
+
+// True when the id is registered for the CUDA handler.
+bool cuda_registered(int64_t kernel_id);
+
+// Empty when libcuda.so.1 opens and initialises, else why it does not.
+std::string cuda_driver_error();
+
+}  // namespace jaxptx
+
+#endif  // JAXPTX_FFI_HANDLERS_H_

@@ -1,0 +1,155 @@
+"""One JAX primitive per kernel: binding, abstract evaluation, batching.
+
+The primitive of a kernel is created on its first call and kept on the
+kernel. Its parameters: ``template`` and ``sizes`` (sorted ``(name, value)``
+pairs: the template values and every symbolic dim) and ``grid`` (the launch
+grid they give). Lowerings live in ``_lowering``; the rules here are shared
+by all kernels and take the kernel as their first argument.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.extend as jex
+import jax.numpy as jnp
+import numpy as np
+from jax._src import core as jcore  # varying manual axes have no public API yet
+from jax.interpreters import batching, xla
+
+from ..dsl import Kernel, Tile
+from ..dsl._specs import bind_specs
+from ..errors import SpecError
+from . import _lowering
+
+__all__ = ["call", "primitive"]
+
+
+def primitive(kernel: Kernel) -> jex.core.Primitive:
+    """The kernel's primitive, created and registered on first use."""
+    if kernel._jax_primitive is None:
+        kernel._jax_primitive = _make_primitive(kernel)
+    return kernel._jax_primitive
+
+
+def call(kernel: Kernel, args: tuple, kwargs: dict) -> Any:
+    """``kernel(*args, **kwargs)``: check, bind the primitive, unpack."""
+    template, dims = _bind_arguments(kernel, args, kwargs)
+    grid = kernel._resolve_grid({**dict(dims), **dict(template)})
+    outs = primitive(kernel).bind(*args, template=template, sizes=dims, grid=grid)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _bind_arguments(kernel: Kernel, args: tuple, kwargs: dict) -> tuple[tuple, tuple]:
+    """Check the inputs against ``in_specs`` and split the keywords into
+    template values and dims; every symbolic dim must end up bound."""
+    where = f"kernel {kernel.name}"
+    if kernel._module or not kernel.out_specs:
+        raise SpecError(f"{where}: calling a kernel on arrays needs in_specs and out_specs "
+                        "(a module=True kernel cannot be called)")
+    names = kernel._tensors[:len(kernel.in_specs)]
+    if len(args) != len(names):
+        raise SpecError(f"{where}: expected {len(names)} input(s) "
+                        f"({', '.join(map(repr, names))}), got {len(args)}")
+    types = [_shape_dtype(a, n, where) for a, n in zip(args, names)]
+    try:
+        env = bind_specs(kernel.in_specs, types, names)
+    except SpecError as e:
+        raise SpecError(f"{where}: {e}") from None
+    for k, v in kwargs.items():
+        if isinstance(v, jax.core.Tracer):
+            raise SpecError(f"{where}: template value {k} is traced; template values are static: "
+                            f"mark it static (jax.jit(..., static_argnames=({k!r},))) "
+                            "or bind it with functools.partial")
+        if k in env and v != env[k]:
+            raise SpecError(f"{where}: dim {k}={v!r} given as a keyword, but the inputs "
+                            f"bind {k}={env[k]}")
+    template, dims = kernel._bind({**kwargs, **env})
+    missing = [d for d in kernel.dims if d not in dict(dims)]
+    if missing:
+        raise SpecError(f"{where}: no input binds dim(s) {missing}; pass "
+                        f"{', '.join(m + '=...' for m in missing)}")
+    return template, dims
+
+
+def _shape_dtype(a: Any, name: str, where: str) -> tuple[tuple[int, ...], Any]:
+    dtype = getattr(a, "dtype", None)
+    if dtype is None:
+        raise SpecError(f"{where}: argument {name!r}: expected an array, got {type(a).__name__}")
+    return tuple(np.shape(a)), dtype
+
+
+def _out_dtype(kernel: Kernel, spec: Tile) -> np.dtype:
+    t = spec.dtype
+    if t.lanes != 1 or t.np_name is None or t.bits < 8:
+        raise SpecError(f"kernel {kernel.name}: out_specs dtype {t.name} has no JAX array "
+                        "type; use a scalar type of 8 bits or more (f16 with twice the "
+                        "elements rather than f16x2)")
+    return jnp.dtype(t.np_name)
+
+
+def kernel_abstract_eval(kernel: Kernel, *avals: Any, template: tuple, sizes: tuple,
+                         grid: tuple) -> list[jax.core.ShapedArray]:
+    """Output avals from ``out_specs``; re-checks the inputs against the dims."""
+    names = kernel._tensors[:len(kernel.in_specs)]
+    try:
+        env = bind_specs(kernel.in_specs, [(a.shape, a.dtype) for a in avals], names)
+    except SpecError as e:
+        raise SpecError(f"kernel {kernel.name}: {e}") from None
+    bound = dict(sizes)
+    for k, v in env.items():
+        if bound.get(k) != v:
+            raise SpecError(f"kernel {kernel.name}: dim {k}: the primitive was bound with "
+                            f"{bound.get(k)}, the inputs give {v}")
+    vma = frozenset().union(*map(varying_axes, avals))
+    return [_shaped_array(spec.resolve_shape(bound), _out_dtype(kernel, spec), vma)
+            for spec in kernel.out_specs]
+
+
+def varying_axes(aval: Any) -> frozenset:
+    """The manual mesh axes (inside ``shard_map``) that ``aval`` varies over."""
+    mat = getattr(aval, "mat", None)  # jax 0.10: ManualAxisType; earlier: .vma
+    return mat.varying if mat is not None else getattr(aval, "vma", frozenset())
+
+
+def _shaped_array(shape: tuple, dtype: Any, vma: frozenset) -> jax.core.ShapedArray:
+    # Outputs vary over every manual axis an input varies over: inside
+    # shard_map each shard's launch reads its own shard (the rule
+    # jax.ffi.ffi_call leaves to its caller's result types).
+    if not vma:
+        return jax.core.ShapedArray(shape, dtype)
+    sharding = jcore.get_cur_mesh_sharding()
+    if hasattr(jcore, "ManualAxisType"):
+        return jax.core.ShapedArray(shape, dtype, sharding=sharding,
+                                    manual_axis_type=jcore.ManualAxisType(varying=vma))
+    return jax.core.ShapedArray(shape, dtype, sharding=sharding, vma=vma)
+
+
+def kernel_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], **params: Any):
+    """vmap: a sequential loop over the batch (``lax.map``), one launch per
+    element; right for any kernel. Unbatched inputs are shared by all."""
+    prim = primitive(kernel)
+    batched = [i for i, ax in enumerate(axes) if ax is not None]  # None: not mapped
+    xs = tuple(jnp.moveaxis(args[i], axes[i], 0) for i in batched)
+
+    def one(slices: tuple) -> list:
+        full = list(args)
+        for i, x in zip(batched, slices):
+            full[i] = x
+        return prim.bind(*full, **params)
+
+    outs = jax.lax.map(one, xs)
+    return outs, [0] * len(outs)
+
+
+def _make_primitive(kernel: Kernel) -> jex.core.Primitive:
+    prim = jex.core.Primitive(kernel.name)
+    prim.multiple_results = True
+    prim.def_impl(functools.partial(xla.apply_primitive, prim))
+    prim.def_abstract_eval(functools.partial(kernel_abstract_eval, kernel))
+    batching.primitive_batchers[prim] = functools.partial(kernel_batch, kernel)
+    _lowering.register(prim, kernel)
+    return prim

@@ -1,0 +1,127 @@
+"""Kernel ids: what a lowered custom call names, and what its handler runs.
+
+A lowering registers its specialisation here and puts the id in the HLO as
+the ``kernel_id`` attribute; the CPU handler looks it up to run the emulator,
+and the CUDA shim keeps the same id for the PTX. An id is a hash of what the
+launch does (PTX, entry, launch shape, buffer shapes and dtypes), so it is
+the same in every process and in every order of lowering: an executable
+loaded from JAX's persistent compilation cache never names another kernel's
+code. Ids stay below 2**48, clear of the 2**63 that typed-FFI int64
+attributes allow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..dsl import Kernel, Specialization
+from ..errors import SpecError
+
+__all__ = ["Entry", "register", "lookup", "kernels_in"]
+
+ID_BITS = 48
+
+# (shape, numpy dtype) of one buffer.
+BufferType = tuple[tuple[int, ...], np.dtype]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Entry:
+    """One registered launch.
+
+    Attributes:
+        kernel_id: the id in the HLO.
+        kernel: the kernel; spec: its specialisation (PTX, IR module).
+        entry: the ``.entry`` name; grid: the launch grid.
+        inputs, outputs: ``(shape, numpy dtype)`` of each buffer.
+    """
+
+    kernel_id: int
+    kernel: Kernel
+    spec: Specialization
+    entry: str
+    grid: tuple[int, int, int]
+    inputs: tuple[BufferType, ...]
+    outputs: tuple[BufferType, ...]
+
+    def content(self) -> bytes:
+        """What the id hashes: everything that decides what a launch does."""
+        s = self.spec
+        launch = (self.entry, self.grid, s.block, s.cluster, s.smem, self.inputs, self.outputs)
+        return s.ptx.encode() + b"\0" + repr(launch).encode()
+
+
+_LOCK = threading.Lock()
+_ENTRIES: dict[int, Entry] = {}
+
+
+def register(kernel: Kernel, template: tuple, dims: tuple, grid: tuple[int, int, int],
+             inputs: Sequence[BufferType], outputs: Sequence[BufferType]) -> Entry:
+    """Specialise ``kernel`` and register the launch; return its entry.
+
+    Raises:
+        SpecError: the kernel's parameters are not one pointer per tensor
+            (raw scalar params and TMA descriptors are not supported yet).
+    """
+    spec = kernel.specialize(**dict(template), **dict(dims))
+    entry_fn = _entry_function(kernel, spec, len(inputs) + len(outputs))
+    entry = Entry(0, kernel, spec, entry_fn, tuple(grid), tuple(inputs), tuple(outputs))
+    content = entry.content()
+    digest = hashlib.blake2b(content, digest_size=8).digest()
+    kernel_id = int.from_bytes(digest, "little") >> (64 - ID_BITS)
+    entry = dataclasses.replace(entry, kernel_id=kernel_id)
+    with _LOCK:
+        old = _ENTRIES.setdefault(kernel_id, entry)
+    if old is not entry and old.content() != content:
+        raise SpecError(f"kernel {kernel.name}: kernel id {kernel_id} collides with kernel "
+                        f"{old.kernel.name}; change either kernel slightly")
+    return old
+
+
+def lookup(kernel_id: int) -> Entry:
+    """The entry registered under ``kernel_id``.
+
+    Raises:
+        KeyError: nothing is registered under it in this process.
+    """
+    entry = _ENTRIES.get(kernel_id)
+    if entry is None:
+        raise KeyError(f"kernel id {kernel_id} is not registered in this process; kernels "
+                       "register when a function calling them is lowered here")
+    return entry
+
+
+_KERNEL_ID = re.compile(r"@jaxptx_(?:cpu|launch)\b[^\n]*?kernel_id\s*=\s*(\d+)")
+
+
+def kernels_in(lowered: Any) -> dict[int, Specialization]:
+    """``{kernel_id: Specialization}`` for each jaxptx custom call in a
+    lowered function (a ``jax.stages.Lowered`` or its StableHLO text)."""
+    text = lowered if isinstance(lowered, str) else lowered.as_text()
+    return {int(k): lookup(int(k)).spec for k in dict.fromkeys(_KERNEL_ID.findall(text))}
+
+
+def buffer_type(aval: Any) -> BufferType:
+    """``(shape, numpy dtype)`` of an abstract value."""
+    return tuple(int(d) for d in aval.shape), np.dtype(aval.dtype)
+
+
+def _entry_function(kernel: Kernel, spec: Specialization, buffers: int) -> str:
+    entries = [f for f in spec.module.functions if f.kind == "entry"]
+    if len(entries) != 1:
+        raise SpecError(f"kernel {kernel.name}: a JAX call needs a module with one .entry, "
+                        f"got {[f.name for f in entries]}")
+    params = entries[0].params
+    if len(params) != buffers or any(p.type != "u64" for p in params):
+        declared = ", ".join(f".{p.type} {p.name}" for p in params) or "none"
+        raise SpecError(f"kernel {kernel.name}: a JAX call passes {buffers} buffer pointers "
+                        f"(inputs then outputs), but the entry's parameters are {declared}; "
+                        "raw scalar params and TMA descriptors are not supported from JAX yet")
+    return entries[0].name

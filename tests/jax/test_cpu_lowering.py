@@ -1,0 +1,116 @@
+"""CPU lowering: a typed-FFI custom call into the shim, which runs the kernel
+on the emulator through a Python callback with zero-copy buffers."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxptx
+from jaxptx.jax import _cpu, _registry
+
+from jax_kernels import affine, axpy_index, clobber, wild_load
+
+X = np.arange(256, dtype=np.float32)
+
+
+def _kernel_id(text: str) -> int:
+    return int(re.search(r"kernel_id = (\d+) : i64", text).group(1))
+
+
+def test_lowered_text_shows_the_custom_call_and_kernel_id():
+    text = jax.jit(affine).lower(X).as_text()
+    assert re.search(r"stablehlo\.custom_call @jaxptx_cpu\(%arg0\) \{.*"
+                     r"mhlo\.backend_config = \{kernel_id = \d+ : i64\}", text)
+    hlo = jax.jit(affine).lower(X).as_text(dialect="hlo")
+    assert "api_version=API_VERSION_TYPED_FFI" in hlo
+
+
+def test_kernels_in_a_lowered_function_give_their_ptx():
+    lowered = jax.jit(lambda x: axpy_index(affine(x), x)).lower(X)
+    specs = jaxptx.jax.kernels_in(lowered)
+    assert sorted(s.module.functions[0].name for s in specs.values()) == ["affine", "axpy_index"]
+    assert specs[_kernel_id(lowered.as_text())].ptx == affine.ptx(N=256)
+
+
+def test_kernel_ids_are_small_and_depend_only_on_the_launch():
+    a = _kernel_id(jax.jit(affine).lower(X).as_text())
+    assert 0 < a < 2**48
+    assert a == _kernel_id(jax.jit(lambda x: affine(x) * 2).lower(X).as_text())
+    assert a != _kernel_id(jax.jit(affine).lower(np.zeros(512, np.float32)).as_text())
+    assert _registry.lookup(a).kernel is affine
+
+
+def test_kernel_ids_are_the_same_in_another_process():
+    here = Path(__file__).parent
+    code = ("import sys, re, jax, numpy as np; sys.path.insert(0, sys.argv[1]); "
+            "from jax_kernels import affine; "
+            "print(re.search(r'kernel_id = (\\d+)', "
+            "jax.jit(affine).lower(np.zeros(256, np.float32)).as_text()).group(1))")
+    out = subprocess.run([sys.executable, "-c", code, str(here)], check=True,
+                         capture_output=True, text=True).stdout
+    assert int(out) == _kernel_id(jax.jit(affine).lower(X).as_text())
+
+
+def test_inputs_are_never_written():
+    x = jnp.asarray(X)
+    y = jax.jit(clobber)(x)
+    np.testing.assert_array_equal(y, X)
+    np.testing.assert_array_equal(x, X)
+
+
+def test_outputs_of_several_dtypes():
+    y, idx = jax.jit(axpy_index)(X, X)
+    np.testing.assert_array_equal(y, X * 4)
+    np.testing.assert_array_equal(idx, np.arange(256, dtype=np.int32))
+
+
+def test_an_emulator_fault_is_an_ffi_error_not_a_crash():
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match=r"jaxptx_cpu: kernel wild_load \(id \d+\): SimError: ld\.global\.f32: "
+                             r"address 0x\w+ is not in any global buffer"):
+        jax.block_until_ready(jax.jit(wild_load)(X))
+    np.testing.assert_array_equal(jax.jit(affine)(X), X * 2 + 1)  # still usable
+
+
+def test_an_unknown_kernel_id_is_an_ffi_error():
+    call = jax.ffi.ffi_call("jaxptx_cpu", jax.ShapeDtypeStruct((4,), jnp.float32))
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match="kernel id 12345 is not registered in this process"):
+        jax.block_until_ready(jax.jit(lambda x: call(x, kernel_id=np.int64(12345)))(X[:4]))
+
+
+def test_the_callback_checks_buffer_sizes():
+    kid = _kernel_id(jax.jit(affine).lower(X).as_text())
+    small = memoryview(bytearray(16))
+    message = _cpu.run(kid, (small,), (memoryview(bytearray(1024)),))
+    assert message == ("jaxptx_cpu: kernel affine (id %d): ValueError: input 0: expected 1024 "
+                       "bytes for float32[256], got 16" % kid)
+
+
+def test_a_raising_or_missing_callback_is_an_ffi_error():
+    from jaxptx import _ffi
+
+    f = jax.jit(lambda x: affine(x) + 0.5)  # a fresh executable
+
+    def boom(kernel_id, inputs, outputs):
+        raise RuntimeError("boom")
+
+    try:
+        _ffi.set_cpu_callback(boom)
+        with pytest.raises(jax.errors.JaxRuntimeError,
+                           match="jaxptx_cpu: the Python callback raised: RuntimeError: boom"):
+            jax.block_until_ready(f(X))
+        _ffi.set_cpu_callback(None)
+        with pytest.raises(jax.errors.JaxRuntimeError, match="no Python callback registered"):
+            jax.block_until_ready(f(X))
+    finally:
+        _ffi.set_cpu_callback(_cpu.run)
+    np.testing.assert_array_equal(f(X), X * 2 + 1.5)
