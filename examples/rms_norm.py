@@ -60,11 +60,11 @@ def rms_norm(x, w, y, *, eps=1e-6):
 
 
 def main() -> None:
-    """Print the PTX and the ptxas resource report for B=4, N=1024, then run
-    the kernel on the CPU emulator and check it against numpy."""
+    """Print the PTX and the ptxas resource report for B=4, N=1024, show the
+    typed-FFI custom call a GPU would run, then run it with ``jax.jit`` (on
+    the CPU emulator when there is no GPU) and check it against numpy."""
+    import jax
     import numpy as np
-
-    from jaxptx import sim
 
     spec = rms_norm.specialize(B=4, N=1024)
     print(f"== PTX of rms_norm for B=4, N=1024 (grid {spec.grid}, block {spec.block}) ==")
@@ -74,8 +74,12 @@ def main() -> None:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((4, 1024)).astype(np.float32)
     w = rng.standard_normal(1024).astype(np.float32)
-    y = np.zeros_like(x)
-    sim.launch(rms_norm, x, w, y)           # the CPU emulator: 4 CTAs x 128 threads
+    lowered = jax.jit(rms_norm).trace(x, w).lower(lowering_platforms=("cuda",))
+    print("== jax.jit(rms_norm) lowered for CUDA: the custom call ==")
+    print("\n".join(line.strip() for line in lowered.as_text().splitlines() if "custom_call" in line))
+    y = jax.jit(rms_norm)(x, w)             # no GPU here: the CPU emulator, 4 CTAs x 128 threads
+    print(f"== jax.jit(rms_norm) ran on {jax.devices()[0].platform} ==")
+    y = np.asarray(y)
     x64 = x.astype(np.float64)
     want = x64 / np.sqrt((x64 ** 2).mean(axis=1, keepdims=True) + 1e-6) * w
     err = float(np.abs(y - want).max())
