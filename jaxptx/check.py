@@ -55,13 +55,6 @@ class Diagnostic:
         return f"{self.line}:{self.column}: {self.severity}: {self.message}"
 
 
-def _walk(body: list[ir.Statement]) -> Iterator[ir.Statement]:
-    for s in body:
-        if isinstance(s, ir.Block):
-            yield from _walk(s.body)
-        else:
-            yield s
-
 
 def _reg_names(d: ir.RegDecl) -> Iterator[str]:
     for n in d.names:
@@ -143,7 +136,7 @@ def _module_rules(module: ir.Module, target: isa.Target, version: tuple[int, int
     extern = {i.name for i in module.items
               if isinstance(i, ir.Function) and i.body is None and "extern" in i.linkage}
     called = {x.name for f in module.items if isinstance(f, ir.Function)
-              for s in _walk(f.body or []) if isinstance(s, ir.Instruction) and s.opcode == "call"
+              for s in ir.walk(f.body or []) if isinstance(s, ir.Instruction) and s.opcode == "call"
               for op in s.operands for x in _operand_names(op) if isinstance(x, ir.Symbol)}
     for name in sorted((extern & called) - defined - SYSTEM_CALLS):
         yield Diagnostic(0, 0, f"unresolved extern function {name} (ptxas compiles whole programs "
@@ -157,7 +150,7 @@ def _module_rules(module: ir.Module, target: isa.Target, version: tuple[int, int
                     yield Diagnostic(0, 0, f"{item.name}: entry parameter {p.name} cannot be an unsized array")
                 if p.vector is not None and p.space == "param":
                     yield Diagnostic(0, 0, f"{item.name}: parameter {p.name} cannot be a vector (.v{p.vector})")
-            for s in _walk(item.body or []):
+            for s in ir.walk(item.body or []):
                 if isinstance(s, ir.VarDecl) and -1 in s.dims and "extern" not in s.linkage:
                     yield Diagnostic(0, 0, f"{s.name}: an unsized array [] must be .extern")
             for d in item.directives:
@@ -177,7 +170,7 @@ def _check_function(f: ir.Function, globals_: set[str], target: isa.Target,
                 vectors[p.name] = p.vector
         names.add(p.name)
     instructions = []
-    for s in _walk(f.body or []):
+    for s in ir.walk(f.body or []):
         if isinstance(s, ir.RegDecl):
             t = TYPES.get(s.type)
             for name in _reg_names(s):
@@ -190,7 +183,7 @@ def _check_function(f: ir.Function, globals_: set[str], target: isa.Target,
             pass
         elif isinstance(s, ir.Instruction):
             instructions.append(s)
-    names.update(s.name for s in _walk(f.body or []) if isinstance(s, ir.Label))
+    names.update(s.name for s in ir.walk(f.body or []) if isinstance(s, ir.Label))
 
     def type_of(name: str) -> PtxType | None:
         t = regs.get(name) or regs.get(name.rsplit(".", 1)[0])

@@ -17,7 +17,6 @@ from __future__ import annotations
 import keyword
 import math
 import re
-from collections.abc import Iterator
 
 from .. import ir, isa
 from ..check import check
@@ -279,7 +278,7 @@ class _Writer:
         """No branch from outside ``stmts`` reaches a label inside them."""
         inside = _label_refs(stmts)
         return all(inside.get(s.name, 0) == self.label_refs.get(s.name, 0)
-                   for s in _flat(stmts) if isinstance(s, ir.Label))
+                   for s in ir.walk(stmts) if isinstance(s, ir.Label))
 
     # module ------------------------------------------------------------------
     def function(self, f: ir.Function, depth: int) -> None:
@@ -365,20 +364,13 @@ def _kind(op: ir.Operand) -> str:
 
 def _label_refs(body: list[ir.Statement]) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for s in _flat(body):
+    for s in ir.walk(body):
         if isinstance(s, ir.Instruction):
             for op in s.operands:
                 if isinstance(op, ir.Symbol):
                     counts[op.name] = counts.get(op.name, 0) + 1
     return counts
 
-
-def _flat(body: list[ir.Statement]) -> Iterator[ir.Statement]:
-    for s in body:
-        if isinstance(s, ir.Block):
-            yield from _flat(s.body)
-        else:
-            yield s
 
 
 def _find_label(stmts: list[ir.Statement], start: int, name: str) -> int | None:

@@ -11,6 +11,7 @@ decides what the program is; the parser only records how it was laid out.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Union
 
 from ._operands import Operand, Register
@@ -228,6 +229,15 @@ class Function:
 
 
 Item = Union[Directive, VarDecl, Function, Comment, Section, Unknown]
+
+
+def walk(body: list[Statement]) -> Iterator[Statement]:
+    """The statements of ``body`` in order, with nested blocks flattened."""
+    for s in body:
+        if isinstance(s, Block):
+            yield from walk(s.body)
+        else:
+            yield s
 
 
 @dataclasses.dataclass(slots=True)

@@ -91,13 +91,6 @@ class Callee:
     returns: tuple[str, ...]
 
 
-def _walk(body: list[ir.Statement]) -> Iterator[ir.Statement]:
-    for s in body:
-        if isinstance(s, ir.Block):
-            yield from _walk(s.body)
-        else:
-            yield s
-
 
 class _Scope:
     """Register names of one ``{ }`` block: a register re-declared inside a
@@ -268,7 +261,7 @@ def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) ->
 
     def lay_out(f: ir.Function, prefix: str) -> None:
         root = _Scope(None, "0", prefix)
-        for s in _walk(f.body or []):
+        for s in ir.walk(f.body or []):
             if isinstance(s, ir.Label):
                 root.names[s.name] = prefix + s.name
         if prefix:
