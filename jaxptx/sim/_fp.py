@@ -99,6 +99,12 @@ def round_to(x: np.ndarray, fmt: Format, mode: str, rbits: np.ndarray | None = N
     to infinity for the nearest modes (and for rounding away from zero),
     to ±max otherwise. Infinities and NaN pass through.
     """
+    if mode == "rn" and fmt.name in ("f32", "f64") and rbits is None:
+        # numpy's float64 -> float32 conversion is IEEE round-to-nearest-even,
+        # overflow and subnormals included: the common case without the
+        # general algorithm below.
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.asarray(x, dtype=np.float64).astype(fmt.dtype).astype(np.float64)
     if fmt.name == "f64":
         return np.asarray(x, dtype=np.float64)
     x = np.asarray(x, dtype=np.float64)

@@ -72,6 +72,11 @@ class Machine:
         self.sanitizer = Sanitizer(self) if check else None
         memory.cluster_cta = self.cluster_cta
         self.cluster_arrivals = np.zeros(self.nctas, dtype=np.int64)   # by rank-0 CTA
+        # Threads whose last mbarrier test_wait / try_wait found their phase
+        # incomplete: they yield to the other running threads until every
+        # running thread is spinning, so a spin loop at a low PC cannot starve
+        # the thread that would complete the phase.
+        self.spinning = np.zeros(self.nthreads, dtype=bool)
         if self.sanitizer is not None:
             memory.watch = self.sanitizer.shared_access
         self._special = SpecialRegisters(self)
@@ -167,8 +172,12 @@ class Machine:
                     if (self.state == _WAITING).any():
                         raise SimError(self._deadlock())
                     return
-                pc = int(self.pc[live].min())
-                threads = np.nonzero(live & (self.pc == pc))[0]
+                ready = live & ~self.spinning
+                if not ready.any():
+                    self.spinning[:] = False
+                    ready = live
+                pc = int(self.pc[ready].min())
+                threads = np.nonzero(ready & (self.pc == pc))[0]
                 running = None
             if pc >= len(code):
                 raise SimError(f"{self.program.name}: ran past the end of the kernel (missing ret?)")

@@ -280,6 +280,16 @@ def _tx(sign: int) -> Callable[[Step], None]:
     return run
 
 
+def _waited(s: Step, complete: np.ndarray) -> None:
+    """Write waitComplete and mark the threads that found their phase
+    incomplete as spinning: the machine (``Machine.spinning``) lets the other
+    threads run first, so a spin loop cannot starve the producer."""
+    s.dst(0, complete, TYPES["pred"])
+    spinning = getattr(s.m, "spinning", None)
+    if spinning is not None and not complete.all():
+        spinning[s.threads[~complete]] = True
+
+
 def mbarrier_test_wait(s: Step) -> None:
     """``mbarrier.test_wait/try_wait waitComplete, [addr], state``: true when
     the phase the state token names has completed, i.e. the object's phase
@@ -287,7 +297,7 @@ def mbarrier_test_wait(s: Step) -> None:
     immediately preceding phase). Never blocks."""
     words = _words(s)[barrier_index(s, 1)]
     token = s.src(2, _U64)
-    s.dst(0, (words >> np.uint64(63)) != (token >> np.uint64(63)), TYPES["pred"])
+    _waited(s, (words >> np.uint64(63)) != (token >> np.uint64(63)))
 
 
 def mbarrier_test_wait_parity(s: Step) -> None:
@@ -297,7 +307,7 @@ def mbarrier_test_wait_parity(s: Step) -> None:
     or the immediately preceding phase). Never blocks."""
     words = _words(s)[barrier_index(s, 1)]
     parity = s.src(2, _U32).astype(np.uint64) & np.uint64(1)
-    s.dst(0, (words >> np.uint64(63)) != parity, TYPES["pred"])
+    _waited(s, (words >> np.uint64(63)) != parity)
 
 
 def mbarrier_pending_count(s: Step) -> None:

@@ -736,3 +736,76 @@ def test_several_threads_issue_tma_copies_in_one_step() -> None:
         got = out[32 * t:32 * (t + 1)].view(np.uint8)[:64]
         want = (a[8 * t:8 * t + 16] if t % 2 == 0 else b[8 * t:8 * t + 8]).view(np.uint8)
         np.testing.assert_array_equal(got, want)
+
+
+def test_warp_specialised_pipeline_with_full_and_empty_barriers() -> None:
+    """Warp 0 consumes, warp 1 (lane 0) produces through a 2-stage ring of
+    full/empty barriers for 6 iterations. The consumer's spin loop sits at
+    lower PCs than the producer: a failing try_wait must let the producer
+    run (Machine.spinning)."""
+    body = """
+    @%p1 mbarrier.init.shared::cta.b64 [full], 1;
+    @%p1 mbarrier.init.shared::cta.b64 [full+8], 1;
+    @%p1 mbarrier.init.shared::cta.b64 [empty], 32;
+    @%p1 mbarrier.init.shared::cta.b64 [empty+8], 32;
+    bar.sync 0;
+    mov.u32 %r10, 0;                          // iteration
+    mov.f32 %f2, 0f00000000;
+    setp.ge.u32 %p2, %r1, 32;
+    @%p2 bra PRODUCER;
+CONSUME:
+    and.b32 %r11, %r10, 1;                    // stage
+    shr.u32 %r12, %r10, 1;
+    and.b32 %r12, %r12, 1;                    // phase parity
+    mov.u32 %r13, full;
+    mad.lo.u32 %r13, %r11, 8, %r13;
+CWAIT:
+    mbarrier.try_wait.parity.shared::cta.b64 %p3, [%r13], %r12;
+    @!%p3 bra CWAIT;
+    mov.u32 %r14, buf;
+    mad.lo.u32 %r14, %r11, 128, %r14;
+    mad.lo.u32 %r14, %r1, 4, %r14;
+    ld.shared.f32 %f1, [%r14];
+    add.f32 %f2, %f2, %f1;
+    mov.u32 %r15, empty;
+    mad.lo.u32 %r15, %r11, 8, %r15;
+    mbarrier.arrive.shared::cta.b64 %rd2, [%r15];
+    add.u32 %r10, %r10, 1;
+    setp.lt.u32 %p4, %r10, 6;
+    @%p4 bra CONSUME;
+    mul.wide.u32 %rd3, %r1, 4;
+    add.u64 %rd3, %rd1, %rd3;
+    st.global.f32 [%rd3], %f2;
+    bra END;
+PRODUCER:
+    setp.ne.u32 %p5, %r1, 32;
+    @%p5 bra END;
+PRODUCE:
+    and.b32 %r11, %r10, 1;
+    shr.u32 %r12, %r10, 1;
+    and.b32 %r12, %r12, 1;
+    xor.b32 %r12, %r12, 1;                    // wait for the consumers to free the stage
+    mov.u32 %r15, empty;
+    mad.lo.u32 %r15, %r11, 8, %r15;
+PWAIT:
+    mbarrier.try_wait.parity.shared::cta.b64 %p3, [%r15], %r12;
+    @!%p3 bra PWAIT;
+    mov.u32 %r13, full;
+    mad.lo.u32 %r13, %r11, 8, %r13;
+    mov.u32 %r14, buf;
+    mad.lo.u32 %r14, %r11, 128, %r14;
+    shl.b32 %r16, %r10, 5;
+    mbarrier.arrive.expect_tx.shared::cta.b64 %rd2, [%r13], 128;
+    cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+        [%r14], [t, {%r16}], [%r13];
+    add.u32 %r10, %r10, 1;
+    setp.lt.u32 %p4, %r10, 6;
+    @%p4 bra PRODUCE;
+END:
+    """
+    a = np.arange(6 * 32, dtype=np.float32) * 0.5
+    out = np.zeros(32, np.float32)
+    text = kernel(body, TMA_PARAMS, ".shared .align 8 .b64 full[2];\n.shared .align 8 .b64 empty[2];\n"
+                  ".shared .align 128 .b8 buf[256];")
+    sim.launch(text, out, a, tmap(buffer(1), a.shape, a.dtype, (32,)), block=(64, 1, 1))
+    np.testing.assert_array_equal(out, a.reshape(6, 32).sum(axis=0))
