@@ -51,9 +51,9 @@ _HALF_CMP_SEC = "9.7.7 Half Precision Comparison Instructions"
 def _logic_binary(opcode: str, summary: str) -> tuple[Inst, ...]:
     return (
         Inst(opcode, (slot("type", "pred"),), (PD, PA, PB), section=f"{_LOGIC_SEC}: {opcode}",
-             sim="logic", summary=summary + " of predicates"),
+             sim=f"logic_{opcode}", summary=summary + " of predicates"),
         Inst(opcode, (slot("type", BITS),), (D, A, B), section=f"{_LOGIC_SEC}: {opcode}",
-             sim="logic", summary=summary),
+             sim=f"logic_{opcode}", summary=summary),
     )
 
 
@@ -90,11 +90,11 @@ ENTRIES: tuple[Inst, ...] = (
     *_logic_binary("or", "bitwise OR"),
     *_logic_binary("xor", "bitwise exclusive OR"),
     Inst("not", (slot("type", "pred"),), (PD, PA), section=f"{_LOGIC_SEC}: not",
-         sim="logic", summary="negate a predicate"),
+         sim="logic_not", summary="negate a predicate"),
     Inst("not", (slot("type", BITS),), (D, A), section=f"{_LOGIC_SEC}: not",
-         sim="logic", summary="bitwise complement"),
+         sim="logic_not", summary="bitwise complement"),
     Inst("cnot", (slot("type", BITS),), (D, A), section=f"{_LOGIC_SEC}: cnot",
-         sim="logic", summary="C logical not: 1 if a is zero, else 0"),
+         sim="logic_cnot", summary="C logical not: 1 if a is zero, else 0"),
     Inst("lop3", (slot("type", "b32"),), (D, A, B, C, op("immLut", "imm", example="0xf8")),
          requires=Requires(sm=50, ptx=(4, 3)), section=f"{_LOGIC_SEC}: lop3",
          sim="lop3", summary="arbitrary three-input logic function given by a truth table"),

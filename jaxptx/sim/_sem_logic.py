@@ -8,6 +8,8 @@ no numpy shift ever sees a count at or beyond its width.
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Callable
 
 import numpy as np
@@ -57,10 +59,10 @@ def bit_length(u: np.ndarray) -> np.ndarray:
 
 
 # logic ---------------------------------------------------------------------------
-def logic(s: Step) -> None:
+def logic(op: str, s: Step) -> None:
     """``and``/``or``/``xor``/``not`` on predicates (``!p`` operands allowed)
-    or bits, and ``cnot`` (1 if a is zero, else 0) (PTX ISA 9.7.8)."""
-    op = s.ins.opcode
+    or bits, and ``cnot`` (1 if a is zero, else 0) (PTX ISA 9.7.8); ``op``
+    comes from the table's ``sim`` name (``logic_and`` ...)."""
     if s.mod("type") == "pred":
         a = s.pred(1)
         r = ~a if op == "not" else {"and": np.logical_and, "or": np.logical_or,
@@ -281,7 +283,8 @@ def prmt(s: Step) -> None:
 
 
 SEMANTICS: dict[str, Callable] = {
-    "logic": logic, "lop3": lop3, "shl": shl, "shr": shr, "shf": shf, "popc": popc,
+    **{f"logic_{op}": functools.partial(logic, op) for op in ("and", "or", "xor", "not", "cnot")},
+    "lop3": lop3, "shl": shl, "shr": shr, "shf": shf, "popc": popc,
     "clz": clz, "brev": brev, "bfind": bfind, "fns": fns, "bfe": bfe, "bfi": bfi,
     "bmsk": bmsk, "szext": szext, "prmt": prmt,
 }
