@@ -33,7 +33,9 @@ applies all the executing threads' updates at once, per barrier, in thread
 order: arrivals are counted with cumulative sums, so one step may complete a
 phase (and even carry later arrivals into the next one); the tokens are the
 per-thread states before each arrival. Waits never block (the machine is
-single-stepped; kernels loop on ``try_wait``).
+single-stepped; kernels loop on ``try_wait``); a thread whose wait fails is
+marked in ``Machine.spinning``, and the machine runs the other threads
+first, so a consumer's spin loop cannot starve the producer it waits for.
 """
 
 from __future__ import annotations
