@@ -23,6 +23,7 @@ from ..check import check
 from ..dsl._core import to_immediate
 from ..emit import statement_tokens
 from ..errors import PtxError
+from ..validate import operand_kind
 from ..types import TYPES
 
 __all__ = ["to_python"]
@@ -142,7 +143,7 @@ class _Writer:
         wants: list = [None] * len(ins.operands)
         kinds: list[tuple[str, ...]] = [()] * len(ins.operands)
         if self.validate:
-            r = isa.resolve(ins.opcode, ins.modifiers, len(ins.operands), tuple(_kind(o) for o in ins.operands))
+            r = isa.resolve(ins.opcode, ins.modifiers, len(ins.operands), tuple(operand_kind(o, self._type_of) for o in ins.operands))
             for i, (o, t) in enumerate(zip(r.operands, r.types)):
                 if i < len(wants):
                     wants[i], kinds[i] = t, o.kinds
@@ -238,6 +239,9 @@ class _Writer:
         self.body(stmts, depth)
         if len(self.lines) == n:
             self.out(depth, "pass")
+
+    def _type_of(self, name: str):
+        return TYPES.get(self.reg_types.get(name, ""))
 
     # sugar ---------------------------------------------------------------------
     def sugared(self, stmts: list[ir.Statement], i: int, depth: int) -> int:
@@ -353,13 +357,6 @@ class _Writer:
             names = ", ".join(f.name for f in self.module.functions) or "none"
             head.append(f'    """PTX module with functions: {names}."""')
         return "\n".join(head + body) + "\n"
-
-
-def _kind(op: ir.Operand) -> str:
-    if isinstance(op, ir.Register):
-        return "reg"
-    return {ir.Immediate: "imm", ir.Address: "mem", ir.Vector: "vec", ir.Symbol: "sym", ir.Sink: "sink",
-            ir.Pair: "pair", ir.Negated: "pred", ir.Parens: "list"}[type(op)]
 
 
 def _label_refs(body: list[ir.Statement]) -> dict[str, int]:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from .. import ir, isa
 from ..errors import PtxError
 from ..types import TYPES, PtxType
-from ..validate import normalize
+from ..validate import normalize, operand_kind
 
 __all__ = ["Program", "Variable", "prepare", "SimError"]
 
@@ -321,16 +321,8 @@ def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) ->
 
 
 def _resolve(ins: ir.Instruction, registers: dict[str, PtxType]) -> isa.Resolved | None:
-    kinds = tuple(_kind(o, registers) for o in ins.operands)
+    kinds = tuple(operand_kind(o, registers.get) for o in ins.operands)
     try:
         return isa.resolve(ins.opcode, ins.modifiers, len(ins.operands), kinds)
     except PtxError:
         return None
-
-
-def _kind(op: ir.Operand, registers: dict[str, PtxType]) -> str:
-    if isinstance(op, ir.Register):
-        t = registers.get(op.name)
-        return "pred" if t is not None and t.kind == "pred" else "reg"
-    return {ir.Immediate: "imm", ir.Address: "mem", ir.Vector: "vec", ir.Symbol: "sym",
-            ir.Sink: "sink", ir.Pair: "pair", ir.Negated: "pred", ir.Parens: "list"}[type(op)]
