@@ -13,6 +13,33 @@ from jaxptx.types import u32
 HEAD = ".version 8.5\n.target sm_80\n.address_size 64\n"
 
 
+EXCHANGE = HEAD + """.visible .entry k(.param .u64 out)
+{
+    .shared .align 4 .b8 buf[256];
+    .reg .b32 %r<6>; .reg .b64 %rd<4>;
+    mov.u32 %r1, %tid.x;
+    shl.b32 %r2, %r1, 2;
+    mov.u32 %r3, buf;
+    add.u32 %r4, %r3, %r2;
+    st.shared.u32 [%r4], %r1;
+    bar.sync 0;
+    xor.b32 %r5, %r2, {partner};
+    add.u32 %r5, %r3, %r5;
+    ld.shared.u32 %r5, [%r5];
+    ld.param.u64 %rd1, [out];
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.u32 [%rd3], %r5;
+    ret;
+}"""
+
+
+def exchange(partner: int) -> str:
+    """Each thread stores its tid in shared memory, meets the others at a
+    barrier, then reads the word ``partner`` bytes away (XOR) and writes it out."""
+    return EXCHANGE.replace("{partner}", str(partner))
+
+
 def test_divergent_if_else_reconverges() -> None:
     @kernel(arch="sm_80", block=(64, 1, 1))
     def k(out):
@@ -45,25 +72,7 @@ def test_data_dependent_loop_counts() -> None:
 
 
 def test_barrier_orders_shared_memory_between_warps() -> None:
-    text = HEAD + """.visible .entry k(.param .u64 out)
-{
-    .shared .align 4 .b8 buf[256];
-    .reg .b32 %r<6>; .reg .b64 %rd<4>;
-    mov.u32 %r1, %tid.x;
-    shl.b32 %r2, %r1, 2;
-    mov.u32 %r3, buf;
-    add.u32 %r4, %r3, %r2;
-    st.shared.u32 [%r4], %r1;
-    bar.sync 0;
-    xor.b32 %r5, %r2, 252;
-    add.u32 %r5, %r3, %r5;
-    ld.shared.u32 %r5, [%r5];
-    ld.param.u64 %rd1, [out];
-    mul.wide.u32 %rd2, %r1, 4;
-    add.s64 %rd3, %rd1, %rd2;
-    st.global.u32 [%rd3], %r5;
-    ret;
-}"""
+    text = exchange(252)
     out = np.zeros(64, np.uint32)
     sim.launch(text, out, block=(64, 1, 1))
     np.testing.assert_array_equal(out, 63 - np.arange(64))
@@ -197,25 +206,7 @@ def test_sanitizer_catches_planted_bugs(name, body, message) -> None:
 
 
 def test_sanitizer_is_quiet_on_correct_code() -> None:
-    text = HEAD + """.visible .entry k(.param .u64 out)
-{
-    .shared .align 4 .b8 buf[256];
-    .reg .b32 %r<6>; .reg .b64 %rd<4>;
-    mov.u32 %r1, %tid.x;
-    shl.b32 %r2, %r1, 2;
-    mov.u32 %r3, buf;
-    add.u32 %r4, %r3, %r2;
-    st.shared.u32 [%r4], %r1;
-    bar.sync 0;
-    xor.b32 %r5, %r2, 4;
-    add.u32 %r5, %r3, %r5;
-    ld.shared.u32 %r5, [%r5];
-    ld.param.u64 %rd1, [out];
-    mul.wide.u32 %rd2, %r1, 4;
-    add.s64 %rd3, %rd1, %rd2;
-    st.global.u32 [%rd3], %r5;
-    ret;
-}"""
+    text = exchange(4)
     out = np.zeros(32, np.uint32)
     sim.launch(text, out, block=(32, 1, 1), check=True)
     np.testing.assert_array_equal(out, np.arange(32) ^ 1)
