@@ -37,11 +37,11 @@ ENTRIES: tuple[Inst, ...] = (
          summary="bit mask of the participating lanes whose predicate holds"),
     Inst("match.any.sync", (slot("type", "b32 b64"),),
          (op("d", "reg", "b32", out=True), A, MASK),
-         requires=SM70_PTX60, section=f"{_SYNC_SEC}: match.sync", sim="match_sync",
+         requires=SM70_PTX60, section=f"{_SYNC_SEC}: match.sync", sim="match_any_sync",
          summary="mask of the lanes holding the same value of a as this lane"),
     Inst("match.all.sync", (slot("type", "b32 b64"),),
          (op("d", "reg pair", "b32", out=True), A, MASK),
-         requires=SM70_PTX60, section=f"{_SYNC_SEC}: match.sync", sim="match_sync",
+         requires=SM70_PTX60, section=f"{_SYNC_SEC}: match.sync", sim="match_all_sync",
          summary="membermask if all lanes hold the same value of a, else 0; "
                  "d|p also writes whether they do"),
     Inst("activemask", (slot("type", "b32"),), (op("d", "reg", "$type", out=True),),

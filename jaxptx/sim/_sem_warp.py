@@ -253,17 +253,17 @@ def _match_any(w: _Warps, values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return out
 
 
-def match_sync(s: Step) -> None:
+def match_sync(any_: bool, s: Step) -> None:
     """``match.any.sync`` / ``match.all.sync`` (PTX ISA, match.sync).
 
     any: ``d`` = mask of the lanes in membermask whose ``a`` equals this
     lane's. all: ``d`` = membermask when all lanes in membermask hold the
     same ``a``, else 0; the ``d|p`` predicate says whether they do. (The
-    table gives both the sim name match_sync; the opcode tells them apart.)"""
+    table's sim names match_any_sync / match_all_sync choose ``any_``.)"""
     w = _Warps(s)
     values = s.src(1, s.type(1)).astype(np.uint64)
     mask = _mask(s, 2)
-    if s.ins.opcode.startswith("match.any"):
+    if any_:
         s.dst(0, _match_any(w, values, mask), TYPES["b32"])
         return
     same = np.ones(s.n, dtype=bool)
@@ -291,5 +291,6 @@ def elect_sync(s: Step) -> None:
 
 SEMANTICS: dict[str, Callable] = {
     "shfl_sync": shfl_sync, "vote_sync": vote_sync, "activemask": activemask,
-    "redux_sync": redux_sync, "match_sync": match_sync, "elect_sync": elect_sync,
+    "redux_sync": redux_sync, "match_any_sync": functools.partial(match_sync, True),
+    "match_all_sync": functools.partial(match_sync, False), "elect_sync": elect_sync,
 }
