@@ -1,10 +1,13 @@
 // jaxptx_cpu: the CPU platform's FFI handler. It takes the GIL and calls the
-// Python callback registered by jaxptx.jax with the kernel id and zero-copy
-// memoryviews of the input and output buffers; the callback runs the kernel
-// on the emulator, writing the outputs in place.
+// Python callback registered by jaxptx.jax with the kernel id, zero-copy
+// memoryviews of the input and output buffers, and the call's own copy of
+// the kernel (its PTX, entry and launch shape, from the attributes), so a
+// deserialised export runs in a process that never lowered the kernel. The
+// callback runs the kernel on the emulator, writing the outputs in place.
 
 #include <exception>
 #include <string>
+#include <string_view>
 
 #include "handlers.h"
 
@@ -52,7 +55,22 @@ std::string describe(nb::python_error& e) {
   return out;
 }
 
-ffi::Error call_python(int64_t kernel_id, ffi::RemainingArgs args, ffi::RemainingRets rets) {
+nb::tuple dim3(ffi::Span<const int32_t> v) {
+  nb::list out;
+  for (int32_t x : v) out.append(nb::int_(x));
+  return nb::tuple(out);
+}
+
+// What the call says about its kernel, beside the buffers.
+struct Launch {
+  int64_t kernel_id;
+  std::string_view ptx;
+  std::string_view entry;
+  ffi::Span<const int32_t> grid, block, cluster;
+  int64_t smem;
+};
+
+ffi::Error call_python(const Launch& k, ffi::RemainingArgs args, ffi::RemainingRets rets) {
   if (!g_cpu_callback) {
     return ffi::Error::Internal(
         "jaxptx_cpu: no Python callback registered; import jaxptx.jax in this process");
@@ -68,27 +86,35 @@ ffi::Error call_python(int64_t kernel_id, ffi::RemainingArgs args, ffi::Remainin
     if (!buf.has_value()) return buf.error();
     outs.append(view((*buf)->untyped_data(), (*buf)->size_bytes(), true));
   }
+  nb::object ptx = view(const_cast<char*>(k.ptx.data()), k.ptx.size(), false);
   std::string message;
   try {
-    nb::object result = nb::handle(g_cpu_callback)(kernel_id, nb::tuple(ins), nb::tuple(outs));
+    nb::object result = nb::handle(g_cpu_callback)(
+        k.kernel_id, nb::tuple(ins), nb::tuple(outs), ptx,
+        nb::str(k.entry.data(), k.entry.size()), dim3(k.grid), dim3(k.block), dim3(k.cluster),
+        k.smem);
     if (!result.is_none()) message = nb::str(result).c_str();
   } catch (nb::python_error& e) {
     message = "jaxptx_cpu: the Python callback raised: " + describe(e);
   }
+  ins.append(ptx);
   release(ins);
   release(outs);
   if (!message.empty()) return ffi::Error::Internal(message);
   return ffi::Error::Success();
 }
 
-ffi::Error cpu_impl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t kernel_id) {
+ffi::Error cpu_impl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t kernel_id,
+                    std::string_view ptx, std::string_view entry, ffi::Span<const int32_t> grid,
+                    ffi::Span<const int32_t> block, ffi::Span<const int32_t> cluster,
+                    int64_t smem) {
   if (!Py_IsInitialized()) return ffi::Error::Internal("jaxptx_cpu: Python is not running");
   // Every exception is caught while the GIL is still held: formatting and
   // destroying a Python error needs it.
   PyGILState_STATE gil = PyGILState_Ensure();
   ffi::Error result;
   try {
-    result = call_python(kernel_id, args, rets);
+    result = call_python(Launch{kernel_id, ptx, entry, grid, block, cluster, smem}, args, rets);
   } catch (nb::python_error& e) {
     result = ffi::Error::Internal("jaxptx_cpu: " + describe(e));
   } catch (const std::exception& e) {
@@ -106,7 +132,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxptxCpu, cpu_impl,
                               ffi::Ffi::Bind()
                                   .RemainingArgs()
                                   .RemainingRets()
-                                  .Attr<int64_t>("kernel_id"));
+                                  .Attr<int64_t>("kernel_id")
+                                  .Attr<std::string_view>("ptx")
+                                  .Attr<std::string_view>("entry")
+                                  .Attr<ffi::Span<const int32_t>>("grid")
+                                  .Attr<ffi::Span<const int32_t>>("block")
+                                  .Attr<ffi::Span<const int32_t>>("cluster")
+                                  .Attr<int64_t>("smem"));
 
 namespace jaxptx {
 

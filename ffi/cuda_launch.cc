@@ -1,8 +1,11 @@
 // jaxptx_launch: the CUDA platform's FFI handler.
 //
-// Python registers each kernel's module image (PTX text, which the driver
-// JIT-compiles, or a cubin) under a stable kernel id at lowering time. At run
-// time the handler loads the module once per CUDA context (the stream's),
+// Every call carries its kernel's PTX and entry name as attributes, so a
+// deserialised export or a cached executable runs in a process that never
+// lowered the kernel: the first call of an id registers that PTX, which the
+// driver JIT-compiles. Python may register a cubin under the id first (at
+// lowering, from ptxas and the on-disk cache), and then that is loaded. At
+// run time the handler loads the module once per CUDA context (the stream's),
 // opts in to more than 48 KiB of dynamic shared memory when asked, and
 // launches with cuLaunchKernelEx on XLA's stream, passing the device
 // addresses of the inputs then the outputs as the kernel's parameters.
@@ -16,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -158,26 +162,37 @@ ffi::Error check_dim3(ffi::Span<const int32_t> v, const char* what, const Image&
                                      ": attribute " + what + " must be 3 positive ints");
 }
 
+// The image registered under `kernel_id`, registering the call's PTX first
+// when there is none.
+std::shared_ptr<const Image> image_for(int64_t kernel_id, std::string_view ptx,
+                                       std::string_view entry, int64_t num_params) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_images.find(kernel_id);
+  if (it != g_images.end()) return it->second;
+  auto img = std::make_shared<Image>();
+  img->data = std::string(ptx);
+  img->data.push_back('\0');  // cuModuleLoadData wants NUL-terminated PTX
+  img->entry = std::string(entry);
+  img->num_params = num_params;
+  g_images.emplace(kernel_id, img);
+  return img;
+}
+
 ffi::Error launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
-                  int64_t kernel_id, ffi::Span<const int32_t> grid,
+                  int64_t kernel_id, std::string_view ptx, std::string_view entry,
+                  ffi::Span<const int32_t> grid,
                   ffi::Span<const int32_t> block, ffi::Span<const int32_t> cluster,
                   int64_t smem) {
   const char* why = nullptr;
   const Driver* d = driver(&why);
   if (!d) return ffi::Error::Internal(std::string("jaxptx_launch: ") + why);
 
-  std::shared_ptr<const Image> image;
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    auto it = g_images.find(kernel_id);
-    if (it != g_images.end()) image = it->second;
+  if (ptx.empty() || entry.empty()) {
+    return ffi::Error::InvalidArgument("jaxptx_launch: kernel id " + std::to_string(kernel_id) +
+                                       ": the call has no ptx or entry attribute");
   }
-  if (!image) {
-    return ffi::Error::InvalidArgument(
-        "jaxptx_launch: kernel id " + std::to_string(kernel_id) +
-        " is not registered in this process; kernels register when a function using them is "
-        "lowered (a deserialized export or cached executable must be lowered here first)");
-  }
+  std::shared_ptr<const Image> image = image_for(
+      kernel_id, ptx, entry, static_cast<int64_t>(args.size() + rets.size()));
   if (ffi::Error e = check_dim3(grid, "grid", *image); e.failure()) return e;
   if (ffi::Error e = check_dim3(block, "block", *image); e.failure()) return e;
   if (ffi::Error e = check_dim3(cluster, "cluster", *image); e.failure()) return e;
@@ -264,11 +279,12 @@ ffi::Error launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets r
 }
 
 ffi::Error launch_impl(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
-                       int64_t kernel_id, ffi::Span<const int32_t> grid,
+                       int64_t kernel_id, std::string_view ptx, std::string_view entry,
+                       ffi::Span<const int32_t> grid,
                        ffi::Span<const int32_t> block, ffi::Span<const int32_t> cluster,
                        int64_t smem) {
   try {
-    return launch(stream, args, rets, kernel_id, grid, block, cluster, smem);
+    return launch(stream, args, rets, kernel_id, ptx, entry, grid, block, cluster, smem);
   } catch (const std::exception& e) {
     return ffi::Error::Internal(std::string("jaxptx_launch: ") + e.what());
   } catch (...) {
@@ -284,6 +300,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxptxLaunch, launch_impl,
                                   .RemainingArgs()
                                   .RemainingRets()
                                   .Attr<int64_t>("kernel_id")
+                                  .Attr<std::string_view>("ptx")
+                                  .Attr<std::string_view>("entry")
                                   .Attr<ffi::Span<const int32_t>>("grid")
                                   .Attr<ffi::Span<const int32_t>>("block")
                                   .Attr<ffi::Span<const int32_t>>("cluster")

@@ -19,12 +19,15 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxptxLaunch);
 namespace jaxptx {
 
 // Sets the callable the CPU handler calls as
-// ``fn(kernel_id, inputs, outputs)`` (tuples of memoryviews over the XLA
-// buffers; outputs writable). It returns None on success or an error string.
+// ``fn(kernel_id, inputs, outputs, ptx, entry, grid, block, cluster, smem)``:
+// tuples of memoryviews over the XLA buffers (outputs writable), a
+// memoryview of the call's PTX text, and its entry name and launch shape.
+// It returns None on success or an error string.
 void set_cpu_callback(nanobind::object fn);
 
 // Registers the module image (PTX text or cubin) of a kernel id for the CUDA
-// handler. Raises ValueError when the id already names different content.
+// handler, which otherwise JIT-compiles the PTX each call carries. Raises
+// ValueError when the id already names different content.
 void cuda_register(int64_t kernel_id, const std::string& image, const std::string& entry,
                    int64_t num_params);
 

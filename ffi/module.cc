@@ -48,9 +48,10 @@ NB_MODULE(_ffi, m) {
      "jaxptx_launch (platform CUDA).");
 
   m.def("set_cpu_callback", &jaxptx::set_cpu_callback, nb::arg("fn").none(),
-        "Set fn(kernel_id, inputs, outputs) -> None | str, called by the CPU "
-        "handler with tuples of memoryviews (outputs writable) valid only "
-        "during the call; a returned string becomes the FFI error.");
+        "Set fn(kernel_id, inputs, outputs, ptx, entry, grid, block, cluster, "
+        "smem) -> None | str, called by the CPU handler with tuples of "
+        "memoryviews (outputs writable) and a memoryview of the PTX, all valid "
+        "only during the call; a returned string becomes the FFI error.");
 
   m.def("cuda_register",
         [](int64_t kernel_id, nb::bytes image, const std::string& entry, int64_t num_params) {
@@ -61,7 +62,8 @@ NB_MODULE(_ffi, m) {
         nb::arg("entry"), nb::arg("num_params"),
         "Register a kernel's module image (PTX text or cubin bytes) and entry "
         "name for the CUDA handler under kernel_id; it takes num_params "
-        "pointer parameters (inputs then outputs).");
+        "pointer parameters (inputs then outputs). Without it, the handler "
+        "JIT-compiles the PTX that each call carries.");
 
   m.def("cuda_registered", &jaxptx::cuda_registered, nb::arg("kernel_id"),
         "Whether kernel_id is registered for the CUDA handler.");

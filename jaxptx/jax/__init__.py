@@ -33,7 +33,7 @@ from typing import Any
 from ..dsl import Kernel
 from ..dsl._kernel import set_call_hook
 
-__all__ = ["custom_vjp", "primitive", "kernels_in"]
+__all__ = ["custom_vjp", "primitive", "kernels_in", "register_ffi_targets", "disabled_checks"]
 
 
 def _call(kernel: Kernel, args: tuple, kwargs: dict) -> Any:
@@ -89,6 +89,38 @@ def kernels_in(lowered: Any) -> dict[int, Any]:
     """
     from ._registry import kernels_in as find
     return find(lowered)
+
+
+def register_ffi_targets() -> None:
+    """Register jaxptx's FFI targets (``jaxptx_cpu``, ``jaxptx_launch``) with JAX.
+
+    The first kernel call does this; a process that only runs a deserialised
+    :mod:`jax.export` artifact calls no kernel, so it calls this first. Each
+    custom call carries its kernel's PTX, entry and launch shape, so nothing
+    else of the exporting process is needed. Idempotent.
+    """
+    from . import _lowering  # registers on import
+    del _lowering
+
+
+def disabled_checks() -> list[Any]:
+    """The ``disabled_checks`` that ``jax.export.export`` needs for jaxptx kernels.
+
+    ``jax.export`` refuses custom calls without a compatibility guarantee
+    (only JAX's own targets have one). jaxptx's calls are self-contained (the
+    PTX travels in the call), so an artifact keeps working as long as the
+    loading process has a jaxptx whose shim takes the same attributes.
+
+    Use as ``export.export(jax.jit(f), platforms=("cuda",),
+    disabled_checks=jaxptx.jax.disabled_checks())(*args)``.
+
+    Example:
+        >>> [str(check) for check in disabled_checks()]
+        ['custom_call:jaxptx_launch', 'custom_call:jaxptx_cpu']
+    """
+    from jax import export
+    from ._lowering import CPU_TARGET, CUDA_TARGET
+    return [export.DisabledSafetyCheck.custom_call(t) for t in (CUDA_TARGET, CPU_TARGET)]
 
 
 set_call_hook(_call)

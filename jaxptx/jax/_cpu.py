@@ -1,9 +1,13 @@
-"""The CPU handler's Python half: run a registered kernel on the emulator.
+"""The CPU handler's Python half: run a kernel on the emulator.
 
 The shim's ``jaxptx_cpu`` handler takes the GIL and calls :func:`run` with
-memoryviews over XLA's buffers, valid only during the call. Inputs are copied
-(the emulator writes its pointer arguments back, and XLA's inputs must not
-change); outputs are written in place through zero-copy views.
+memoryviews over XLA's buffers and the call's PTX, valid only during the
+call. A kernel lowered in this process runs from its registered entry (its
+parsed module; buffer sizes checked against the lowered shapes); any other
+id (a deserialised export) runs from the PTX the call carries, parsed once.
+Inputs are copied (the emulator writes its pointer arguments back, and
+XLA's inputs must not change); outputs are written in place through
+zero-copy views.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .. import sim
+from .. import ir, sim
+from ..parse import parse
 from . import _registry
 
 __all__ = ["run"]
@@ -21,27 +26,39 @@ __all__ = ["run"]
 # XLA may run several custom calls at once (one per device under
 # shard_map); the emulator's caches are shared, so launches take turns.
 _LAUNCH_LOCK = threading.Lock()
+# Kernel id -> module parsed from a call's PTX (ids not lowered here).
+_PARSED: dict[int, ir.Module] = {}
 
 
-def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryview]) -> str | None:
+def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryview],
+        ptx: memoryview, entry: str, grid: tuple[int, int, int], block: tuple[int, int, int],
+        cluster: tuple[int, int, int], smem: int) -> str | None:
     """Run kernel ``kernel_id``; return None, or the error for XLA to raise.
 
-    Never raises: every failure (unknown id, buffer size mismatch, an
+    Never raises: every failure (buffer size mismatch, unparsable PTX, an
     emulator fault) comes back as the message of an FFI error.
     """
-    name = str(kernel_id)
+    name = f"{entry} (id {kernel_id})"
     try:
-        entry = _registry.lookup(kernel_id)
-        name = f"{entry.kernel.name} (id {kernel_id})"
-        ins = [np.array(_view(mv, t, "input", i)) for i, (mv, t) in enumerate(zip(inputs, entry.inputs))]
-        outs = [_view(mv, t, "output", i) for i, (mv, t) in enumerate(zip(outputs, entry.outputs))]
-        if len(ins) != len(entry.inputs) or len(outs) != len(entry.outputs):
-            return (f"jaxptx_cpu: kernel {name}: expected {len(entry.inputs)} inputs and "
-                    f"{len(entry.outputs)} outputs, got {len(inputs)} and {len(outputs)}")
-        spec = entry.spec
+        registered = _registry.find(kernel_id)
+        if registered is not None:
+            module = registered.spec.module
+            ins = [np.array(_view(mv, t, "input", i))
+                   for i, (mv, t) in enumerate(zip(inputs, registered.inputs))]
+            outs = [_view(mv, t, "output", i)
+                    for i, (mv, t) in enumerate(zip(outputs, registered.outputs))]
+            if len(inputs) != len(registered.inputs) or len(outputs) != len(registered.outputs):
+                return (f"jaxptx_cpu: kernel {name}: expected {len(registered.inputs)} inputs and "
+                        f"{len(registered.outputs)} outputs, got {len(inputs)} and {len(outputs)}")
+        else:
+            module = _PARSED.get(kernel_id)
+            if module is None:
+                module = _PARSED.setdefault(kernel_id, parse(bytes(ptx).decode()))
+            ins = [np.frombuffer(mv, np.uint8).copy() for mv in inputs]
+            outs = [np.frombuffer(mv, np.uint8) for mv in outputs]
         with _LAUNCH_LOCK:
-            sim.launch(spec.module, *ins, *outs, kernel=entry.entry, grid=entry.grid,
-                       block=spec.block, cluster=spec.cluster, smem=spec.smem)
+            sim.launch(module, *ins, *outs, kernel=entry, grid=grid, block=block,
+                       cluster=cluster, smem=smem)
         del ins, outs  # no view may outlive the call
         return None
     except BaseException as e:  # noqa: BLE001 - every failure becomes an FFI error

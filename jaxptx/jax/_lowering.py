@@ -1,11 +1,14 @@
 """Lowering a kernel's primitive to typed-FFI custom calls.
 
-* CPU: ``jaxptx_cpu`` with a ``kernel_id`` attribute. The shim's handler
-  calls back into Python (``_cpu.run``), which runs the kernel on the
-  emulator.
-* CUDA: ``jaxptx_launch`` with ``kernel_id``, ``grid``, ``block``,
-  ``cluster`` (int32 arrays of 3) and ``smem`` (int64) attributes; the shim
-  launches the PTX registered under the id on XLA's stream.
+Both calls carry the same attributes: ``kernel_id`` (int64), ``ptx`` and
+``entry`` (strings), ``grid``, ``block``, ``cluster`` (int32 arrays of 3) and
+``smem`` (int64). A call is self-contained: a serialised export runs with
+no registry, in a process that never traced the kernel.
+
+* CPU: ``jaxptx_cpu``. The shim's handler calls back into Python
+  (``_cpu.run``), which runs the kernel on the emulator.
+* CUDA: ``jaxptx_launch``. The shim loads the id's module once per context
+  and launches it on XLA's stream.
 
 Both register the specialisation under its id (``_registry``) as they lower.
 """
@@ -46,23 +49,25 @@ def _entry(kernel: Kernel, ctx: Any, template: tuple, sizes: tuple, grid: tuple)
                               [_registry.buffer_type(a) for a in ctx.avals_out])
 
 
+def _attributes(entry: _registry.Entry) -> dict[str, Any]:
+    spec = entry.spec
+    return dict(kernel_id=np.int64(entry.kernel_id), ptx=spec.ptx, entry=entry.entry,
+                grid=np.array(entry.grid, np.int32), block=np.array(spec.block, np.int32),
+                cluster=np.array(spec.cluster, np.int32), smem=np.int64(spec.smem))
+
+
 def kernel_lowering_cpu(kernel: Kernel, ctx: Any, *args: Any, template: tuple, sizes: tuple,
                         grid: tuple) -> Any:
     """The emulator's custom call."""
     entry = _entry(kernel, ctx, template, sizes, grid)
-    return _cpu_call(ctx, *args, kernel_id=np.int64(entry.kernel_id))
+    return _cpu_call(ctx, *args, **_attributes(entry))
 
 
 def kernel_lowering_cuda(kernel: Kernel, ctx: Any, *args: Any, template: tuple, sizes: tuple,
                          grid: tuple) -> Any:
-    """The GPU launch's custom call; the PTX goes to the shim's registry."""
+    """The GPU launch's custom call."""
     entry = _entry(kernel, ctx, template, sizes, grid)
-    spec = entry.spec
-    _ffi.cuda_register(entry.kernel_id, spec.ptx.encode(), entry.entry,
-                       len(entry.inputs) + len(entry.outputs))
-    return _cuda_call(ctx, *args, kernel_id=np.int64(entry.kernel_id),
-                      grid=np.array(entry.grid, np.int32), block=np.array(spec.block, np.int32),
-                      cluster=np.array(spec.cluster, np.int32), smem=np.int64(spec.smem))
+    return _cuda_call(ctx, *args, **_attributes(entry))
 
 
 def register(prim: Any, kernel: Kernel) -> None:

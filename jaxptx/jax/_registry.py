@@ -24,7 +24,7 @@ import numpy as np
 from ..dsl import Kernel, Specialization
 from ..errors import SpecError
 
-__all__ = ["Entry", "register", "lookup", "kernels_in"]
+__all__ = ["Entry", "register", "find", "lookup", "kernels_in"]
 
 ID_BITS = 48
 
@@ -83,6 +83,11 @@ def register(kernel: Kernel, template: tuple, dims: tuple, grid: tuple[int, int,
         raise SpecError(f"kernel {kernel.name}: kernel id {kernel_id} collides with kernel "
                         f"{old.kernel.name}; change either kernel slightly")
     return old
+
+
+def find(kernel_id: int) -> Entry | None:
+    """The entry registered under ``kernel_id`` in this process, or None."""
+    return _ENTRIES.get(kernel_id)
 
 
 def lookup(kernel_id: int) -> Entry:

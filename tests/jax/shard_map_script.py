@@ -29,9 +29,9 @@ def main() -> None:
     seen = []
     run = _cpu.run
 
-    def spy(kernel_id, inputs, outputs):  # what the handler sees, per launch
+    def spy(kernel_id, inputs, outputs, *launch):  # what the handler sees, per launch
         seen.append((kernel_id, tuple(mv.nbytes for mv in inputs)))
-        return run(kernel_id, inputs, outputs)
+        return run(kernel_id, inputs, outputs, *launch)
 
     assert _lowering.CPU_TARGET == "jaxptx_cpu"
     _ffi.set_cpu_callback(spy)

@@ -27,8 +27,14 @@ def _kernel_id(text: str) -> int:
 
 def test_lowered_text_shows_the_custom_call_and_kernel_id():
     text = jax.jit(affine).lower(X).as_text()
-    assert re.search(r"stablehlo\.custom_call @jaxptx_cpu\(%arg0\) \{.*"
-                     r"mhlo\.backend_config = \{kernel_id = \d+ : i64\}", text)
+    m = re.search(r"stablehlo\.custom_call @jaxptx_cpu\(%arg0\) \{backend_config = \"\", "
+                  r"mhlo\.backend_config = \{(.*?)\}, operand_layouts", text)
+    assert m, text
+    attrs = m.group(1)
+    assert re.fullmatch(r"block = dense<\[128, 1, 1\]> : tensor<3xi32>, cluster = dense<1> : "
+                        r"tensor<3xi32>, entry = \"affine\", grid = dense<\[2, 1, 1\]> : "
+                        r"tensor<3xi32>, kernel_id = \d+ : i64, ptx = \".*\", smem = 0 : i64", attrs)
+    assert "ptx = \".version 8.5\\0A.target sm_90a\\0A" in attrs  # the call carries its PTX
     hlo = jax.jit(affine).lower(X).as_text(dialect="hlo")
     assert "api_version=API_VERSION_TYPED_FFI" in hlo
 
@@ -80,17 +86,35 @@ def test_an_emulator_fault_is_an_ffi_error_not_a_crash():
     np.testing.assert_array_equal(jax.jit(affine)(X), X * 2 + 1)  # still usable
 
 
-def test_an_unknown_kernel_id_is_an_ffi_error():
-    call = jax.ffi.ffi_call("jaxptx_cpu", jax.ShapeDtypeStruct((4,), jnp.float32))
+def _raw_call(ptx: str, n: int, **launch):
+    """A jaxptx_cpu call made by hand, as a deserialised export makes it."""
+    call = jax.ffi.ffi_call("jaxptx_cpu", jax.ShapeDtypeStruct((n,), jnp.float32))
+    attrs = dict(kernel_id=np.int64(12345), ptx=ptx, entry="affine",
+                 grid=np.array([n // 128, 1, 1], np.int32), block=np.array([128, 1, 1], np.int32),
+                 cluster=np.array([1, 1, 1], np.int32), smem=np.int64(0))
+    attrs.update(launch)
+    return jax.jit(lambda x: call(x, **attrs))
+
+
+def test_an_id_not_lowered_here_runs_from_the_ptx_the_call_carries():
+    assert _registry.find(12345) is None
+    np.testing.assert_array_equal(_raw_call(affine.ptx(N=256), 256)(X), X * 2 + 1)
+
+
+def test_bad_ptx_or_a_missing_attribute_in_a_call_is_an_ffi_error():
     with pytest.raises(jax.errors.JaxRuntimeError,
-                       match="kernel id 12345 is not registered in this process"):
-        jax.block_until_ready(jax.jit(lambda x: call(x, kernel_id=np.int64(12345)))(X[:4]))
+                       match=r"jaxptx_cpu: kernel affine \(id 54321\): ParseError: <string>:1:8: expected ';'"):
+        jax.block_until_ready(_raw_call("garbage", 256, kernel_id=np.int64(54321))(X))
+    call = jax.ffi.ffi_call("jaxptx_cpu", jax.ShapeDtypeStruct((4,), jnp.float32))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="Wrong number of attributes: expected 7"):
+        jax.block_until_ready(jax.jit(lambda x: call(x, kernel_id=np.int64(1)))(X[:4]))
 
 
 def test_the_callback_checks_buffer_sizes():
     kid = _kernel_id(jax.jit(affine).lower(X).as_text())
     small = memoryview(bytearray(16))
-    message = _cpu.run(kid, (small,), (memoryview(bytearray(1024)),))
+    message = _cpu.run(kid, (small,), (memoryview(bytearray(1024)),), memoryview(b""), "affine",
+                       (2, 1, 1), (128, 1, 1), (1, 1, 1), 0)
     assert message == ("jaxptx_cpu: kernel affine (id %d): ValueError: input 0: expected 1024 "
                        "bytes for float32[256], got 16" % kid)
 
@@ -100,7 +124,7 @@ def test_a_raising_or_missing_callback_is_an_ffi_error():
 
     f = jax.jit(lambda x: affine(x) + 0.5)  # a fresh executable
 
-    def boom(kernel_id, inputs, outputs):
+    def boom(*args):
         raise RuntimeError("boom")
 
     try:

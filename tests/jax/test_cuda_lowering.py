@@ -33,8 +33,9 @@ def test_stablehlo_shows_the_launch_and_its_attributes():
                   r"mhlo\.backend_config = \{(.*?)\}, operand_layouts", text)
     assert m, text
     assert re.fullmatch(r"block = dense<\[128, 1, 1\]> : tensor<3xi32>, cluster = dense<1> : "
-                        r"tensor<3xi32>, grid = dense<\[2, 1, 1\]> : tensor<3xi32>, "
-                        r"kernel_id = \d+ : i64, smem = 0 : i64", m.group(1))
+                        r"tensor<3xi32>, entry = \"affine\", grid = dense<\[2, 1, 1\]> : "
+                        r"tensor<3xi32>, kernel_id = \d+ : i64, ptx = \".*\", smem = 0 : i64",
+                        m.group(1))
 
 
 def test_hlo_is_a_typed_ffi_call():
@@ -49,11 +50,13 @@ def test_cluster_and_dynamic_shared_memory_attributes():
     assert "smem = 65536 : i64" in text
 
 
-def test_lowering_registers_the_ptx_with_the_shim_under_the_same_id():
+def test_the_call_carries_the_ptx_of_the_kernel_it_names():
     lowered = _lower_cuda(rms_norm, np.zeros((2, 256), np.float32), np.zeros(256, np.float32))
     (kid, spec), = jaxptx.jax.kernels_in(lowered).items()
-    assert _ffi.cuda_registered(kid)
     assert f"kernel_id = {kid} : i64" in lowered.as_text()
+    carried = re.search(r'ptx = "((?:[^"\\]|\\.)*)"', lowered.as_text(dialect="hlo")).group(1)
+    # MLIR escapes bytes as \XX (two hex digits)
+    assert re.sub(r"\\([0-9A-F]{2})", lambda m: chr(int(m.group(1), 16)), carried) == spec.ptx
     assert f"grid = dense<[2, 1, 1]>" in lowered.as_text() and spec.grid == (2, 1, 1)
     assert ".visible .entry rms_norm(" in spec.ptx
 
