@@ -15,10 +15,7 @@ CORPUS = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "corpus
 HEADER = ".version 8.5\n.target sm_90a\n.address_size 64\n"
 
 # Known disagreements with ptxas 13.0, each with its reason.
-KNOWN_FALSE_ERRORS = {
-    # The SIMD video instructions (vadd/vshr/vmad...) are not in the table.
-    "zluda/spirv_run/vshr_clamp.ptx",
-}
+KNOWN_FALSE_ERRORS: set[str] = set()
 KNOWN_MISSES = {
     # ptxas itself crashes (signal 11) on this file; nothing to agree with.
     "zluda/spirv_run/implicit_param.ptx",
@@ -57,6 +54,16 @@ def test_clean_kernel_and_module_rules() -> None:
         ".address_size 32: only 64-bit addressing is supported by CUDA 13 (ptxas)"]
     assert "needs 8.6 or newer" in check(text, arch="sm_100a")[0].message
     assert str(Diagnostic(3, 4, "x")) == "3:4: error: x"
+
+
+def test_video_operand_selectors_are_registers() -> None:
+    # `%r2.b0` selects a byte of %r2 (PTX ISA, video instructions): a use of
+    # %r2, not an undeclared register.
+    body = ("\t.reg .u32 %r<5>;\n\tvadd.s32.u32.s32.sat %r1.h1, %r2.b0, %r3.h1, %r4;\n"
+            "\tvmin2.s32.u32.u32.add %r1.h10, %r2.h00, %r3.h22, %r4;\n"
+            "\tvset4.u32.u32.ne.max %r1, %r2, %r3, %r4;")
+    assert [d.message for d in check(_kernel(body))] == [
+        "vset4.u32.u32.ne.max: unknown modifier .max; vset4 takes .add .eq .ge .gt .le .lt .ne .s32 .u32"]
 
 
 def test_check_accepts_a_module() -> None:

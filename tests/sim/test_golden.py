@@ -17,7 +17,6 @@ CASES = cases()
 NOT_YET: dict[str, str] = {
     "vector8_extract": "ld.global.v8.u8 is not in the table: ptxas 13 rejects it ('Illegal vector size: 8')",
     "vote_ballot_nosync": "vote without .sync is not in the table: ptxas 13 rejects it on sm_70+",
-    "vshr_clamp": "the SIMD video instructions (vshr, vadd, ...) are not in the table yet",
     "ldmatrix": "its second warp reads past the end of the kernel's .global arrays; a GPU returns "
                 "whatever lies there, the emulator faults (out of bounds)",
     "mma_m16n8k16_f32_bf16_bf16_f32_2x": "its second warp writes past the end of the output buffer; "
