@@ -25,16 +25,22 @@ from jaxptx.types import bf16, f32
     grid=lambda M, N: (N // 8, M // 16, 1),
     block=(32, 1, 1),
     arch="sm_80",
+    batch="z",
 )
 def mma_gemm(a, bt, c):
-    """``c = a @ bt.T`` for bf16 ``a`` (M×K) and ``bt`` (N×K)."""
+    """``c = a @ bt.T`` for bf16 ``a`` (M×K) and ``bt`` (N×K).
+
+    ``jax.vmap(mma_gemm)`` is a grouped GEMM in one launch: problem ``g`` runs
+    at ``%ctaid.z == g`` (``batch="z"``; each operand indexed by ``batch_ptr``).
+    """
     k_dim, n_dim = a.shape[1], c.shape[1]
     lane = ptx.special.laneid()
     group, quad = lane >> 2, lane & 3
     row0 = ptx.special.ctaid.y() * 16 + group          # rows of A and C this lane touches
     col0 = ptx.special.ctaid.x() * 8 + group           # the row of B^T (column of C) for B
-    a_row = a.ptr + ptx.mul.wide.u32(row0 * k_dim + quad * 2, 2)
-    b_row = bt.ptr + ptx.mul.wide.u32(col0 * k_dim + quad * 2, 2)
+    a_base, b_base, c_base = ptx.batch_ptrs(a, bt, c)
+    a_row = a_base + ptx.mul.wide.u32(row0 * k_dim + quad * 2, 2)
+    b_row = b_base + ptx.mul.wide.u32(col0 * k_dim + quad * 2, 2)
     eight_rows = 8 * k_dim * 2                          # bytes between rows g and g + 8 of A
     acc = reg.array(f32, 4)
     for r in acc:
@@ -44,7 +50,7 @@ def mma_gemm(a, bt, c):
         frag_b = [ptx.ld.global_.b32(b_row + (k * 2 + off)) for off in (0, 16)]
         ptx.mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32(acc, frag_a, frag_b, acc)
     col = ptx.special.ctaid.x() * 8 + quad * 2
-    out = c.ptr + ptx.mul.wide.u32(row0 * n_dim + col, 4)
+    out = c_base + ptx.mul.wide.u32(row0 * n_dim + col, 4)
     ptx.st.global_.v2.f32(out, (acc[0], acc[1]))
     ptx.st.global_.v2.f32(out + 8 * n_dim * 4, (acc[2], acc[3]))
 

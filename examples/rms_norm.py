@@ -22,13 +22,18 @@ WARPS = THREADS // 32
     grid=lambda B: (B, 1, 1),
     block=(THREADS, 1, 1),
     arch="sm_90a",
+    batch="z",
 )
 def rms_norm(x, w, y, *, eps=1e-6):
-    """Normalise each row of ``x`` by its root mean square, scale by ``w``."""
+    """Normalise each row of ``x`` by its root mean square, scale by ``w``.
+
+    Under ``jax.vmap`` it is one launch: batch element ``g`` runs at
+    ``%ctaid.z == g``, its tensors addressed through ``batch_ptrs``.
+    """
     n = x.shape[1]
     row = ptx.special.ctaid.x()
     tid = ptx.special.tid.x()
-    xp, wp, yp = ptx.global_ptrs(x, w, y)
+    xp, wp, yp = ptx.batch_ptrs(x, w, y)
     row_bytes = ptx.mul.wide.u32(row, n * 4)
     x_row = xp + row_bytes
     y_row = yp + row_bytes

@@ -76,7 +76,8 @@ class Kernel:
                  raw_params: Sequence[tuple[str, str]] | None = None, extern_smem: bool | str = False,
                  reqntid: Any = None, raw_directives: Sequence[tuple[str, tuple]] | None = None,
                  name: str | None = None, module: bool = False, validate: bool = True,
-                 target_options: Sequence[str] = (), address_size: int | None = 64) -> None:
+                 target_options: Sequence[str] = (), address_size: int | None = 64,
+                 batch: str | None = None) -> None:
         self.fn = fn
         self.name = name or fn.__name__
         where = f"@kernel {self.name}"
@@ -104,6 +105,10 @@ class Kernel:
                              f"ptx.function(...); it takes no tensor parameters {list(self._tensors)}")
         if address_size not in (32, 64, None):
             raise TraceError(f"{where} address_size: expected 64, 32 or None, got {address_size!r}")
+        if batch not in (None, "z"):
+            raise TraceError(f"{where} batch: expected None or 'z' (a vmapped call runs the "
+                             f"batch as grid z), got {batch!r}")
+        self._batch = batch
         self._module = module
         self._validate = validate
         self._target_options = tuple(target_options)
@@ -150,6 +155,13 @@ class Kernel:
         return self._smem
 
     @property
+    def batch(self) -> str | None:
+        """How ``jax.vmap`` maps a batch onto a launch: ``"z"`` (one launch,
+        the batch as grid z; the body indexes with ``x.batch_ptr``) or None
+        (a loop, one launch per element)."""
+        return self._batch
+
+    @property
     def arch(self) -> str:
         """Target architecture as given (``"sm_90a"`` or ``"auto"``)."""
         return self._arch
@@ -179,12 +191,26 @@ class Kernel:
         Raises:
             SpecError: unknown keyword, bad dim value or missing template value.
         """
-        target = self.resolve_arch()
+        return self.specialize_for(self.resolve_arch(), **kwargs)
+
+    def specialize_for(self, target: isa.Target | str, *, shared: Sequence[str] = (),
+                       **kwargs: Any) -> Specialization:
+        """:meth:`specialize` for an explicit target (``arch`` is not consulted).
+
+        Args:
+            target: the target to trace for (``"sm_90a"`` or a Target).
+            shared: names of inputs a batched launch shares across its batch
+                (their ``batch_stride`` is 0; see ``batch="z"``).
+        """
+        target = isa.parse_target(target) if isinstance(target, str) else target
         template, dims = self._bind(kwargs)
-        key = (target, template, dims)
+        unknown = [n for n in shared if n not in self._tensors[:len(self._in_specs)]]
+        if unknown:
+            raise SpecError(f"kernel {self.name}: shared names {unknown} are not inputs")
+        key = (target, template, dims, tuple(sorted(shared)))
         spec = self._cache.get(key)
         if spec is None:
-            spec = self._cache[key] = self._trace(target, template, dims)
+            spec = self._cache[key] = self._trace(target, template, dims, frozenset(shared))
         return spec
 
     def ptx(self, **kwargs: Any) -> str:
@@ -265,7 +291,8 @@ class Kernel:
             raise SpecError(f"kernel {self.name}: template values must be hashable, got {template}") from None
         return items, tuple(sorted(dims.items()))
 
-    def _trace(self, target: isa.Target, template: tuple, dims: tuple) -> Specialization:
+    def _trace(self, target: isa.Target, template: tuple, dims: tuple,
+               shared: frozenset[str] = frozenset()) -> Specialization:
         version = self._version or isa.default_version(target)
         if version < target.min_ptx and self._validate:
             raise PtxVersionError(f"kernel {self.name}: {target.name} needs PTX ISA "
@@ -285,7 +312,7 @@ class Kernel:
             spec = specs[i] if specs else None
             shape = () if spec is None else tuple(
                 d if isinstance(d, int) else env.get(d, UnboundDim(d, self.name)) for d in spec.shape)
-            args.append(TensorArg(pname, spec, shape, spec.dtype if spec else None))
+            args.append(TensorArg(pname, spec, shape, spec.dtype if spec else None, pname in shared))
         for ptype, pname in self._raw_params:
             trace.params.append(ir.VarDecl("param", ptype.name, trace.new_symbol(pname)))
         trace.cache["raw_params"] = {n: t for t, n in self._raw_params}
@@ -379,6 +406,9 @@ def kernel(fn: Callable[..., Any] | None = None, **options: Any) -> Kernel | Cal
     dims), ``block``, ``cluster``, ``smem``, ``raw_params``,
     ``extern_smem``, ``reqntid``, ``raw_directives``, ``name``,
     ``target_options`` (``("debug",)``), ``address_size`` (64, 32 or None),
+    ``batch`` (``"z"``: a ``jax.vmap`` of the kernel is one launch with the
+    batch as grid z, the body indexing with ``x.batch_ptr``; default None, a
+    loop of launches),
     ``validate`` (check each instruction against the table; default True) and
     ``module`` (the body builds a whole module with ``ptx.function`` ...).
 

@@ -12,7 +12,7 @@ from ._core import Reg, emit_instruction
 from ._specs import Tile
 from ._trace import current
 
-__all__ = ["TensorArg", "UnboundDim", "param", "global_ptrs", "comment"]
+__all__ = ["TensorArg", "UnboundDim", "param", "global_ptrs", "batch_ptrs", "comment"]
 
 
 class UnboundDim:
@@ -44,14 +44,63 @@ class TensorArg:
         spec: its :class:`Tile`, or ``None`` when the kernel has no specs.
         shape: concrete dims where bound, :class:`UnboundDim` elsewhere.
         dtype: element type, or ``None``.
+        shared: whether a batched launch (a ``batch="z"`` kernel under
+            ``jax.vmap``) shares this one tensor across the batch.
     """
 
     def __init__(self, name: str, spec: Tile | None, shape: tuple[Any, ...],
-                 dtype: PtxType | None) -> None:
+                 dtype: PtxType | None, shared: bool = False) -> None:
         self.name = name
         self.spec = spec
         self.shape = shape
         self.dtype = dtype
+        self.shared = shared
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of one tensor of this shape and dtype.
+
+        Raises:
+            SpecError: a dim is unbound, or the kernel has no specs.
+        """
+        if self.dtype is None:
+            raise SpecError(f"tensor {self.name}: its size needs in_specs/out_specs")
+        count = 1
+        for d in self.shape:
+            count *= int(d)
+        return count * self.dtype.bits // 8
+
+    @property
+    def batch_stride(self) -> int:
+        """Bytes between this tensor's batch elements in a batched launch:
+        ``nbytes``, or 0 for an input the batch shares."""
+        return 0 if self.shared else self.nbytes
+
+    @property
+    def batch_ptr(self) -> Reg:
+        """The address of this launch's batch element of the tensor:
+        ``ptr + %ctaid.z * batch_stride`` (emitted once).
+
+        For kernels declared with ``batch="z"``: under ``jax.vmap`` the batch
+        runs as grid z, one problem per z index; called without vmap, the
+        grid's z is 1 and this is ``ptr``. A shared input's is its ``ptr``.
+        """
+        trace = current()
+        key = ("batch_ptr", self.name)
+        if key not in trace.cache:
+            if self.shared:
+                trace.cache[key] = self.ptr
+            else:
+                if ("ctaid.z",) not in trace.cache:
+                    trace.cache[("ctaid.z",)] = emit_instruction("mov", ("u32",), ("%ctaid.z",))
+                z = trace.cache[("ctaid.z",)]
+                if self.batch_stride < 2**32:
+                    offset = emit_instruction("mul", ("wide", "u32"), (z, self.batch_stride))
+                else:  # a batch element of 4 GiB or more: a 64-bit multiply
+                    z64 = emit_instruction("cvt", ("u64", "u32"), (z,))
+                    offset = emit_instruction("mul", ("lo", "u64"), (z64, self.batch_stride))
+                trace.cache[key] = emit_instruction("add", ("u64",), (self.ptr, offset))
+        return trace.cache[key]
 
     def __ptx_symbol__(self) -> str:
         return self.name
@@ -107,6 +156,15 @@ def global_ptrs(*tensors: TensorArg) -> tuple[Reg, ...]:
         if not isinstance(t, TensorArg):
             raise TraceError(f"ptx.global_ptrs: expected tensor arguments, got {t!r}")
     return tuple(t.ptr for t in tensors)
+
+
+def batch_ptrs(*tensors: TensorArg) -> tuple[Reg, ...]:
+    """The batch-element addresses of several tensors (``A.batch_ptr`` for each):
+    what a ``batch="z"`` kernel indexes from."""
+    for t in tensors:
+        if not isinstance(t, TensorArg):
+            raise TraceError(f"ptx.batch_ptrs: expected tensor arguments, got {t!r}")
+    return tuple(t.batch_ptr for t in tensors)
 
 
 def comment(text: str) -> None:

@@ -16,17 +16,21 @@ Both register the specialisation under its id (``_registry``) as they lower.
 from __future__ import annotations
 
 import functools
+import os
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import numpy as np
 from jax.interpreters import mlir
 
-from .. import _ffi
+from .. import _ffi, isa
 from ..dsl import Kernel
+from ..errors import SpecError
+from ..runtime import arch_from_capability
 from . import _cpu, _registry
 
-__all__ = ["register", "CPU_TARGET", "CUDA_TARGET"]
+__all__ = ["register", "cuda_target", "arch_for_devices", "CPU_TARGET", "CUDA_TARGET"]
 
 CPU_TARGET = "jaxptx_cpu"
 CUDA_TARGET = "jaxptx_launch"
@@ -43,10 +47,44 @@ _cpu_call = jax.ffi.ffi_lowering(CPU_TARGET)
 _cuda_call = jax.ffi.ffi_lowering(CUDA_TARGET)
 
 
-def _entry(kernel: Kernel, ctx: Any, template: tuple, sizes: tuple, grid: tuple) -> _registry.Entry:
-    return _registry.register(kernel, template, sizes, grid,
+def _entry(kernel: Kernel, ctx: Any, target: isa.Target, template: tuple, sizes: tuple,
+           grid: tuple, shared: tuple) -> _registry.Entry:
+    names = [kernel._tensors[i] for i in shared]
+    return _registry.register(kernel, target, template, sizes, grid,
                               [_registry.buffer_type(a) for a in ctx.avals_in],
-                              [_registry.buffer_type(a) for a in ctx.avals_out])
+                              [_registry.buffer_type(a) for a in ctx.avals_out], names)
+
+
+def cuda_target(kernel: Kernel, ctx: Any) -> isa.Target:
+    """The target of a CUDA lowering: the kernel's ``arch``, or for
+    ``"auto"`` the compute capability of the devices being lowered for
+    (``JAXPTX_ARCH``, then the fallback, when there are none, as when
+    lowering for CUDA on a CPU-only machine)."""
+    if kernel.arch != "auto":
+        return kernel.resolve_arch()
+    if os.environ.get("JAXPTX_ARCH", "").strip():
+        return kernel.resolve_arch()
+    backend = ctx.module_context.backend
+    devices = backend.local_devices() if backend is not None and backend.platform in ("cuda", "gpu") else []
+    arch = arch_for_devices(devices, kernel.name)
+    return isa.parse_target(arch) if arch else kernel.resolve_arch()
+
+
+def arch_for_devices(devices: Sequence[Any], name: str) -> str | None:
+    """The one ``sm_XX`` target of ``devices`` (by ``compute_capability``,
+    as ``"9.0"``), or None for no devices.
+
+    Raises:
+        SpecError: the devices have different compute capabilities.
+    """
+    caps = sorted({str(d.compute_capability) for d in devices})
+    if not caps:
+        return None
+    if len(caps) > 1:
+        raise SpecError(f"kernel {name}: arch='auto' but the devices have compute capabilities "
+                        f"{caps}; give the kernel an explicit arch")
+    major, minor = (int(x) for x in caps[0].split("."))
+    return arch_from_capability(major, minor)
 
 
 def _attributes(entry: _registry.Entry) -> dict[str, Any]:
@@ -57,16 +95,16 @@ def _attributes(entry: _registry.Entry) -> dict[str, Any]:
 
 
 def kernel_lowering_cpu(kernel: Kernel, ctx: Any, *args: Any, template: tuple, sizes: tuple,
-                        grid: tuple) -> Any:
+                        grid: tuple, batch: int, shared: tuple) -> Any:
     """The emulator's custom call."""
-    entry = _entry(kernel, ctx, template, sizes, grid)
+    entry = _entry(kernel, ctx, kernel.resolve_arch(), template, sizes, grid, shared)
     return _cpu_call(ctx, *args, **_attributes(entry))
 
 
 def kernel_lowering_cuda(kernel: Kernel, ctx: Any, *args: Any, template: tuple, sizes: tuple,
-                         grid: tuple) -> Any:
+                         grid: tuple, batch: int, shared: tuple) -> Any:
     """The GPU launch's custom call."""
-    entry = _entry(kernel, ctx, template, sizes, grid)
+    entry = _entry(kernel, ctx, cuda_target(kernel, ctx), template, sizes, grid, shared)
     return _cuda_call(ctx, *args, **_attributes(entry))
 
 

@@ -2,9 +2,11 @@
 
 The primitive of a kernel is created on its first call and kept on the
 kernel. Its parameters: ``template`` and ``sizes`` (sorted ``(name, value)``
-pairs: the template values and every symbolic dim) and ``grid`` (the launch
-grid they give). Lowerings live in ``_lowering``; the rules here are shared
-by all kernels and take the kernel as their first argument.
+pairs: the template values and every symbolic dim), ``grid`` (the launch
+grid they give), ``batch`` (0, or the size of a batch folded into grid z)
+and ``shared`` (indices of the inputs a batched launch shares). Lowerings
+live in ``_lowering``; the rules here are shared by all kernels and take the
+kernel as their first argument.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def call(kernel: Kernel, args: tuple, kwargs: dict) -> Any:
     """``kernel(*args, **kwargs)``: check, bind the primitive, unpack."""
     template, dims = _bind_arguments(kernel, args, kwargs)
     grid = kernel._resolve_grid({**dict(dims), **dict(template)})
-    outs = primitive(kernel).bind(*args, template=template, sizes=dims, grid=grid)
+    outs = primitive(kernel).bind(*args, template=template, sizes=dims, grid=grid, batch=0,
+                                  shared=())
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
@@ -92,11 +95,21 @@ def _out_dtype(kernel: Kernel, spec: Tile) -> np.dtype:
 
 
 def kernel_abstract_eval(kernel: Kernel, *avals: Any, template: tuple, sizes: tuple,
-                         grid: tuple) -> list[jax.core.ShapedArray]:
-    """Output avals from ``out_specs``; re-checks the inputs against the dims."""
+                         grid: tuple, batch: int, shared: tuple) -> list[jax.core.ShapedArray]:
+    """Output avals from ``out_specs`` (with a leading ``batch`` dim when
+    batched); re-checks the inputs against the dims."""
     names = kernel._tensors[:len(kernel.in_specs)]
+    shapes = [a.shape for a in avals]
+    if batch:
+        for i, (name, shape) in enumerate(zip(names, shapes)):
+            if i in shared:
+                continue
+            if not shape or shape[0] != batch:
+                raise SpecError(f"kernel {kernel.name}: batched input {name!r} has shape "
+                                f"{shape}; expected a leading batch dim of {batch}")
+            shapes[i] = shape[1:]
     try:
-        env = bind_specs(kernel.in_specs, [(a.shape, a.dtype) for a in avals], names)
+        env = bind_specs(kernel.in_specs, [(s, a.dtype) for s, a in zip(shapes, avals)], names)
     except SpecError as e:
         raise SpecError(f"kernel {kernel.name}: {e}") from None
     bound = dict(sizes)
@@ -105,7 +118,8 @@ def kernel_abstract_eval(kernel: Kernel, *avals: Any, template: tuple, sizes: tu
             raise SpecError(f"kernel {kernel.name}: dim {k}: the primitive was bound with "
                             f"{bound.get(k)}, the inputs give {v}")
     vma = frozenset().union(*map(varying_axes, avals))
-    return [_shaped_array(spec.resolve_shape(bound), _out_dtype(kernel, spec), vma)
+    lead = (batch,) if batch else ()
+    return [_shaped_array(lead + spec.resolve_shape(bound), _out_dtype(kernel, spec), vma)
             for spec in kernel.out_specs]
 
 
@@ -128,9 +142,58 @@ def _shaped_array(shape: tuple, dtype: Any, vma: frozenset) -> jax.core.ShapedAr
     return jax.core.ShapedArray(shape, dtype, sharding=sharding, vma=vma)
 
 
+# CUDA's limit on gridDim.z.
+GRID_Z_LIMIT = 65535
+
+
 def kernel_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], **params: Any):
-    """vmap: a sequential loop over the batch (``lax.map``), one launch per
-    element; right for any kernel. Unbatched inputs are shared by all."""
+    """vmap. A ``batch="z"`` kernel becomes one launch with the batch as
+    grid z (:func:`fold_batch`); any other kernel, or a batch past grid z's
+    limit, a sequential loop over it (``lax.map``), one launch per element.
+    Unbatched inputs are shared by all."""
+    if kernel.batch == "z":
+        size = next(a.shape[ax] for a, ax in zip(args, axes) if ax is not None)
+        if (params["batch"] or 1) * size <= GRID_Z_LIMIT:
+            return fold_batch(kernel, args, axes, size, **params)
+    return loop_batch(kernel, args, axes, **params)
+
+
+def fold_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], size: int, *,
+               template: tuple, sizes: tuple, grid: tuple, batch: int, shared: tuple):
+    """One launch for the whole batch: grid z runs over it.
+
+    A new batch over an already batched call (nested vmap) multiplies the
+    two: element ``(i, j)`` is ``i * batch + j``. Inputs batched at one level
+    only are broadcast over the other; inputs batched at neither stay shared.
+    """
+    if grid[2] != 1 and not batch:
+        raise SpecError(f"kernel {kernel.name}: batch='z' folds a vmap into grid z, but its "
+                        f"grid is {grid}; a batch='z' kernel launches with grid z = 1")
+    new_args, new_shared = [], []
+    for i, (x, ax) in enumerate(zip(args, axes)):
+        inner = bool(batch) and i not in shared  # batched by the call being batched again
+        if ax is None and not inner:
+            new_shared.append(i)
+            new_args.append(x)
+            continue
+        x = jnp.moveaxis(x, ax, 0) if ax is not None else jnp.broadcast_to(x, (size, *x.shape))
+        if batch:
+            if not inner:  # shared inside, batched outside: broadcast over the inner batch
+                x = jnp.broadcast_to(x[:, None], (size, batch, *x.shape[1:]))
+            x = x.reshape((size * batch, *x.shape[2:]))
+        new_args.append(x)
+    total = size * (batch or 1)
+    outs = primitive(kernel).bind(*new_args, template=template, sizes=sizes,
+                                  grid=(grid[0], grid[1], total), batch=total,
+                                  shared=tuple(new_shared))
+    if batch:
+        outs = [o.reshape((size, batch, *o.shape[1:])) for o in outs]
+    return outs, [0] * len(outs)
+
+
+def loop_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], **params: Any):
+    """vmap as a sequential loop over the batch (``lax.map``), one launch per
+    element; right for any kernel."""
     prim = primitive(kernel)
     batched = [i for i, ax in enumerate(axes) if ax is not None]  # None: not mapped
     xs = tuple(jnp.moveaxis(args[i], axes[i], 0) for i in batched)

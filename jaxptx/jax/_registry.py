@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import isa
 from ..dsl import Kernel, Specialization
 from ..errors import SpecError
 
@@ -62,15 +63,18 @@ _LOCK = threading.Lock()
 _ENTRIES: dict[int, Entry] = {}
 
 
-def register(kernel: Kernel, template: tuple, dims: tuple, grid: tuple[int, int, int],
-             inputs: Sequence[BufferType], outputs: Sequence[BufferType]) -> Entry:
-    """Specialise ``kernel`` and register the launch; return its entry.
+def register(kernel: Kernel, target: isa.Target, template: tuple, dims: tuple,
+             grid: tuple[int, int, int], inputs: Sequence[BufferType],
+             outputs: Sequence[BufferType], shared: Sequence[str] = ()) -> Entry:
+    """Specialise ``kernel`` for ``target`` and register the launch; return its entry.
+
+    ``shared`` names the inputs a batched launch shares across its batch.
 
     Raises:
         SpecError: the kernel's parameters are not one pointer per tensor
             (raw scalar params and TMA descriptors are not supported yet).
     """
-    spec = kernel.specialize(**dict(template), **dict(dims))
+    spec = kernel.specialize_for(target, shared=shared, **dict(template), **dict(dims))
     entry_fn = _entry_function(kernel, spec, len(inputs) + len(outputs))
     entry = Entry(0, kernel, spec, entry_fn, tuple(grid), tuple(inputs), tuple(outputs))
     content = entry.content()

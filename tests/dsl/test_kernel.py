@@ -132,10 +132,30 @@ def test_spec_count_must_match_parameters() -> None:
     ("raw_params", [("n",)], r"raw_params: expected \(type, name\) pairs"),
     ("in_specs", ("M",), r"in_specs: expected a tuple of Tile"),
     ("extern_smem", "1x", r"extern_smem: expected a bool or a symbol name"),
+    ("batch", "y", r"batch: expected None or 'z' \(a vmapped call runs the batch as grid z\)"),
 ])
 def test_bad_options_fail_at_decoration(option, value, message) -> None:
     with pytest.raises((TraceError, SpecError, PtxTargetError, PtxVersionError), match=message):
         kernel(**{option: value})(lambda: None)
+
+
+def test_batch_ptr_offsets_by_ctaid_z_unless_shared() -> None:
+    strides = []
+
+    @kernel(in_specs=(Tile("N", f32), Tile(4, u32)), out_specs=(Tile("N", f32),), batch="z")
+    def k(x, w, y):
+        strides.append((x.batch_stride, w.batch_stride, y.batch_stride, w.nbytes))
+        for p in ptx.batch_ptrs(x, w, y):
+            ptx.st.global_.u32(p, 0)
+    plain = k.specialize_for("sm_90a", shared=("w",), N=8).ptx
+    assert plain.count("%ctaid.z") == 1 and plain.count("mul.wide.u32 %rd") == 2
+    assert "mul.wide.u32 %rd1, %r1, 32;" in plain and strides == [(32, 0, 32, 16)]
+    both = k.specialize_for("sm_90a", shared=("x", "w"), N=8).ptx
+    assert both.count("mul.wide.u32") == 1
+    huge = k.specialize_for("sm_90a", N=2**30).ptx  # 4 GiB per batch element
+    assert "mul.lo.u64 %rd2, %rd1, 4294967296;" in huge
+    with pytest.raises(SpecError, match=r"kernel k: shared names \['y'\] are not inputs"):
+        k.specialize_for("sm_90a", shared=("y",), N=8)
 
 
 def test_arch_auto_resolves_at_trace_time(monkeypatch) -> None:

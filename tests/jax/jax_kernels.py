@@ -79,3 +79,21 @@ def big_smem_cluster(x, y):
     off = ptx.mul.wide.u32(_index(), 4)
     v = ptx.ld.global_.f32(x.ptr + off)
     ptx.st.global_.f32(y.ptr + off, v + 1.0)
+
+
+@kernel(in_specs=(Tile("N", f32), Tile("N", f32)), out_specs=(Tile("N", f32),),
+        grid=lambda N: (N // BLOCK, 1, 1), block=(BLOCK, 1, 1), arch="sm_90a", batch="z")
+def axpy_z(x, w, y):
+    """y = x * 2 + w; under vmap one launch, the batch as grid z."""
+    off = ptx.mul.wide.u32(_index(), 4)
+    xp, wp, yp = ptx.batch_ptrs(x, w, y)
+    v = ptx.ld.global_.f32(xp + off)
+    b = ptx.ld.global_.f32(wp + off)
+    ptx.st.global_.f32(yp + off, v * 2.0 + b)
+
+
+@kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),),
+        grid=lambda N: (1, 1, 2), block=(BLOCK, 1, 1), arch="sm_90a", batch="z")
+def grid_z_taken(x, y):
+    """Declares batch='z' but already launches two CTAs along z."""
+    ptx.st.global_.f32(y.batch_ptr, 0.0)

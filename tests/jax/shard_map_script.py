@@ -60,8 +60,8 @@ def main() -> None:
                                in_specs=(P("d"), P()), out_specs=P("d")))
     np.testing.assert_allclose(hv(xs.reshape(16, 1, 256), w), ref.reshape(16, 1, 256),
                                rtol=1e-5, atol=1e-5)
-    # Two vmapped rows per device: two launches each over one (1, 256) row.
-    assert len(seen) == 16 and all(n == (256 * 4, 256 * 4) for _, n in seen), seen
+    # Two vmapped rows per device: one launch each (batch="z"), over both rows.
+    assert len(seen) == 8 and all(n == (2 * 256 * 4, 256 * 4) for _, n in seen), seen
 
     # grad through custom_vjp: the outputs vary over "d" like x; w's
     # cotangent, local on each shard, is summed over the shards (w is shared).

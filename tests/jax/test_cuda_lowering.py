@@ -92,3 +92,37 @@ def test_gpu_rms_norm_jit_vmap():
     x64 = xs.astype(np.float64)
     want = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-6) * w
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+class _Device:
+    """What the CUDA lowering reads of a JAX GPU device."""
+
+    def __init__(self, capability: str) -> None:
+        self.compute_capability = capability
+
+
+def test_arch_auto_takes_the_target_of_the_devices_lowered_for():
+    from jaxptx.errors import SpecError
+    from jaxptx.jax._lowering import arch_for_devices
+    assert arch_for_devices([_Device("9.0"), _Device("9.0")], "k") == "sm_90a"
+    assert arch_for_devices([_Device("8.6")], "k") == "sm_86"
+    assert arch_for_devices([_Device("10.0")], "k") == "sm_100a"
+    assert arch_for_devices([], "k") is None
+    with pytest.raises(SpecError, match=r"kernel k: arch='auto' but the devices have compute "
+                                        r"capabilities \['8.0', '9.0'\]"):
+        arch_for_devices([_Device("9.0"), _Device("8.0")], "k")
+
+
+def test_arch_auto_without_a_gpu_lowers_for_jaxptx_arch(monkeypatch):
+    from jaxptx import Tile, kernel, ptx
+    from jaxptx.types import f32
+
+    @kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),), arch="auto")
+    def copy_first(x, y):
+        ptx.st.global_.f32(y.ptr, ptx.ld.global_.f32(x.ptr))
+
+    # jit caches a function's lowering, so each target gets a function of its own
+    monkeypatch.setenv("JAXPTX_ARCH", "sm_100a")
+    assert ".target sm_100a" in _lower_cuda(lambda x: copy_first(x), X).as_text()
+    monkeypatch.setenv("JAXPTX_ARCH", "sm_80")
+    assert ".target sm_80" in _lower_cuda(lambda x: copy_first(x), X).as_text()
