@@ -173,6 +173,14 @@ def convert(x: np.ndarray, fmt: Format, mode: str = "rn", *, ftz: bool = False, 
     ±max (NaN stays NaN, or becomes +max in formats without NaN). Without
     ``satfinite`` an overflow in a format without infinities is NaN.
     """
+    if fmt.name == "f32" and mode == "rn" and rbits is None and not (ftz or sat or relu or satfinite):
+        # The common case in one cast: numpy's float64 -> float32 conversion
+        # rounds to nearest even (overflow and subnormals included).
+        with np.errstate(over="ignore", invalid="ignore"):
+            r32 = np.asarray(x, dtype=np.float64).astype(np.float32)
+        nan = np.isnan(r32)
+        bits = r32.view(np.uint32)
+        return np.where(nan, np.uint32(fmt.nan), bits) if nan.any() else bits
     r = round_to(x, fmt, mode, rbits, rwidth)
     with np.errstate(invalid="ignore"):
         if ftz:

@@ -204,9 +204,8 @@ class Machine:
             self._return(Step(self, ins, r, taken), self.program.function_of[pc])
         elif sim in ("ret", "exit"):
             self.state[taken] = _EXITED
-        elif sim == "bar_sync" and was_uniform and len(taken) == self.nthreads and len(ins.operands) == 1:
-            # Every thread of every CTA is here and none has exited: the
-            # barrier completes at once.
+        elif sim == "bar_sync" and len(ins.operands) == 1 and self._everyone(was_uniform, taken):
+            # Every live thread of every CTA is here: the barrier completes at once.
             if self.sanitizer is not None:
                 self.sanitizer.barrier_released(np.arange(self.nctas))
             return pc + 1, threads
@@ -251,6 +250,14 @@ class Machine:
             if (pcs == pcs[0]).all():
                 return int(pcs[0]), threads
         return None, None
+
+    def _everyone(self, was_uniform: bool, taken: np.ndarray) -> bool:
+        """Whether ``taken`` are all the live threads, none waits at a barrier
+        and no ``bar.arrive`` is pending."""
+        if was_uniform and len(taken) == self.nthreads:
+            return True
+        return len(taken) == int(np.count_nonzero(self.state == _RUNNING)) and \
+            not (self.state == _WAITING).any() and not self.arrived.any()
 
     # calls ------------------------------------------------------------------------
     def _call(self, s: Step, pc: int) -> int:

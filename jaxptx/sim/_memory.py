@@ -52,6 +52,8 @@ class Memory:
         self.shared_size = shared_size
         self.local_size = local_size
         self.ntid = ntid
+        self.nthreads = nctas * ntid
+        self._cta_bases: np.ndarray | None = None
         self.shared = _padded(nctas * shared_size)
         self.local = _padded(nctas * ntid * local_size)
         self.param = _padded(param_size)
@@ -70,26 +72,26 @@ class Memory:
 
     # address translation -------------------------------------------------------
     def _resolve(self, space: str, addr: np.ndarray, threads: np.ndarray, width: int,
-                 what: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Split an access into ``(buffer, byte offsets, positions)`` groups."""
+                 what: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+        """Split an access into ``(buffer, byte offsets, positions)`` groups
+        (offsets int64; positions ``None`` when the group is every thread)."""
         addr = addr.astype(np.uint64, copy=False)
         if space == "generic":
             return self._generic(addr, threads, width, what)
-        every = np.arange(len(addr))
         if space == "global":
-            return self._global(addr, every, threads, width, what)
+            return self._global(addr, None, threads, width, what)
         if space == "shared":
-            owner = threads // self.ntid
-            if (addr & np.uint64(CLUSTER_TAG)).any():
-                owner, addr = self._remote(owner, addr)
+            if np.bitwise_or.reduce(addr) & CLUSTER_TAG:
+                owner, addr = self._remote(threads // self.ntid, addr)
+            else:
+                owner = None
             return [self._window(self.shared, self.shared_size, owner, addr,
-                                 every, threads, width, "shared", what)]
+                                 None, threads, width, "shared", what)]
         if space == "local":
-            return [self._window(self.local, self.local_size, threads, addr, every, threads,
+            return [self._window(self.local, self.local_size, threads, addr, None, threads,
                                  width, "local", what)]
         buf = self.param if space == "param" else self.const
-        return [self._window(buf, len(buf), np.zeros_like(threads), addr, every, threads,
-                             width, space, what)]
+        return [self._window(buf, len(buf), 0, addr, None, threads, width, space, what)]
 
     def _remote(self, owner: np.ndarray, addr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Distributed shared memory: an address made by ``mapa`` carries
@@ -101,46 +103,50 @@ class Memory:
         return owner, addr & np.uint64(0xFFFFFF)
 
     def _generic(self, addr: np.ndarray, threads: np.ndarray, width: int, what: str):
+        if len(addr) and int(addr.max()) < SHARED_WINDOW:      # the usual case: all global
+            return self._global(addr, None, threads, width, what)
         groups = []
         rest = np.ones(len(addr), dtype=bool)
         for base, space in ((SHARED_WINDOW, "shared"), (LOCAL_WINDOW, "local"),
                             (CONST_WINDOW, "const"), (PARAM_WINDOW, "param")):
             inside = (addr >= base) & (addr < base + _WINDOW_SIZE)
             if inside.any():
-                pos = np.nonzero(inside)[0]
+                whole = bool(inside.all())
+                pos = None if whole else np.nonzero(inside)[0]
                 rest &= ~inside
-                offsets = addr[pos] - np.uint64(base)
+                offsets = addr - np.uint64(base) if whole else addr[pos] - np.uint64(base)
                 if space == "shared":
-                    owner = threads[pos] // self.ntid
-                    if (offsets & np.uint64(CLUSTER_TAG)).any():    # generic mapa address
-                        owner, offsets = self._remote(owner, offsets)
+                    owner = None if whole else threads[pos] // self.ntid
+                    if np.bitwise_or.reduce(offsets) & CLUSTER_TAG:     # generic mapa address
+                        owner, offsets = self._remote(threads // self.ntid if whole else owner, offsets)
                     groups.append(self._window(self.shared, self.shared_size, owner,
                                                offsets, pos, threads, width, space, what))
                 elif space == "local":
-                    groups.append(self._window(self.local, self.local_size, threads[pos], offsets, pos,
-                                               threads, width, space, what))
+                    groups.append(self._window(self.local, self.local_size, threads if whole else threads[pos],
+                                               offsets, pos, threads, width, space, what))
                 else:
                     buf = self.param if space == "param" else self.const
-                    groups.append(self._window(buf, len(buf), np.zeros_like(pos), offsets, pos, threads,
-                                               width, space, what))
+                    groups.append(self._window(buf, len(buf), 0, offsets, pos, threads, width, space, what))
         if rest.all():
-            return self._global(addr, np.arange(len(addr)), threads, width, what)
+            return self._global(addr, None, threads, width, what)
         if rest.any():
             pos = np.nonzero(rest)[0]
             groups.extend(self._global(addr[pos], pos, threads, width, what))
         return groups
 
-    def _global(self, addr: np.ndarray, pos: np.ndarray, threads: np.ndarray, width: int, what: str):
+    def _global(self, addr: np.ndarray, pos: np.ndarray | None, threads: np.ndarray, width: int, what: str):
         if len(addr):
-            # The usual access: one buffer, in bounds, aligned — four array ops.
+            # The usual access: one buffer, in bounds, aligned — a few array ops.
             lo, hi = int(addr.min()), int(addr.max())
             k = (lo >> GLOBAL_SHIFT) - 1
             if (hi >> GLOBAL_SHIFT) - 1 == k and 0 <= k < len(self.globals):
                 base = (k + 1) << GLOBAL_SHIFT
-                if hi - base + width <= self.sizes[k] and not (width > 1 and (addr & np.uint64(width - 1)).any()):
-                    return [(self.globals[k], addr - np.uint64(base), pos)]
+                if hi - base + width <= self.sizes[k] and \
+                        not (width > 1 and int(np.bitwise_or.reduce(addr)) & (width - 1)):
+                    return [(self.globals[k], addr.view(np.int64) - base, pos)]
+        every = np.arange(len(addr)) if pos is None else pos
         ids = (addr >> np.uint64(GLOBAL_SHIFT)).astype(np.int64) - 1
-        offsets = addr & np.uint64((1 << GLOBAL_SHIFT) - 1)
+        offsets = (addr & np.uint64((1 << GLOBAL_SHIFT) - 1)).view(np.int64)
         groups = []
         first = int(ids[0]) if len(ids) else 0
         distinct = [first] if (ids == first).all() else np.unique(ids)   # one buffer: the usual case
@@ -149,16 +155,35 @@ class Memory:
             if k < 0 or k >= len(self.globals):
                 bad = int(addr[sel][0])
                 raise SimError(f"{what}: address {bad:#x} is not in any global buffer "
-                               f"({self._who(threads[pos[sel][0]])})")
+                               f"({self._who(threads[every[sel][0]])})")
             off = offsets[sel]
-            self._check(off, width, self.sizes[k], "global", what, (k + 1) << GLOBAL_SHIFT, threads[pos[sel]])
-            groups.append((self.globals[k], off, pos[sel]))
+            self._check(off, width, self.sizes[k], "global", what, (k + 1) << GLOBAL_SHIFT, threads[every[sel]])
+            groups.append((self.globals[k], off, every[sel]))
         return groups
 
-    def _window(self, buf: np.ndarray, size: int, owner: np.ndarray, offsets: np.ndarray,
-                pos: np.ndarray, threads: np.ndarray, width: int, space: str, what: str):
-        self._check(offsets, width, size, space, what, 0, threads[pos])
-        return buf, owner.astype(np.uint64) * np.uint64(size) + offsets, pos
+    def _window(self, buf: np.ndarray, size: int, owner: np.ndarray | int | None, offsets: np.ndarray,
+                pos: np.ndarray | None, threads: np.ndarray, width: int, space: str, what: str):
+        """One group in a per-CTA (``owner`` None: each thread's own CTA),
+        per-thread or single window of ``size`` bytes."""
+        off = offsets.view(np.int64)
+        if len(off):
+            lo, hi = int(off.min()), int(off.max())
+            if lo < 0 or hi + width > size or (width > 1 and int(np.bitwise_or.reduce(off)) & (width - 1)):
+                self._check(offsets.astype(np.uint64), width, size, space, what, 0,
+                            threads if pos is None else threads[pos])
+        if owner is None:
+            if pos is None and len(threads) == self.nthreads:
+                return buf, self._cta_base() + off, pos
+            owner = threads // self.ntid if pos is None else threads[pos] // self.ntid
+        if isinstance(owner, int):
+            return buf, off if owner == 0 else off + owner * size, pos
+        return buf, owner.astype(np.int64) * size + off, pos
+
+    def _cta_base(self) -> np.ndarray:
+        """Byte offset of each thread's CTA in shared memory (whole grid; once)."""
+        if self._cta_bases is None:
+            self._cta_bases = np.arange(self.nthreads, dtype=np.int64) // self.ntid * self.shared_size
+        return self._cta_bases
 
     def _who(self, thread: int) -> str:
         cta, tid = divmod(int(thread), self.ntid)
@@ -168,6 +193,7 @@ class Memory:
                threads: np.ndarray) -> None:
         if len(off) == 0:
             return
+        off = off.astype(np.uint64, copy=False)
         if width > 1 and (off % np.uint64(width)).any():
             k = int(np.nonzero((off % np.uint64(width)) != 0)[0][0])
             raise SimError(f"{what}: misaligned {width}-byte {space} access at {base + int(off[k]):#x} "
@@ -181,29 +207,33 @@ class Memory:
     def load(self, space: str, addr: np.ndarray, threads: np.ndarray, width: int,
              what: str = "ld") -> np.ndarray:
         """``width``-byte unsigned values at ``addr`` for each thread."""
-        out = np.empty(len(addr), dtype=_UINT[width])
+        out = None
+        shift = _LOG2[width]
         for buf, off, pos in self._resolve(space, addr, threads, width, what):
             if self.watch is not None and buf is self.shared:
-                self.watch(off, threads[pos], width, False)
-            elements = buf.view(_UINT[width])[off >> np.uint64(_LOG2[width])]
-            if len(pos) == len(out):
+                self.watch(off, threads if pos is None else threads[pos], width, False)
+            elements = buf.view(_UINT[width]).take(off >> shift if shift else off)
+            if pos is None or len(pos) == len(addr):
                 return elements        # every thread in one group: no scatter into `out`
+            if out is None:
+                out = np.empty(len(addr), dtype=_UINT[width])
             out[pos] = elements
-        return out
+        return out if out is not None else np.empty(len(addr), dtype=_UINT[width])
 
     def store(self, space: str, addr: np.ndarray, threads: np.ndarray, values: np.ndarray,
               width: int, what: str = "st") -> None:
         """Store ``width``-byte unsigned ``values`` at ``addr`` (later threads win)."""
         values = np.asarray(values).astype(_UINT[width], copy=False)
+        shift = _LOG2[width]
         for buf, off, pos in self._resolve(space, addr, threads, width, what):
             if self.watch is not None and buf is self.shared:
-                self.watch(off, threads[pos], width, True)
-            buf.view(_UINT[width])[off >> np.uint64(_LOG2[width])] = values if len(pos) == len(values) \
-                else values[pos]
+                self.watch(off, threads if pos is None else threads[pos], width, True)
+            buf.view(_UINT[width])[off >> shift if shift else off] = \
+                values if pos is None or len(pos) == len(values) else values[pos]
 
     def locations(self, space: str, addr: np.ndarray, threads: np.ndarray, width: int,
                   what: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """The ``(buffer view, element index, positions)`` groups of an access,
         for read-modify-write operations (atomics)."""
-        return [(buf.view(_UINT[width]), off // np.uint64(width), pos)
+        return [(buf.view(_UINT[width]), off // width, np.arange(len(addr)) if pos is None else pos)
                 for buf, off, pos in self._resolve(space, addr, threads, width, what)]

@@ -24,26 +24,43 @@ class RegisterFile:
         self.dtypes = {name: bits_dtype(t) for name, t in types.items()}
         self.n = n
         self.arrays: dict[str, np.ndarray] = {}
+        # id of the memory each register array lives in: an array is adopted
+        # as a register only if no register holds its memory already.
+        self._roots: dict[str, int] = {}
+        self._held: set[int] = set()
 
     def get(self, name: str) -> np.ndarray | None:
+        """Register ``name``'s bits (``None`` if no such register)."""
         arr = self.arrays.get(name)
         if arr is None:
             dtype = self.dtypes.get(name)
             if dtype is None:
                 return None
-            arr = self.arrays[name] = np.zeros(self.n, dtype=dtype)
+            arr = np.zeros(self.n, dtype=dtype)
+            self._hold(name, arr, arr)
         return arr
 
     def replace(self, name: str, bits: np.ndarray) -> None:
-        """Every thread writes ``name``: keep a private copy of ``bits``."""
+        """Every thread writes ``name``. A freshly computed array (writeable,
+        no register's memory) becomes the register; anything else is copied."""
         dtype = self.dtypes[name]
         if bits.dtype == dtype and bits.shape == (self.n,):
-            self.arrays[name] = bits.copy()
+            root = bits if bits.base is None else bits.base
+            fresh = bits.flags.writeable and bits.flags.c_contiguous and isinstance(root, np.ndarray) \
+                and root.base is None and root.nbytes == bits.nbytes and id(root) not in self._held
+            self._hold(name, bits if fresh else bits.copy(), root if fresh else None)
             return
-        arr = self.arrays.get(name)
-        if arr is None:
-            arr = self.arrays[name] = np.empty(self.n, dtype=dtype)
+        arr = self.get(name)
         arr[:] = bits
+
+    def _hold(self, name: str, arr: np.ndarray, root: np.ndarray | None) -> None:
+        old = self._roots.pop(name, None)
+        if old is not None:
+            self._held.discard(old)
+        self.arrays[name] = arr
+        key = id(root if root is not None else arr)
+        self._roots[name] = key
+        self._held.add(key)
 
     def __getitem__(self, name: str) -> np.ndarray:
         arr = self.get(name)
@@ -56,6 +73,11 @@ class RegisterFile:
 
     def __iter__(self):
         return iter(self.dtypes)
+
+
+# (name, grid, block) -> the value of a launch-constant special register for
+# every thread: launches of one shape share them.
+_SHARED: dict[tuple, np.ndarray] = {}
 
 
 class SpecialRegisters:
@@ -74,7 +96,15 @@ class SpecialRegisters:
             return self.compute(name, threads)
         every = self.cache.get(name)
         if every is None:
-            every = self.cache[name] = self.compute(name, self.m.all_threads)
+            key = (name, self.m.grid, self.m.block)
+            every = _SHARED.get(key)
+            if every is None:
+                every = self.compute(name, self.m.all_threads)
+                every.flags.writeable = False
+                if len(_SHARED) >= 64:
+                    _SHARED.clear()
+                _SHARED[key] = every
+            self.cache[name] = every
         return every if len(threads) == self.m.nthreads else every[threads]
 
     def compute(self, name: str, threads: np.ndarray) -> np.ndarray:

@@ -55,6 +55,8 @@ def _unsigned(x: np.ndarray) -> np.ndarray:
 def _wrap(x: np.ndarray, t: PtxType) -> np.ndarray:
     """Integer values reduced modulo 2**bits into ``t``'s dtype."""
     bits = t.bits // t.lanes
+    if x.dtype.kind in "iu" and x.dtype.itemsize * 8 == bits:     # already that wide
+        return x.view(np.dtype(f"int{bits}") if t.kind == "s" else UINT[bits])
     u = x.astype(np.int64).view(np.uint64) if x.dtype.kind == "i" else x.astype(np.uint64)
     u = u.astype(UINT[bits])
     return u.view(np.dtype(f"int{bits}")) if t.kind == "s" else u

@@ -140,14 +140,39 @@ def shfl_sync(s: Step) -> None:
     ``j <= maxLane``. Out of range, a thread keeps its own ``a``; ``p`` says
     whether the source was in range. A source lane that does not execute the
     instruction gives an undefined value in PTX: here the thread's own ``a``."""
-    w = _Warps(s)
+    mode = s.mod("mode")
+    b_imm, c_imm = s.immediate(2, _U32), s.immediate(3, _U32)
+    key = None
+    if s.n == s.m.nthreads and b_imm is not None and c_imm is not None:
+        # Every thread executes with immediate b and c (the usual butterfly):
+        # the source of each thread depends only on the launch shape.
+        key = (mode, b_imm, c_imm, s.m.ntid, s.m.nthreads)
+    hit = _SHFL_SOURCES.get(key) if key is not None else None
+    if hit is None:
+        hit = _shfl_sources(s, mode)
+        if key is not None:
+            if len(_SHFL_SOURCES) >= 32:
+                _SHFL_SOURCES.clear()
+            _SHFL_SOURCES[key] = hit
+    pos, found, ok, every = hit
     a = s.src(1, TYPES["b32"])
+    s.dst(0, a.take(pos) if every else np.where(found, a[pos], a), TYPES["b32"])
+    s.dst_pred_of_pair(0, ok)
+
+
+# (mode, b, c, ntid, nthreads) -> _shfl_sources of a whole-grid shfl.sync
+_SHFL_SOURCES: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray, bool]] = {}
+
+
+def _shfl_sources(s: Step, mode: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """``(source position, source executes, in range, every source executes)``
+    of each executing thread (see :func:`shfl_sync`)."""
+    w = _Warps(s)
     b = s.src(2, _U32).astype(np.int32) & 0x1F
     c = s.src(3, _U32).astype(np.int32)
     lane = w.lane
     clamp, segmask = c & 0x1F, (c >> 8) & 0x1F
     max_lane = (lane & segmask) | (clamp & ~segmask)
-    mode = s.mod("mode")
     if mode == "up":
         j = lane - b
         ok = j >= max_lane
@@ -155,8 +180,7 @@ def shfl_sync(s: Step) -> None:
         j = {"down": lane + b, "bfly": lane ^ b, "idx": (lane & segmask) | (b & ~segmask)}[mode]
         ok = j <= max_lane
     pos, found = _source_positions(s, w, np.where(ok, j, lane))
-    s.dst(0, np.where(found, a[pos], a), TYPES["b32"])
-    s.dst_pred_of_pair(0, ok)
+    return pos, found, ok, bool(found.all())
 
 
 def vote_sync(s: Step) -> None:

@@ -79,11 +79,7 @@ class Step:
         if isinstance(op, ir.Register):
             return from_bits(t, self.m.read_register(op.name, self.threads))
         if isinstance(op, ir.Immediate):
-            if op.form in ("f32", "f64") and t.kind != "f":
-                # 0f3F800000 where bits are expected: the literal's bit pattern.
-                fmt = ("<f", "<I") if op.form == "f32" else ("<d", "<Q")
-                return constant(t, struct.unpack(fmt[1], struct.pack(fmt[0], op.value))[0], self.n)
-            return constant(t, op.value, self.n)
+            return _immediate(op, t, self.n)
         if isinstance(op, ir.Negated):
             return ~self.value(op.operand, TYPES["pred"])
         if isinstance(op, ir.Vector):
@@ -97,6 +93,13 @@ class Step:
         if isinstance(op, ir.Pair):
             return self.value(op.first, t)
         raise SimError(f"{self.ins.name}: cannot read operand {op!r}")
+
+    def immediate(self, k: int, t: PtxType | None = None) -> Any:
+        """Operand ``k`` as one numpy value of ``t`` if it is an immediate, else ``None``."""
+        op = self.ins.operands[k] if k < len(self.ins.operands) else None
+        if not isinstance(op, ir.Immediate):
+            return None
+        return _immediate(op, t or self.type(k), 1)[0]
 
     def pred(self, k: int) -> np.ndarray:
         """Operand ``k`` as a predicate (``!p`` negated, immediates allowed)."""
@@ -112,8 +115,9 @@ class Step:
             return
         if isinstance(op, ir.Register):
             width = self.m.register_width(op.name)
-            value = np.broadcast_to(np.asarray(value), (self.n,) + ((t.lanes,) if t.lanes > 1 and
-                                                                    np.ndim(value) == 2 else ()))
+            if not (isinstance(value, np.ndarray) and value.shape == (self.n,)):
+                value = np.broadcast_to(np.asarray(value), (self.n,) + ((t.lanes,) if t.lanes > 1 and
+                                                                        np.ndim(value) == 2 else ()))
             self.m.write_register(op.name, self.threads, to_bits(t, value, width))
             return
         if isinstance(op, ir.Vector):
@@ -199,3 +203,12 @@ class Step:
     def warps(self) -> np.ndarray:
         """Global warp index of each executing thread."""
         return (self.threads // self.m.ntid) * self.m.warps_per_cta + (self.threads % self.m.ntid) // 32
+
+
+def _immediate(op: ir.Immediate, t: PtxType, n: int) -> np.ndarray:
+    """An immediate as ``n`` values of ``t``."""
+    if op.form in ("f32", "f64") and t.kind != "f":
+        # 0f3F800000 where bits are expected: the literal's bit pattern.
+        fmt = ("<f", "<I") if op.form == "f32" else ("<d", "<Q")
+        return constant(t, struct.unpack(fmt[1], struct.pack(fmt[0], op.value))[0], n)
+    return constant(t, op.value, n)
