@@ -23,12 +23,15 @@ WARPS = THREADS // 32
     block=(THREADS, 1, 1),
     arch="sm_90a",
     batch="z",
+    shardable=("B",),
 )
 def rms_norm(x, w, y, *, eps=1e-6):
     """Normalise each row of ``x`` by its root mean square, scale by ``w``.
 
     Under ``jax.vmap`` it is one launch: batch element ``g`` runs at
-    ``%ctaid.z == g``, its tensors addressed through ``batch_ptrs``.
+    ``%ctaid.z == g``, its tensors addressed through ``batch_ptrs``. Rows are
+    independent (``shardable=("B",)``): under ``jax.jit`` on inputs sharded
+    by rows, each device normalises its own rows.
     """
     n = x.shape[1]
     row = ptx.special.ctaid.x()

@@ -5,9 +5,12 @@
 // deserialised export runs in a process that never lowered the kernel. The
 // callback runs the kernel on the emulator, writing the outputs in place.
 
+#include <atomic>
+#include <chrono>
 #include <exception>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "handlers.h"
 
@@ -54,6 +57,19 @@ std::string describe(nb::python_error& e) {
   }
   return out;
 }
+
+// XLA may still run computations on its threads when Python exits (the
+// other devices' copies of a replicated result nobody read). A thread that
+// asks for the GIL after finalisation starts is ended by a forced unwind,
+// which XLA's frames swallow: the process aborts. So an atexit hook
+// (cpu_shutdown) closes the handler and waits for the calls in flight.
+std::atomic<bool> g_closing{false};
+std::atomic<int> g_in_flight{0};
+
+struct InFlight {
+  InFlight() { g_in_flight.fetch_add(1); }
+  ~InFlight() { g_in_flight.fetch_sub(1); }
+};
 
 nb::tuple dim3(ffi::Span<const int32_t> v) {
   nb::list out;
@@ -108,7 +124,12 @@ ffi::Error cpu_impl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t ke
                     std::string_view ptx, std::string_view entry, ffi::Span<const int32_t> grid,
                     ffi::Span<const int32_t> block, ffi::Span<const int32_t> cluster,
                     int64_t smem) {
-  if (!Py_IsInitialized()) return ffi::Error::Internal("jaxptx_cpu: Python is not running");
+  // Counted before the check, so cpu_shutdown either sees this call in
+  // flight and waits for it, or this call sees the shutdown.
+  InFlight guard;
+  if (g_closing.load() || !Py_IsInitialized()) {
+    return ffi::Error::Internal("jaxptx_cpu: Python is shutting down; kernel not run");
+  }
   // Every exception is caught while the GIL is still held: formatting and
   // destroying a Python error needs it.
   PyGILState_STATE gil = PyGILState_Ensure();
@@ -141,6 +162,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxptxCpu, cpu_impl,
                                   .Attr<int64_t>("smem"));
 
 namespace jaxptx {
+
+void cpu_shutdown() {
+  g_closing.store(true);
+  nb::gil_scoped_release release;  // the calls in flight need the GIL to finish
+  while (g_in_flight.load() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
 
 void set_cpu_callback(nb::object fn) {
   if (!fn.is_none() && !PyCallable_Check(fn.ptr())) {

@@ -25,6 +25,11 @@ namespace jaxptx {
 // It returns None on success or an error string.
 void set_cpu_callback(nanobind::object fn);
 
+// Closes the CPU handler for good (later calls fail without touching
+// Python) and waits, without the GIL, for the calls in flight. Registered
+// with atexit by jaxptx.jax.
+void cpu_shutdown();
+
 // Registers the module image (PTX text or cubin) of a kernel id for the CUDA
 // handler, which otherwise JIT-compiles the PTX each call carries. Raises
 // ValueError when the id already names different content.

@@ -53,6 +53,10 @@ NB_MODULE(_ffi, m) {
         "memoryviews (outputs writable) and a memoryview of the PTX, all valid "
         "only during the call; a returned string becomes the FFI error.");
 
+  m.def("cpu_shutdown", &jaxptx::cpu_shutdown,
+        "Close the CPU handler for good and wait for the calls in flight (an "
+        "atexit hook: XLA threads still running at exit must not take the GIL).");
+
   m.def("cuda_register",
         [](int64_t kernel_id, nb::bytes image, const std::string& entry, int64_t num_params) {
           jaxptx::cuda_register(kernel_id, std::string(image.c_str(), image.size()), entry,

@@ -77,7 +77,7 @@ class Kernel:
                  reqntid: Any = None, raw_directives: Sequence[tuple[str, tuple]] | None = None,
                  name: str | None = None, module: bool = False, validate: bool = True,
                  target_options: Sequence[str] = (), address_size: int | None = 64,
-                 batch: str | None = None) -> None:
+                 batch: str | None = None, shardable: Sequence[str] = ()) -> None:
         self.fn = fn
         self.name = name or fn.__name__
         where = f"@kernel {self.name}"
@@ -120,6 +120,11 @@ class Kernel:
                 f"{list(self._tensors)} but {len(self._in_specs)} in_specs + "
                 f"{len(self._out_specs)} out_specs")
         self._dims = tuple(dict.fromkeys(d for t in specs for d in t.symbolic_dims))
+        in_dims = {d for t in self._in_specs for d in t.symbolic_dims}
+        if isinstance(shardable, str) or any(d not in in_dims for d in shardable):
+            raise SpecError(f"{where} shardable: expected a tuple of symbolic dims of in_specs "
+                            f"({sorted(in_dims) or 'none'}), got {shardable!r}")
+        self._shardable = tuple(shardable)
         self._cache: dict[tuple, Specialization] = {}
         self._jax_primitive: Any = None  # created by jaxptx.jax on the first call
 
@@ -160,6 +165,13 @@ class Kernel:
         the batch as grid z; the body indexes with ``x.batch_ptr``) or None
         (a loop, one launch per element)."""
         return self._batch
+
+    @property
+    def shardable(self) -> tuple[str, ...]:
+        """Symbolic dims along which the kernel's work is independent: under
+        ``jax.jit`` on inputs sharded along them, each device launches over
+        its own shard (the grid follows the local dims)."""
+        return self._shardable
 
     @property
     def arch(self) -> str:
@@ -408,7 +420,8 @@ def kernel(fn: Callable[..., Any] | None = None, **options: Any) -> Kernel | Cal
     ``target_options`` (``("debug",)``), ``address_size`` (64, 32 or None),
     ``batch`` (``"z"``: a ``jax.vmap`` of the kernel is one launch with the
     batch as grid z, the body indexing with ``x.batch_ptr``; default None, a
-    loop of launches),
+    loop of launches), ``shardable`` (symbolic dims of ``in_specs`` whose
+    slices are independent: sharded inputs run per shard under ``jax.jit``),
     ``validate`` (check each instruction against the table; default True) and
     ``module`` (the body builds a whole module with ``ptx.function`` ...).
 

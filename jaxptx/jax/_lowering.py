@@ -15,7 +15,7 @@ Both register the specialisation under its id (``_registry``) as they lower.
 
 from __future__ import annotations
 
-import functools
+import atexit
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -28,7 +28,7 @@ from .. import _ffi, isa
 from ..dsl import Kernel
 from ..errors import SpecError
 from ..runtime import arch_from_capability
-from . import _cpu, _registry
+from . import _cpu, _partition, _registry
 
 __all__ = ["register", "cuda_target", "arch_for_devices", "CPU_TARGET", "CUDA_TARGET"]
 
@@ -41,6 +41,7 @@ def _register_targets() -> None:
     jax.ffi.register_ffi_target(CPU_TARGET, handlers[CPU_TARGET], platform="cpu")
     jax.ffi.register_ffi_target(CUDA_TARGET, handlers[CUDA_TARGET], platform="CUDA")
     _ffi.set_cpu_callback(_cpu.run)
+    atexit.register(_ffi.cpu_shutdown)
 
 
 _cpu_call = jax.ffi.ffi_lowering(CPU_TARGET)
@@ -108,10 +109,21 @@ def kernel_lowering_cuda(kernel: Kernel, ctx: Any, *args: Any, template: tuple, 
     return _cuda_call(ctx, *args, **_attributes(entry))
 
 
+def _sharded_or(lowering: Any, prim: Any, kernel: Kernel) -> Any:
+    """``lowering``, or for a shardable kernel lowered across devices the
+    ``custom_partitioning`` that runs it per shard (``_partition``)."""
+    def rule(ctx: Any, *args: Any, **params: Any) -> Any:
+        if _partition.needs_partitioning(kernel, ctx):
+            fn = _partition.partitioned(prim, kernel, params)
+            return mlir.lower_fun(fn, multiple_results=True)(ctx, *args)
+        return lowering(kernel, ctx, *args, **params)
+    return rule
+
+
 def register(prim: Any, kernel: Kernel) -> None:
     """Register the CPU and CUDA lowerings of ``kernel``'s primitive."""
-    mlir.register_lowering(prim, functools.partial(kernel_lowering_cpu, kernel), platform="cpu")
-    mlir.register_lowering(prim, functools.partial(kernel_lowering_cuda, kernel), platform="cuda")
+    mlir.register_lowering(prim, _sharded_or(kernel_lowering_cpu, prim, kernel), platform="cpu")
+    mlir.register_lowering(prim, _sharded_or(kernel_lowering_cuda, prim, kernel), platform="cuda")
 
 
 _register_targets()

@@ -20,6 +20,7 @@ import jax.extend as jex
 import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jcore  # varying manual axes have no public API yet
+from jax._src import dispatch as jdispatch
 from jax.interpreters import batching, xla
 
 from ..dsl import Kernel, Tile
@@ -214,5 +215,9 @@ def _make_primitive(kernel: Kernel) -> jex.core.Primitive:
     prim.def_impl(functools.partial(xla.apply_primitive, prim))
     prim.def_abstract_eval(functools.partial(kernel_abstract_eval, kernel))
     batching.primitive_batchers[prim] = functools.partial(kernel_batch, kernel)
+    if kernel.shardable:
+        # It may lower to a custom_partitioning, which needs the concrete
+        # devices at lowering time (no public API says so yet).
+        jdispatch.prim_requires_devices_during_lowering.add(prim)
     _lowering.register(prim, kernel)
     return prim
