@@ -20,6 +20,7 @@ from ..dsl._specs import bind_specs
 from ..errors import TraceError
 from ..parse import parse
 from ..types import TYPES
+from ._host import tune_allocator
 from ._machine import Machine
 from ._memory import Memory
 from ._program import Program, SimError, prepare
@@ -74,8 +75,13 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
     memory = Memory(nctas, ntid, shared, program.local_size, program.param_size, program.const_size)
     bases = _globals(program, memory)
     outputs = _params(program, memory, args)
-    Machine(program, grid, block, memory, cluster=cluster, dynamic_smem=smem, global_bases=bases,
-            check=check).run()
+    tune_allocator()
+    machine = Machine(program, grid, block, memory, cluster=cluster, dynamic_smem=smem,
+                      global_bases=bases, check=check)
+    try:
+        machine.run()
+    finally:
+        machine.close()
     for array, index in outputs:
         array.reshape(-1).view(np.uint8)[:] = memory.globals[index][:array.nbytes]
 

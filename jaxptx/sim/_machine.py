@@ -81,6 +81,18 @@ class Machine:
             memory.watch = self.sanitizer.shared_access
         self._special = SpecialRegisters(self)
 
+    def close(self) -> None:
+        """Drop the per-thread state and the references back to the machine
+        (memory hooks, special registers, sanitizer). Without this the
+        machine and its megabytes of registers live in a reference cycle
+        until the cycle collector runs, and every launch maps fresh pages."""
+        self.memory.cluster_cta = lambda cta, rank: cta
+        self.memory.watch = None
+        self._special = None
+        self.sanitizer = None
+        self.regs = None
+        self.frames = {}
+
     # registers ---------------------------------------------------------------
     def read_register(self, name: str, threads: np.ndarray) -> np.ndarray:
         """Raw bits of register ``name`` (or a special register) for ``threads``."""
@@ -93,22 +105,21 @@ class Machine:
 
     def write_register(self, name: str, threads: np.ndarray, bits: np.ndarray) -> None:
         """Write raw bits to register ``name`` for ``threads``."""
-        reg = self.regs.get(name)
-        if reg is None:
+        if name not in self.regs.dtypes:
             raise SimError(f"write to undeclared register {name}")
         if len(threads) == self.nthreads:
             self.regs.replace(name, bits)
         else:
-            reg[threads] = bits
+            self.regs.get(name)[threads] = bits
         if self.sanitizer is not None:
             self.sanitizer.write_register(name, threads)
 
     def register_width(self, name: str) -> int:
         """Bits of register ``name``'s storage."""
-        reg = self.regs.get(name)
-        if reg is None:
+        dtype = self.regs.dtypes.get(name)
+        if dtype is None:
             raise SimError(f"write to undeclared register {name}")
-        return 1 if reg.dtype == np.bool_ else reg.dtype.itemsize * 8
+        return 1 if dtype == np.bool_ else dtype.itemsize * 8
 
     def variable_address(self, v: Variable) -> int:
         """A variable's address in its own space."""
