@@ -21,7 +21,8 @@ shared-memory offset of each byte, so a box whose destination is not aligned
 to the pattern starts at the matching base offset, as the ISA's "swizzle
 base offset" formula says. Out-of-bounds box elements read as zero or, in
 OOB-NaN fill mode, as the canonical NaN of the element type; stores skip
-them. ``.tf32`` elements are rounded from f32 to nearest even (10 mantissa
+them. An im2col copy lays its pixels out the same way, densely, one pixel's
+channels after another. ``.tf32`` elements are rounded from f32 to nearest even (10 mantissa
 bits); the ``.ftz`` types also flush subnormals to zero.
 """
 
@@ -37,7 +38,7 @@ from ._memory import CLUSTER_TAG, GLOBAL_SHIFT
 from ._program import SimError
 from ._sem_hopper import barrier_index, complete_tx, present
 from ._step import SPACES, Step
-from ._tensormap import FIELDS, MAGIC, SIZE, VERSION, TensorMap, decode
+from ._tensormap import FIELDS, IM2COL, MAGIC, SIZE, VERSION, TensorMap, decode, im2col_elements
 
 __all__ = ["SEMANTICS"]
 
@@ -212,12 +213,17 @@ def _coords(s: Step, k: int, rank: int) -> np.ndarray:
     return np.stack([s.value(item, TYPES["s32"]).astype(np.int64) for item in items], axis=1)
 
 
-def _box(tm: TensorMap, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _box(tm: TensorMap, coords: np.ndarray, offsets: np.ndarray | None = None
+         ) -> tuple[np.ndarray, np.ndarray]:
     """Global byte addresses ``(n, E)`` and in-bounds mask of each box
-    element, box elements in shared-memory order (innermost fastest)."""
-    counts = tm.counts
-    pos = np.stack(np.unravel_index(np.arange(int(np.prod(counts))), counts[::-1])[::-1], axis=1)
-    g = coords[:, None, :] + pos[None] * np.asarray(tm.element_strides, dtype=np.int64)
+    element, box elements in shared-memory order (innermost fastest); an
+    im2col map walks its pixels instead (:func:`im2col_elements`)."""
+    if tm.mode == IM2COL:
+        g = im2col_elements(tm, coords, offsets if offsets is not None else np.zeros_like(coords[:, 2:]))
+    else:
+        counts = tm.counts
+        pos = np.stack(np.unravel_index(np.arange(int(np.prod(counts))), counts[::-1])[::-1], axis=1)
+        g = coords[:, None, :] + pos[None] * np.asarray(tm.element_strides, dtype=np.int64)
     inb = ((g >= 0) & (g < np.asarray(tm.dims, dtype=np.int64))).all(axis=-1)
     g = np.where(inb[..., None], g, 0)
     steps = np.asarray((tm.elem_bytes, *tm.strides), dtype=np.int64)
@@ -248,9 +254,9 @@ def _convert(tm: TensorMap, values: np.ndarray) -> np.ndarray:
 
 
 def _tensor_load(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, dst: np.ndarray,
-                 mbar: np.ndarray) -> None:
+                 mbar: np.ndarray, offsets: np.ndarray | None) -> None:
     w = tm.elem_bytes
-    gaddr, inb = _box(tm, coords)
+    gaddr, inb = _box(tm, coords, offsets)
     n, e = gaddr.shape
     threads = np.repeat(s.threads[sel], e)
     values = np.full(n * e, _NAN[w] if tm.fill else 0, dtype=_UINT[w])
@@ -279,22 +285,25 @@ def _tensor_store(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, s
 
 
 def cp_async_bulk_tensor(s: Step) -> None:
-    """``cp.async.bulk.tensor.Nd`` tile mode: a box of the tensor described by
-    the tensor map, at signed element coordinates ``{c0, ...}`` (c0
-    innermost), global → shared (complete-tx of the box's bytes on
-    ``[mbar]``; ``.multicast::cluster``: into each CTA of ``ctaMask`` at the
-    same offsets, signalling the mbarrier at the same offset in each) or
+    """``cp.async.bulk.tensor.Nd``: a box of the tensor described by the
+    tensor map, at signed element coordinates ``{c0, ...}`` (c0 innermost),
+    global → shared (complete-tx of the box's bytes on ``[mbar]``;
+    ``.multicast::cluster``: into each CTA of ``ctaMask`` at the same
+    offsets, signalling the mbarrier at the same offset in each) or
     shared::cta → global (bulk_group; out-of-bounds elements are not
-    written). The shared address must be 128-byte aligned (PTX ISA,
-    cp.async.bulk.tensor; "Tensor Swizzling Modes"; "Out of Boundary
-    Access"). im2col modes are not supported."""
-    if s.mod("load_mode", "tile") != "tile":
-        raise SimError(f"{s.ins.name}: the emulator runs tile-mode tensor copies only "
-                       f"(not .{s.mod('load_mode')})")
+    written). ``.tile`` copies need a tiled map; ``.im2col`` loads (with the
+    ``im2colOffsets`` operand) and ``.im2col_no_offs`` stores (offsets 0)
+    need an im2col map and move its pixels-per-column × channels-per-pixel
+    elements. The shared address must be 128-byte aligned (PTX ISA,
+    cp.async.bulk.tensor; "Tensors": "Tiled mode", "im2col mode"; "Tensor
+    Swizzling Modes"; "Out of Boundary Access")."""
+    mode = s.mod("load_mode", "tile")
     load = s.mod("dst") != "global"
     k = present(s, "tensor")
     rank = int(s.mod("dim")[0])
     coords = _coords(s, k, rank)
+    j = present(s, "im2col_offsets")
+    offsets = None if j is None else s.src(j, TYPES["u16"]).astype(np.int64).reshape(s.n, rank - 2)
     raw = _tensor_maps(s, k)
     _, smem = s.address(0 if load else present(s, "src"))
     _aligned(s, smem, 128, "shared-memory address")
@@ -304,9 +313,13 @@ def cp_async_bulk_tensor(s: Step) -> None:
         tm = decode(maps[g])
         if tm.rank != rank:
             raise SimError(f"{s.ins.name}: a {rank}-d copy with a rank-{tm.rank} tensor map")
+        if (tm.mode == IM2COL) != (mode != "tile"):
+            kind = "an im2col" if tm.mode == IM2COL else "a tiled"
+            raise SimError(f"{s.ins.name}: a .{mode} copy with {kind} tensor map")
         sel = np.nonzero(inverse.ravel() == g)[0]
         if load:
-            _tensor_load(s, tm, sel, coords[sel], smem[sel], mbar[sel])
+            _tensor_load(s, tm, sel, coords[sel], smem[sel], mbar[sel],
+                         None if offsets is None else offsets[sel])
         else:
             _tensor_store(s, tm, sel, coords[sel], smem[sel])
 
