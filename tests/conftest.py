@@ -27,3 +27,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _cubin_cache_in_a_temporary_directory(tmp_path_factory: pytest.TempPathFactory):
+    """Tests never read or fill the user's cubin cache."""
+    import os
+    old = os.environ.get("JAXPTX_CACHE_DIR")
+    os.environ["JAXPTX_CACHE_DIR"] = str(tmp_path_factory.mktemp("cubin-cache"))
+    yield
+    if old is None:
+        os.environ.pop("JAXPTX_CACHE_DIR", None)
+    else:
+        os.environ["JAXPTX_CACHE_DIR"] = old

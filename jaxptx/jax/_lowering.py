@@ -8,7 +8,9 @@ no registry, in a process that never traced the kernel.
 * CPU: ``jaxptx_cpu``. The shim's handler calls back into Python
   (``_cpu.run``), which runs the kernel on the emulator.
 * CUDA: ``jaxptx_launch``. The shim loads the id's module once per context
-  and launches it on XLA's stream.
+  and launches it on XLA's stream: the cubin registered at lowering where
+  the GPUs are in this process (compiled through the on-disk cache), else
+  the call's PTX, JIT-compiled by the driver.
 
 Both register the specialisation under its id (``_registry``) as they lower.
 """
@@ -27,7 +29,7 @@ from jax.interpreters import mlir
 from .. import _ffi, isa
 from ..dsl import Kernel
 from ..errors import SpecError
-from ..runtime import arch_from_capability
+from ..runtime import arch_from_capability, compile_cubin
 from . import _cpu, _partition, _registry
 
 __all__ = ["register", "cuda_target", "arch_for_devices", "CPU_TARGET", "CUDA_TARGET"]
@@ -61,14 +63,31 @@ def cuda_target(kernel: Kernel, ctx: Any) -> isa.Target:
     ``"auto"`` the compute capability of the devices being lowered for
     (``JAXPTX_ARCH``, then the fallback, when there are none, as when
     lowering for CUDA on a CPU-only machine)."""
-    if kernel.arch != "auto":
+    if kernel.arch != "auto" or os.environ.get("JAXPTX_ARCH", "").strip():
         return kernel.resolve_arch()
-    if os.environ.get("JAXPTX_ARCH", "").strip():
-        return kernel.resolve_arch()
-    backend = ctx.module_context.backend
-    devices = backend.local_devices() if backend is not None and backend.platform in ("cuda", "gpu") else []
-    arch = arch_for_devices(devices, kernel.name)
+    arch = _device_arch(kernel, ctx)
     return isa.parse_target(arch) if arch else kernel.resolve_arch()
+
+
+def _device_arch(kernel: Kernel, ctx: Any) -> str | None:
+    backend = ctx.module_context.backend
+    gpu = backend is not None and backend.platform in ("cuda", "gpu")
+    return arch_for_devices(backend.local_devices() if gpu else [], kernel.name)
+
+
+def _register_cubin(kernel: Kernel, ctx: Any, entry: _registry.Entry) -> None:
+    """Where this process has the GPUs being lowered for, compile the PTX
+    for their arch now (through the on-disk cache) and hand the cubin to the
+    shim, so no launch waits for the driver's JIT. ptxas errors surface here,
+    with their PTX line, rather than at the first launch."""
+    if _ffi.cuda_registered(entry.kernel_id) or _ffi.cuda_driver_error():
+        return
+    arch = _device_arch(kernel, ctx)
+    if arch is None:
+        return
+    cubin = compile_cubin(entry.spec.ptx, arch)
+    _ffi.cuda_register(entry.kernel_id, cubin, entry.entry,
+                       len(entry.inputs) + len(entry.outputs))
 
 
 def arch_for_devices(devices: Sequence[Any], name: str) -> str | None:
@@ -106,6 +125,7 @@ def kernel_lowering_cuda(kernel: Kernel, ctx: Any, *args: Any, template: tuple, 
                          grid: tuple, batch: int, shared: tuple) -> Any:
     """The GPU launch's custom call."""
     entry = _entry(kernel, ctx, cuda_target(kernel, ctx), template, sizes, grid, shared)
+    _register_cubin(kernel, ctx, entry)
     return _cuda_call(ctx, *args, **_attributes(entry))
 
 

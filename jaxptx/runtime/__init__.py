@@ -1,5 +1,6 @@
 """Runtime support: the CUDA toolchain (ptxas, nvJitLink, nvdisasm) and devices."""
 
+from ._cache import cache_dir as cache_dir
 from ._toolchain import PtxasDiagnostic as PtxasDiagnostic
 from ._toolchain import PtxasResult as PtxasResult
 from ._toolchain import Resources as Resources

@@ -22,6 +22,8 @@ from typing import Literal
 
 from jaxptx.errors import PtxasError, ToolchainError
 
+from . import _cache
+
 __all__ = [
     "PtxasDiagnostic", "PtxasResult", "Resources", "arch_from_capability",
     "compile_cubin", "detect_arch", "find_tool", "parse_ptxas_errors", "ptxas",
@@ -126,14 +128,18 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
         raise ToolchainError(f"cannot run {cmd[0]}: {e}") from e
 
 
-@functools.cache
 def tool_version(name: str) -> str:
     """The release of a CUDA tool, e.g. ``"13.0.88"``, from ``name --version``.
 
     Raises:
         ToolchainError: The tool is missing or prints no version.
     """
-    out = _run([find_tool(name), "--version"]).stdout
+    return _version_at(find_tool(name), name)
+
+
+@functools.cache
+def _version_at(exe: str, name: str) -> str:
+    out = _run([exe, "--version"]).stdout
     m = re.search(r"\bV(\d+(?:\.\d+)+)", out) or re.search(r"release (\d+\.\d+)", out)
     if not m:
         raise ToolchainError(f"cannot parse the version of {name} from: {out!r}")
@@ -218,8 +224,19 @@ def _nvjitlink_compile(ptx: str, arch: str) -> bytes:
         nvjitlink.destroy(handle)
 
 
+@functools.cache
+def _nvjitlink_version() -> str | None:
+    """``"13.0"``, or None where cuda-python or libnvJitLink is missing."""
+    try:
+        from cuda.bindings import nvjitlink  # optional dependency: cuda-python
+        return "%d.%d" % nvjitlink.version()
+    except Exception:  # noqa: BLE001 - an import error, or the library fails to load
+        return None
+
+
 def compile_cubin(ptx: str, arch: str, *,
-                  backend: Literal["auto", "nvjitlink", "ptxas"] = "auto") -> bytes:
+                  backend: Literal["auto", "nvjitlink", "ptxas"] = "auto",
+                  cache: bool = True) -> bytes:
     """Compile PTX to an ELF cubin for ``arch``.
 
     Args:
@@ -227,6 +244,8 @@ def compile_cubin(ptx: str, arch: str, *,
         arch: The target, e.g. ``"sm_90a"``.
         backend: ``"nvjitlink"`` (in-process, ``cuda.bindings.nvjitlink``),
             ``"ptxas"`` (subprocess), or ``"auto"``: nvJitLink if importable.
+        cache: look in (and fill) the on-disk cubin cache, keyed by the PTX,
+            the target and the compiler's version (see ``_cache``).
 
     Raises:
         PtxasError: The module was rejected (``.log`` holds the full output).
@@ -234,20 +253,19 @@ def compile_cubin(ptx: str, arch: str, *,
         ValueError: Unknown backend.
     """
     if backend == "auto":
-        try:
-            from cuda.bindings import nvjitlink  # noqa: F401  (optional dependency)
-            backend = "nvjitlink"
-        except ImportError:
-            backend = "ptxas"
+        backend = "nvjitlink" if _nvjitlink_version() else "ptxas"
     if backend == "nvjitlink":
-        try:
-            return _nvjitlink_compile(ptx, arch)
-        except ImportError as e:
-            raise ToolchainError("nvJitLink unavailable; "
-                                 "pip install cuda-python nvidia-nvjitlink") from e
-    if backend == "ptxas":
-        return ptxas(ptx, arch).cubin
-    raise ValueError(f"unknown backend {backend!r}; expected 'auto', 'nvjitlink' or 'ptxas'")
+        version = _nvjitlink_version()
+        if version is None:
+            raise ToolchainError("nvJitLink unavailable; pip install cuda-python nvidia-nvjitlink")
+        compiler = f"nvjitlink {version}"
+        compile = functools.partial(_nvjitlink_compile, ptx, arch)
+    elif backend == "ptxas":
+        compiler = f"ptxas {tool_version('ptxas')}"
+        compile = lambda: ptxas(ptx, arch).cubin  # noqa: E731
+    else:
+        raise ValueError(f"unknown backend {backend!r}; expected 'auto', 'nvjitlink' or 'ptxas'")
+    return _cache.cached(ptx, arch, compiler, compile) if cache else compile()
 
 
 def sass(cubin: bytes) -> str:

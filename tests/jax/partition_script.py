@@ -13,7 +13,7 @@ import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 from jaxptx import _ffi
-from jaxptx.jax import _cpu, _lowering  # _lowering installs _cpu.run as the callback
+from jaxptx.jax import _cpu, _lowering  # noqa: F401  (_lowering installs the callback)
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

@@ -18,6 +18,7 @@ from jaxptx import _ffi
 from jax_kernels import affine, big_smem_cluster
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples"))
+from mma_gemm import mma_gemm  # noqa: E402, F401  (gpu tests)
 from rms_norm import rms_norm  # noqa: E402
 
 X = np.arange(256, dtype=np.float32)
@@ -57,7 +58,7 @@ def test_the_call_carries_the_ptx_of_the_kernel_it_names():
     carried = re.search(r'ptx = "((?:[^"\\]|\\.)*)"', lowered.as_text(dialect="hlo")).group(1)
     # MLIR escapes bytes as \XX (two hex digits)
     assert re.sub(r"\\([0-9A-F]{2})", lambda m: chr(int(m.group(1), 16)), carried) == spec.ptx
-    assert f"grid = dense<[2, 1, 1]>" in lowered.as_text() and spec.grid == (2, 1, 1)
+    assert "grid = dense<[2, 1, 1]>" in lowered.as_text() and spec.grid == (2, 1, 1)
     assert ".visible .entry rms_norm(" in spec.ptx
 
 
@@ -126,3 +127,31 @@ def test_arch_auto_without_a_gpu_lowers_for_jaxptx_arch(monkeypatch):
     assert ".target sm_100a" in _lower_cuda(lambda x: copy_first(x), X).as_text()
     monkeypatch.setenv("JAXPTX_ARCH", "sm_80")
     assert ".target sm_80" in _lower_cuda(lambda x: copy_first(x), X).as_text()
+
+
+@pytest.mark.gpu
+def test_gpu_lowering_registers_a_cubin_for_the_device():
+    x = jnp.asarray(X, device=jax.devices("gpu")[0])
+    lowered = jax.jit(lambda v: affine(v) - 1.0).lower(x)
+    (kid, _), = jaxptx.jax.kernels_in(lowered).items()
+    assert _ffi.cuda_registered(kid)
+    np.testing.assert_array_equal(lowered.compile()(x), X * 2)
+
+
+@pytest.mark.gpu
+def test_gpu_grouped_gemm_and_export():
+    import ml_dtypes
+    from jax import export
+    dev = jax.devices("gpu")[0]
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 64, 64)).astype(ml_dtypes.bfloat16)
+    bt = rng.standard_normal((4, 32, 64)).astype(ml_dtypes.bfloat16)
+    want = np.einsum("gmk,gnk->gmn", a.astype(np.float64), bt.astype(np.float64))
+    grouped = jax.jit(jax.vmap(mma_gemm))
+    np.testing.assert_allclose(grouped(jax.device_put(a, dev), jax.device_put(bt, dev)), want,
+                               rtol=1e-4, atol=1e-3)
+    exp = export.export(grouped, platforms=["cuda"],
+                        disabled_checks=jaxptx.jax.disabled_checks())(a, bt)
+    again = export.deserialize(exp.serialize())
+    np.testing.assert_allclose(again.call(jax.device_put(a, dev), jax.device_put(bt, dev)), want,
+                               rtol=1e-4, atol=1e-3)

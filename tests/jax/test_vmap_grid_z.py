@@ -7,7 +7,6 @@ import re
 import sys
 
 import jax
-import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
