@@ -59,3 +59,16 @@ def test_grad_matches_jnp_under_jit_and_vmap():
     want = jax.vmap(jax.grad(loss(reference)), in_axes=(0, None))(xs, W)
     got = jax.jit(jax.vmap(jax.grad(loss(norm)), in_axes=(0, None)))(xs, W)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_quickstart_demo_prints_ptx_the_custom_call_and_checks_numpy():
+    import subprocess
+    script = pathlib.Path(__file__).resolve().parents[2] / "examples" / "rms_norm.py"
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         check=True, timeout=300).stdout
+    assert ".visible .entry rms_norm(" in out and "Resources(registers=" in out
+    assert "stablehlo.custom_call @jaxptx_launch(%arg0, %arg1)" in out
+    assert 'entry = "rms_norm", grid = dense<[4, 1, 1]>' in out and 'ptx = ".version' in out
+    assert "== jax.jit(rms_norm) ran on cpu ==" in out
+    err = float(out.split("max abs error")[1].split()[0])
+    assert err < 1e-4
