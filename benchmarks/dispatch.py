@@ -11,6 +11,10 @@ CTA) called through ``jax.jit`` against the same computation as a jitted
   for one that returns at once: the cost of the FFI and Python round trip.
 * ``emulator alone``: ``jaxptx.sim.launch`` on numpy arrays, no JAX.
 
+Then ``jax.vmap`` over a batch of problems: the same kernel declared
+without ``batch`` (a loop of launches) and with ``batch="z"`` (one launch,
+the batch as grid z).
+
 Times are medians of ``--repeat`` blocked calls (``block_until_ready``).
 The dispatch overhead of the custom call is ``no-op cb`` minus ``jnp`` at the
 smallest N, where the jnp op itself costs next to nothing; ``kernel`` minus
@@ -40,20 +44,37 @@ def median_us(fn, repeat: int) -> float:
     return statistics.median(times) * 1e6
 
 
-def make_kernel():
+def make_kernel(batch: str | None = None):
     """The benchmarked kernel: ``y = x * 2 + 1``."""
     from jaxptx import Tile, kernel, ptx
     from jaxptx.types import f32
 
     @kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),),
-            grid=lambda N: (N // 128, 1, 1), block=(128, 1, 1), arch="sm_90a")
+            grid=lambda N: (N // 128, 1, 1), block=(128, 1, 1), arch="sm_90a", batch=batch)
     def affine(x, y):
         i = ptx.special.ctaid.x() * 128 + ptx.special.tid.x()
         off = ptx.mul.wide.u32(i, 4)
-        v = ptx.ld.global_.f32(x.ptr + off)
-        ptx.st.global_.f32(y.ptr + off, v * 2.0 + 1.0)
+        xp, yp = ptx.batch_ptrs(x, y)
+        v = ptx.ld.global_.f32(xp + off)
+        ptx.st.global_.f32(yp + off, v * 2.0 + 1.0)
 
     return affine
+
+
+def vmap_table(repeat: int) -> None:
+    """``jax.vmap`` as a loop of launches against one grid-z launch."""
+    import jax
+    import jax.numpy as jnp
+
+    loop, folded = jax.jit(jax.vmap(make_kernel())), jax.jit(jax.vmap(make_kernel("z")))
+    print(f"\njax.vmap over B problems of N = 4096; median of {repeat} calls, microseconds")
+    print(f"{'B':>8} {'loop':>10} {'grid z':>10} {'ratio':>8}")
+    for b in (4, 16, 64):
+        xs = jnp.arange(b * 4096, dtype=jnp.float32).reshape(b, 4096)
+        np.testing.assert_array_equal(loop(xs), folded(xs))
+        t_loop = median_us(lambda: loop(xs).block_until_ready(), repeat)
+        t_fold = median_us(lambda: folded(xs).block_until_ready(), repeat)
+        print(f"{b:>8} {t_loop:>10.1f} {t_fold:>10.1f} {t_loop / t_fold:>7.1f}x")
 
 
 def main() -> None:
@@ -89,6 +110,7 @@ def main() -> None:
         t_sim = median_us(lambda: sim.launch(spec.module, xn, yn, grid=spec.grid,
                                              block=spec.block), args.repeat)
         print(f"{n:>8} {t_jnp:>9.1f} {t_kernel:>10.1f} {t_noop:>10.1f} {t_sim:>10.1f}")
+    vmap_table(max(args.repeat // 10, 5))
 
 
 if __name__ == "__main__":
