@@ -27,8 +27,11 @@ __all__ = ["Machine"]
 _RUNNING, _WAITING, _EXITED = 0, 1, 2
 _CLUSTER_BARRIER = 99          # the barrier id of a thread in barrier.cluster.wait
 _BARRIERS = ("bar_sync", "bar_red", "bar_arrive")
+_MACHINE_SIMS = frozenset(["bra", "call", "ret", "exit", "bar_sync", "bar_red", "bar_arrive",
+                           "barrier_cluster_arrive", "barrier_cluster_wait"])
 _NO_OPS = frozenset(["fence", "fence_proxy", "prefetch", "nanosleep", "pmevent", "griddepcontrol",
                      "bar_warp_sync", "setmaxnreg", "brkpt"])
+_NOT_PLAIN = _MACHINE_SIMS | _NO_OPS
 
 
 class Machine:
@@ -80,6 +83,10 @@ class Machine:
         if self.sanitizer is not None:
             memory.watch = self.sanitizer.shared_access
         self._special = SpecialRegisters(self)
+        # Per PC: the semantics function of an instruction that only computes
+        # (the machine's own control-flow and barrier names excluded), else None.
+        self._plain = [SEMANTICS.get(r.inst.sim) if r is not None and r.inst.sim not in _NOT_PLAIN
+                       else None for r in program.resolved]
 
     def close(self) -> None:
         """Drop the per-thread state and the references back to the machine
@@ -199,6 +206,9 @@ class Machine:
 
     def _execute(self, pc: int, threads: np.ndarray, was_uniform: bool, running):
         self.current_pc = pc
+        fn = self._plain[pc]
+        if fn is not None:
+            return self._execute_plain(fn, pc, threads, was_uniform)
         ins = self.program.code[pc]
         taken = threads
         if ins.guard is not None:
@@ -269,6 +279,26 @@ class Machine:
             return True
         return len(taken) == int(np.count_nonzero(self.state == _RUNNING)) and \
             not (self.state == _WAITING).any() and not self.arrived.any()
+
+    def _execute_plain(self, fn, pc: int, threads: np.ndarray, was_uniform: bool):
+        """An instruction that computes (no control flow, no barrier): run
+        its semantics; every executing thread goes on to ``pc + 1``."""
+        ins = self.program.code[pc]
+        taken = threads
+        if ins.guard is not None:
+            g = self.read_register(ins.guard.register.name, threads).astype(bool)
+            taken = threads[~g] if ins.guard.negated else threads[g]
+        if len(taken):
+            try:
+                fn(Step(self, ins, self.program.resolved[pc], taken))
+            except SimError as e:
+                raise _located(e, ins) from None
+        if was_uniform:
+            return pc + 1, threads
+        self.pc[threads] = pc + 1
+        if len(threads) == int(np.count_nonzero(self.state == _RUNNING)):
+            return pc + 1, threads
+        return None, None
 
     # calls ------------------------------------------------------------------------
     def _call(self, s: Step, pc: int) -> int:

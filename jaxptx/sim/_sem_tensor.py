@@ -15,6 +15,7 @@ partial warp) is undefined behaviour in PTX; the emulator raises.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 
 import ml_dtypes
@@ -44,6 +45,11 @@ def groups(s: Step, size: int = 32) -> tuple[np.ndarray, np.ndarray, int]:
     Raises:
         SimError: a group does not execute with all its threads.
     """
+    if s.n == s.m.nthreads and s.m.ntid % size == 0:
+        # The whole grid in thread order, whole groups: group k is threads
+        # k*size .. k*size+size-1.
+        slot, rank = _in_order(s.n, size)
+        return slot, rank, s.n // size
     local = s.threads % s.m.ntid
     ident = (s.threads // s.m.ntid) * (-(-s.m.ntid // size)) + local // size
     uniq, slot, counts = np.unique(ident, return_inverse=True, return_counts=True)
@@ -55,6 +61,39 @@ def groups(s: Step, size: int = 32) -> tuple[np.ndarray, np.ndarray, int]:
     return slot.reshape(-1), local % size, len(uniq)
 
 
+@functools.lru_cache(maxsize=8)
+def _in_order(n: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(slot, rank)`` of ``n`` threads in order in groups of ``size``."""
+    return _frozen(np.arange(n) // size, np.arange(n) % size)
+
+
+def _ordered(slot: np.ndarray, rank: np.ndarray, count: int, lanes: int) -> bool:
+    """Whether thread ``i`` is rank ``i % lanes`` of group ``i // lanes``."""
+    if len(slot) != count * lanes:
+        return False
+    want = _in_order(len(slot), lanes)
+    return (slot is want[0] and rank is want[1]) or \
+        (np.array_equal(slot, want[0]) and np.array_equal(rank, want[1]))
+
+
+def _permutation(layout: tuple[np.ndarray, ...], dims: tuple[int, ...]) -> np.ndarray | None:
+    """Flat matrix index of each ``(lane, element)`` of ``layout`` when every
+    matrix element appears exactly once, else ``None``."""
+    key = (dims,) + tuple(a.tobytes() for a in layout) + (layout[0].shape,)
+    if key not in _PERMUTATIONS:
+        grp, row, col = layout
+        flat = ((grp * dims[1] + row) * dims[2] + col).reshape(-1)
+        whole = len(flat) == dims[0] * dims[1] * dims[2] and \
+            np.array_equal(np.sort(flat), np.arange(len(flat)))
+        if len(_PERMUTATIONS) > 64:
+            _PERMUTATIONS.clear()
+        _PERMUTATIONS[key] = _frozen(flat, np.argsort(flat)) if whole else None
+    return _PERMUTATIONS[key]
+
+
+_PERMUTATIONS: dict[tuple, tuple[np.ndarray, np.ndarray] | None] = {}
+
+
 # --- register elements ----------------------------------------------------------------------
 
 def unpack(regs: np.ndarray, bits: int) -> np.ndarray:
@@ -62,6 +101,9 @@ def unpack(regs: np.ndarray, bits: int) -> np.ndarray:
     ``(n, r * 32 // bits)`` raw element bits (uint32)."""
     if bits >= 32:
         return regs
+    if bits in (8, 16) and sys.byteorder == "little":     # the low element is the first in memory
+        sub = np.ascontiguousarray(regs, dtype=np.uint32).view(np.uint8 if bits == 8 else np.uint16)
+        return sub.reshape(len(regs), -1).astype(np.uint32)
     per = 32 // bits
     shifts = (np.arange(per, dtype=np.uint32) * np.uint32(bits))
     out = (regs.astype(np.uint32)[:, :, None] >> shifts) & np.uint32((1 << bits) - 1)
@@ -240,6 +282,12 @@ def gather(frag: np.ndarray, slot: np.ndarray, rank: np.ndarray, count: int,
     elements ``frag`` ``(n, elements)``."""
     grp, row, col = layout
     lanes = grp.shape[0]
+    perm = _permutation(layout, dims)
+    if perm is not None and _ordered(slot, rank, count, lanes):
+        # Whole groups in order: each matrix is a fixed permutation of its
+        # group's fragment elements.
+        per = np.ascontiguousarray(frag).reshape(count, -1)
+        return np.take(per, perm[1], axis=1).reshape((count,) + dims)
     per = np.zeros((count, lanes, frag.shape[1]), dtype=frag.dtype)
     per[slot, rank] = frag
     out = np.zeros((count,) + dims, dtype=frag.dtype)
@@ -251,6 +299,10 @@ def scatter(mats: np.ndarray, slot: np.ndarray, rank: np.ndarray,
             layout: tuple[np.ndarray, ...]) -> np.ndarray:
     """Per-thread fragment elements ``(n, elements)`` of whole matrices."""
     grp, row, col = layout
+    perm = _permutation(layout, mats.shape[1:])
+    if perm is not None and _ordered(slot, rank, len(mats), grp.shape[0]):
+        flat = np.ascontiguousarray(mats).reshape(len(mats), -1)
+        return np.take(flat, perm[0], axis=1).reshape(len(slot), -1)
     return mats[:, grp, row, col][slot, rank]
 
 

@@ -28,6 +28,7 @@ __all__ = ["Step", "SPACES"]
 # State-space modifiers of memory instructions → the memory module's spaces.
 SPACES = {"global": "global", "shared": "shared", "shared::cta": "shared",
           "shared::cluster": "shared", "local": "local", "param": "param", "const": "const"}
+_B32 = TYPES["b32"]
 _WINDOWS = {"shared": SHARED_WINDOW, "local": LOCAL_WINDOW, "const": CONST_WINDOW, "param": PARAM_WINDOW}
 
 
@@ -41,7 +42,7 @@ class Step:
         m: the machine (for the few semantics that need more, like warps).
     """
 
-    __slots__ = ("m", "ins", "r", "threads", "n", "values")
+    __slots__ = ("m", "ins", "r", "threads", "n", "values", "types")
 
     def __init__(self, m: "Machine", ins: ir.Instruction, r: isa.Resolved | None, threads: np.ndarray) -> None:
         self.m = m
@@ -50,13 +51,15 @@ class Step:
         self.threads = threads
         self.n = len(threads)
         self.values = r.values if r is not None else {}
+        self.types = r.types if r is not None else ()
 
     # types ---------------------------------------------------------------------
     def type(self, k: int) -> PtxType:
         """The type operand ``k`` has for this instruction (``b32`` if the table
         gives none)."""
-        t = self.r.types[k] if self.r is not None and k < len(self.r.types) else None
-        return t if t is not None else TYPES["b32"]
+        types = self.types
+        t = types[k] if k < len(types) else None
+        return t if t is not None else _B32
 
     def mod(self, slot: str, default: str | None = None) -> str | None:
         """The modifier chosen for ``slot``, or ``default``."""

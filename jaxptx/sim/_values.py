@@ -30,6 +30,16 @@ def bits_dtype(t: PtxType) -> np.dtype:
 
 def value_dtype(t: PtxType) -> np.dtype:
     """The dtype instructions compute with for type ``t`` (one element)."""
+    dt = _VALUE_DTYPES.get(t.name)
+    if dt is None:
+        dt = _VALUE_DTYPES[t.name] = _value_dtype(t)
+    return dt
+
+
+_VALUE_DTYPES: dict[str, np.dtype] = {}
+
+
+def _value_dtype(t: PtxType) -> np.dtype:
     if t.kind == "pred":
         return np.dtype(np.bool_)
     if t.kind == "s":
