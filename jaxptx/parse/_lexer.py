@@ -110,8 +110,9 @@ def lex(text: str, source: str = "<string>") -> Tokens:
     return _lex_slowly(text, source, pieces)
 
 
-# A word like `.param.u64`, which the token loop splits in two.
-_DOTTED_WORD = re.compile(r"(?<![A-Za-z0-9_$%.])\.[A-Za-z0-9_$]*\.")
+# A word like `.param.u64`, which the token loop splits in two; it may follow
+# a number with no space (`64.ve.` lexes as `64`, `.ve.`).
+_DOTTED_WORD = re.compile(r"(?<![A-Za-z0-9_$%.])[0-9]*\.[A-Za-z0-9_$]*\.")
 
 
 def _lex_slowly(text: str, source: str, pieces: list[tuple[str, str, str]]) -> Tokens:

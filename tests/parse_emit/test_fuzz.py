@@ -170,6 +170,7 @@ def test_mutated_corpus_parses_or_raises_parse_error_long(case) -> None:
     ".global .u32. x;\n",
     ".shared::cta. .b8 x;\n",
     ".entry k()\n{\n\t.reg .b8. %r<5>;\n}\n",
+    ".address_size 64.ve.\n",   # a dotted word right after a number
 ])
 def test_fuzz_regressions(text) -> None:
     check(text)
