@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import ir
 from ..types import TYPES
+from ._barriers import CLUSTER_BARRIER, EXITED, RUNNING, WAITING, arrive, deadlock, everyone, release
 from ._memory import Memory
 from ._program import Program, SimError, Variable
 from ._sanitizer import Sanitizer
@@ -24,8 +25,6 @@ from ._registers import RegisterFile, SpecialRegisters
 
 __all__ = ["Machine"]
 
-_RUNNING, _WAITING, _EXITED = 0, 1, 2
-_CLUSTER_BARRIER = 99          # the barrier id of a thread in barrier.cluster.wait
 _BARRIERS = ("bar_sync", "bar_red", "bar_arrive")
 _MACHINE_SIMS = frozenset(["bra", "call", "ret", "exit", "bar_sync", "bar_red", "bar_arrive",
                            "barrier_cluster_arrive", "barrier_cluster_wait"])
@@ -185,10 +184,10 @@ class Machine:
             if uniform is not None:
                 pc, threads = uniform, running
             else:
-                live = self.state == _RUNNING
+                live = self.state == RUNNING
                 if not live.any():
-                    if (self.state == _WAITING).any():
-                        raise SimError(self._deadlock())
+                    if (self.state == WAITING).any():
+                        raise SimError(deadlock(self))
                     return
                 ready = live & ~self.spinning
                 if not ready.any():
@@ -224,19 +223,19 @@ class Machine:
         elif sim == "ret" and self.program.function_of[pc]:
             self._return(Step(self, ins, r, taken), self.program.function_of[pc])
         elif sim in ("ret", "exit"):
-            self.state[taken] = _EXITED
-        elif sim == "bar_sync" and len(ins.operands) == 1 and self._everyone(was_uniform, taken):
+            self.state[taken] = EXITED
+        elif sim == "bar_sync" and len(ins.operands) == 1 and everyone(self, was_uniform, taken):
             # Every live thread of every CTA is here: the barrier completes at once.
             if self.sanitizer is not None:
                 self.sanitizer.barrier_released(np.arange(self.nctas))
             return pc + 1, threads
         elif sim in _BARRIERS:
-            self._arrive(Step(self, ins, r, taken), pc)
+            arrive(self, Step(self, ins, r, taken), pc)
         elif sim == "barrier_cluster_arrive":
             np.add.at(self.cluster_arrivals, self.cluster_first(taken // self.ntid), 1)
         elif sim == "barrier_cluster_wait":
-            self.state[taken] = _WAITING
-            self.barrier[taken] = _CLUSTER_BARRIER
+            self.state[taken] = WAITING
+            self.barrier[taken] = CLUSTER_BARRIER
         elif sim in _NO_OPS:
             pass
         elif sim is None or sim not in SEMANTICS:
@@ -249,7 +248,7 @@ class Machine:
         if sim == "ret" and self.program.function_of[pc]:
             sim = "returned"      # the PCs are set; reconverge below like any step
             self.pc[threads[~np.isin(threads, taken)]] = pc + 1
-            live = self.state == _RUNNING
+            live = self.state == RUNNING
             if len(threads) == int(live.sum()):
                 pcs = self.pc[threads]
                 if (pcs == pcs[0]).all():
@@ -264,21 +263,13 @@ class Machine:
         if target is not None:
             self.pc[taken] = target
         if sim in _BARRIERS or sim == "barrier_cluster_wait":
-            self._release()
-        live = self.state == _RUNNING
+            release(self)
+        live = self.state == RUNNING
         if sim not in ("ret", "exit", "barrier_cluster_wait", *_BARRIERS) and len(threads) == int(live.sum()):
             pcs = self.pc[threads]
             if (pcs == pcs[0]).all():
                 return int(pcs[0]), threads
         return None, None
-
-    def _everyone(self, was_uniform: bool, taken: np.ndarray) -> bool:
-        """Whether ``taken`` are all the live threads, none waits at a barrier
-        and no ``bar.arrive`` is pending."""
-        if was_uniform and len(taken) == self.nthreads:
-            return True
-        return len(taken) == int(np.count_nonzero(self.state == _RUNNING)) and \
-            not (self.state == _WAITING).any() and not self.arrived.any()
 
     def _execute_plain(self, fn, pc: int, threads: np.ndarray, was_uniform: bool):
         """An instruction that computes (no control flow, no barrier): run
@@ -296,7 +287,7 @@ class Machine:
         if was_uniform:
             return pc + 1, threads
         self.pc[threads] = pc + 1
-        if len(threads) == int(np.count_nonzero(self.state == _RUNNING)):
+        if len(threads) == int(np.count_nonzero(self.state == RUNNING)):
             return pc + 1, threads
         return None, None
 
@@ -392,105 +383,6 @@ class Machine:
         if not isinstance(op, ir.Symbol) or op.name not in self.program.labels:
             raise SimError(f"{self.program.name}: branch to unknown label {op!r}")
         return self.program.labels[op.name]
-
-    # barriers --------------------------------------------------------------------
-    def _arrive(self, s: Step, pc: int) -> None:
-        """bar.sync / bar.red wait at barrier ``a``; bar.arrive only counts
-        (PTX ISA, bar). bar.red's d is the reduction of its predicate over the
-        threads of the barrier, written when the barrier completes (``_reduce``)."""
-        sim = s.r.inst.sim
-        red = sim == "bar_red"
-        ops = s.ins.operands[1:-1] if red else s.ins.operands   # bar.red d, a{, b}, c
-        ident = s.value(ops[0], TYPES["u32"]).astype(np.int64)
-        count = s.value(ops[1], TYPES["u32"]).astype(np.int64) if len(ops) > 1 else np.zeros(s.n, np.int64)
-        if sim == "bar_arrive":
-            np.add.at(self.arrived, (s.threads // self.ntid) * 16 + ident, 1)
-            return
-        self.state[s.threads] = _WAITING
-        self.barrier[s.threads] = ident
-        self.barrier_count[s.threads] = count
-        self.barrier_pc[s.threads] = pc if red else -1
-        if red:
-            self.barrier_pred[s.threads] = s.pred(len(s.ins.operands) - 1)
-
-    def _release_cluster(self, waiting: np.ndarray) -> np.ndarray:
-        """``barrier.cluster.wait``: release a cluster's waiting threads once
-        every live thread of the cluster has arrived; returns the rest."""
-        at = waiting[self.barrier[waiting] == _CLUSTER_BARRIER]
-        if len(at) == 0:
-            return waiting
-        first = self.cluster_first(np.arange(self.nctas))
-        alive = np.bincount(first[np.nonzero(self.state != _EXITED)[0] // self.ntid], minlength=self.nctas)
-        cluster = first[at // self.ntid]
-        done = self.cluster_arrivals[cluster] >= alive[cluster]
-        if done.any():
-            self.state[at[done]] = _RUNNING
-            self.barrier[at[done]] = -1
-            finished = np.unique(cluster[done])
-            self.cluster_arrivals[finished] -= alive[finished]
-        # the rest: those waiting at CTA barriers (not the ones released just now)
-        return waiting[(self.barrier[waiting] != _CLUSTER_BARRIER) & (self.state[waiting] == _WAITING)]
-
-    def _release(self) -> None:
-        """Release every (CTA, barrier) whose arrivals reached its count (all
-        the CTA's live threads when the barrier names none), all at once."""
-        waiting = np.nonzero(self.state == _WAITING)[0]
-        if len(waiting) == 0:
-            return
-        waiting = self._release_cluster(waiting)
-        if len(waiting) == 0:
-            return
-        ctas = waiting // self.ntid
-        key = ctas * 16 + self.barrier[waiting]          # PTX has barriers 0..15
-        arrived = np.bincount(key, minlength=self.nctas * 16) + self.arrived
-        alive = np.bincount(np.nonzero(self.state != _EXITED)[0] // self.ntid, minlength=self.nctas)
-        need = np.repeat(alive, 16)
-        counted = self.barrier_count[waiting] > 0
-        if counted.any():
-            need[key[counted]] = 0
-            np.maximum.at(need, key[counted], self.barrier_count[waiting][counted])
-        done = arrived[key] >= need[key]
-        if done.any():
-            go = waiting[done]
-            self.state[go] = _RUNNING
-            self.barrier[go] = -1
-            self.arrived[key[done]] = 0
-            self._reduce(go, key[done])
-            if self.sanitizer is not None:
-                self.sanitizer.barrier_released(np.unique(ctas[done]))
-
-    def _reduce(self, go: np.ndarray, key: np.ndarray) -> None:
-        """Write the bar.red results of the released threads ``go`` (barrier
-        ``key`` = CTA * 16 + id): popc counts the true predicates of the
-        barrier's threads, and/or combine them (PTX ISA, bar.red)."""
-        red = self.barrier_pc[go] >= 0
-        if not red.any():
-            return
-        go, key = go[red], key[red]
-        true = np.bincount(key, weights=self.barrier_pred[go], minlength=self.nctas * 16).astype(np.int64)
-        total = np.bincount(key, minlength=self.nctas * 16)
-        pcs = self.barrier_pc[go]
-        for pc in np.unique(pcs):
-            sel = pcs == pc
-            s = Step(self, self.program.code[pc], self.program.resolved[pc], go[sel])
-            t, n = true[key[sel]], total[key[sel]]
-            if s.mod("op") == "popc":
-                s.dst(0, t.astype(np.uint32), TYPES["u32"])
-            else:
-                s.dst(0, t == n if s.mod("op") == "and" else t > 0, TYPES["pred"])
-        self.barrier_pc[go] = -1
-
-    def _deadlock(self) -> str:
-        waiting = np.nonzero(self.state == _WAITING)[0]
-        t = int(waiting[0])
-        cta, tid = divmod(t, self.ntid)
-        pc = int(self.pc[t]) - 1
-        line = self.program.code[pc].loc
-        where = f" (PTX line {line[1]})" if line and len(line) == 3 else ""
-        return (f"{self.program.name}: deadlock: barrier {int(self.barrier[t])} at "
-                f"{self.program.code[pc].name}{where} reached by {len(waiting)} threads, but others of "
-                f"CTA {cta} exited or never arrive (first waiting thread: tid {tid})")
-
 
 def _located(e: SimError, ins: ir.Instruction) -> SimError:
     """The same error with the instruction's PTX line appended (once)."""

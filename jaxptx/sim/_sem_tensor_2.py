@@ -21,8 +21,10 @@ import numpy as np
 from .. import ir
 from ..types import TYPES
 from ._program import SimError
-from ._sem_tensor import (_BITS, _dims, decode, gather, groups, mma_layout, registers, scatter, unpack,
-                          write_accumulator)
+from ._fragments import ELEMENT_BITS as _BITS
+from ._fragments import dims_of as _dims
+from ._fragments import gather, groups, mma_layout, scatter
+from ._sem_tensor import decode, registers, unpack, write_accumulator
 from ._step import Step
 
 __all__ = ["SEMANTICS", "descriptor_fields", "smem_matrix_addresses"]
