@@ -150,16 +150,8 @@ ffi::Error cpu_impl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t ke
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxptxCpu, cpu_impl,
-                              ffi::Ffi::Bind()
-                                  .RemainingArgs()
-                                  .RemainingRets()
-                                  .Attr<int64_t>("kernel_id")
-                                  .Attr<std::string_view>("ptx")
-                                  .Attr<std::string_view>("entry")
-                                  .Attr<ffi::Span<const int32_t>>("grid")
-                                  .Attr<ffi::Span<const int32_t>>("block")
-                                  .Attr<ffi::Span<const int32_t>>("cluster")
-                                  .Attr<int64_t>("smem"));
+                              jaxptx::bind_launch_attributes(
+                                  ffi::Ffi::Bind().RemainingArgs().RemainingRets()));
 
 namespace jaxptx {
 

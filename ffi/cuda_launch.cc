@@ -295,17 +295,11 @@ ffi::Error launch_impl(CUstream stream, ffi::RemainingArgs args, ffi::RemainingR
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxptxLaunch, launch_impl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<CUstream>>()
-                                  .RemainingArgs()
-                                  .RemainingRets()
-                                  .Attr<int64_t>("kernel_id")
-                                  .Attr<std::string_view>("ptx")
-                                  .Attr<std::string_view>("entry")
-                                  .Attr<ffi::Span<const int32_t>>("grid")
-                                  .Attr<ffi::Span<const int32_t>>("block")
-                                  .Attr<ffi::Span<const int32_t>>("cluster")
-                                  .Attr<int64_t>("smem"));
+                              jaxptx::bind_launch_attributes(
+                                  ffi::Ffi::Bind()
+                                      .Ctx<ffi::PlatformStream<CUstream>>()
+                                      .RemainingArgs()
+                                      .RemainingRets()));
 
 namespace jaxptx {
 

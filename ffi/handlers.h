@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include <nanobind/nanobind.h>
 
@@ -17,6 +19,21 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxptxCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxptxLaunch);
 
 namespace jaxptx {
+
+// The attributes every jaxptx custom call carries, in the order the handlers
+// take them: kernel_id, ptx, entry, grid, block, cluster, smem.
+template <typename Binding>
+auto bind_launch_attributes(Binding binding) {
+  namespace ffi = xla::ffi;
+  return std::move(binding)
+      .template Attr<int64_t>("kernel_id")
+      .template Attr<std::string_view>("ptx")
+      .template Attr<std::string_view>("entry")
+      .template Attr<ffi::Span<const int32_t>>("grid")
+      .template Attr<ffi::Span<const int32_t>>("block")
+      .template Attr<ffi::Span<const int32_t>>("cluster")
+      .template Attr<int64_t>("smem");
+}
 
 // Sets the callable the CPU handler calls as
 // ``fn(kernel_id, inputs, outputs, ptx, entry, grid, block, cluster, smem)``:
