@@ -88,12 +88,13 @@ def encode(values: np.ndarray, type_name: str, satfinite: bool = False) -> np.nd
     Floats round to nearest even; NaN results are the canonical NaN
     (``0x7fffffff`` / ``0x7fff``); ``s32`` wraps, or clamps with ``satfinite``."""
     with np.errstate(over="ignore", invalid="ignore"):
-        if type_name == "f32":
-            bits = values.astype(np.float32).view(np.uint32)
-            return np.where(np.isnan(values), np.uint32(0x7FFFFFFF), bits)
-        if type_name == "f16":
-            bits = values.astype(np.float16).view(np.uint16)
-            return np.where(np.isnan(values), np.uint16(0x7FFF), bits)
+        if type_name in ("f32", "f16"):
+            f32 = type_name == "f32"
+            bits = values.astype(np.float32 if f32 else np.float16).view(np.uint32 if f32 else np.uint16)
+            nan = np.isnan(values)
+            if not nan.any():
+                return bits
+            return np.where(nan, np.uint32(0x7FFFFFFF) if f32 else np.uint16(0x7FFF), bits)
         if type_name == "f64":
             return values.astype(np.float64).view(np.uint64)
     v = values.astype(np.int64)
@@ -163,7 +164,15 @@ def _fragment(s: Step, k: int, type_name: str) -> np.ndarray:
     """Elements of vector operand ``k`` (values of ``type_name``)."""
     if type_name == "f64":
         return decode(registers(s, k, True), "f64")
+    if type_name in _VIEWS and sys.byteorder == "little":
+        # Elements are consecutive in each register, the lowest bits first:
+        # a view of the registers' memory gives the values decode gives.
+        regs = np.ascontiguousarray(registers(s, k), dtype=np.uint32)
+        return regs.view(_VIEWS[type_name]).reshape(s.n, -1).astype(np.float64)
     return decode(unpack(registers(s, k), _BITS[type_name]), type_name)
+
+
+_VIEWS = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32}
 
 
 def write_accumulator(s: Step, k: int, values: np.ndarray, type_name: str, satfinite: bool = False) -> None:
@@ -210,22 +219,22 @@ def mma_sync(s: Step) -> None:
     c = _checked(s, 3, ctype, lc)
     A = gather(a, slot, rank, count, la, (g, m, k))
     B = gather(b, slot, rank, count, lb, (g, k, n))
-    C = gather(c, slot, rank, count, lc, (g, m, n))
-    if atype == "b1":
-        AB = A @ B
-        if s.mod("bitop") == "xor":
-            AB = A.sum(-1)[..., :, None] + B.sum(-2)[..., None, :] - 2 * AB
-        D = C + AB
-    elif atype in ("s8", "u8", "s4", "u4"):
-        D = C + A @ B
-    elif atype == "f64":
-        D = C
+    if atype == "f64":
+        D = gather(c, slot, rank, count, lc, (g, m, n))
         for kk in range(k):
             D = fma_f64(A[..., :, kk, None], B[..., None, kk, :], D)
+        d = scatter(D, slot, rank, ld)
     else:
+        # D = C + A*B element by element: added in C's fragment layout when
+        # D shares it (the same sums, without gathering C).
         with np.errstate(over="ignore", invalid="ignore"):
-            D = A @ B + C
-    d = scatter(D, slot, rank, ld)
+            AB = A @ B
+            if atype == "b1" and s.mod("bitop") == "xor":
+                AB = A.sum(-1)[..., :, None] + B.sum(-2)[..., None, :] - 2 * AB
+            if lc is ld:
+                d = c + scatter(AB, slot, rank, ld)
+            else:
+                d = scatter(gather(c, slot, rank, count, lc, (g, m, n)) + AB, slot, rank, ld)
     write_accumulator(s, 0, d, dtype, s.mod("satfinite") is not None)
 
 

@@ -79,8 +79,12 @@ class Step:
 
     def value(self, op: ir.Operand, t: PtxType) -> np.ndarray:
         """Any operand as values of ``t`` for the executing threads."""
-        if isinstance(op, ir.Register):
-            return from_bits(t, self.m.read_register(op.name, self.threads))
+        if type(op) is ir.Register:
+            m = self.m
+            reg = m.regs.arrays.get(op.name)
+            if reg is not None and m.sanitizer is None and self.n == m.nthreads:    # the usual read
+                return from_bits(t, reg)
+            return from_bits(t, m.read_register(op.name, self.threads))
         if isinstance(op, ir.Immediate):
             return _immediate(op, t, self.n)
         if isinstance(op, ir.Negated):
@@ -114,14 +118,18 @@ class Step:
 
     def write(self, op: ir.Operand, value: Any, t: PtxType) -> None:
         """Write values of ``t`` to a register, vector, pair (first) or sink."""
-        if isinstance(op, ir.Sink):
-            return
-        if isinstance(op, ir.Register):
-            width = self.m.register_width(op.name)
-            if not (isinstance(value, np.ndarray) and value.shape == (self.n,)):
+        if type(op) is ir.Register:
+            m = self.m
+            width = m.register_width(op.name)
+            if not (type(value) is np.ndarray and value.shape == (self.n,)):
                 value = np.broadcast_to(np.asarray(value), (self.n,) + ((t.lanes,) if t.lanes > 1 and
                                                                         np.ndim(value) == 2 else ()))
-            self.m.write_register(op.name, self.threads, to_bits(t, value, width))
+            if m.sanitizer is None and self.n == m.nthreads:        # the usual write
+                m.regs.replace(op.name, to_bits(t, value, width))
+            else:
+                m.write_register(op.name, self.threads, to_bits(t, value, width))
+            return
+        if isinstance(op, ir.Sink):
             return
         if isinstance(op, ir.Vector):
             value = np.asarray(value)

@@ -51,6 +51,8 @@ def _value_dtype(t: PtxType) -> np.dtype:
 
 def from_bits(t: PtxType, bits: np.ndarray) -> np.ndarray:
     """Typed values of ``t`` from register bits (truncating or zero-extending)."""
+    if t.lanes == 1 and bits.dtype.itemsize * 8 == t.bits and t.kind != "pred":     # the usual read
+        return bits.view(value_dtype(t))
     if t.kind == "pred":
         return bits.astype(np.bool_, copy=False)
     width = max(8, t.bits)
@@ -70,6 +72,8 @@ def to_bits(t: PtxType, values: np.ndarray, width: int) -> np.ndarray:
     if t.kind == "pred":
         return np.asarray(values, dtype=np.bool_)
     values = np.asarray(values)
+    if t.lanes == 1 and t.bits == width and values.dtype == value_dtype(t) and values.flags.c_contiguous:
+        return values.view(UINT[width])                                         # the usual write
     if t.lanes > 1 and values.ndim == 2:
         values = np.ascontiguousarray(values.astype(value_dtype(t), copy=False)).view(UINT[t.bits]).ravel()
     own = max(8, t.bits)
