@@ -58,8 +58,8 @@ class Memory:
         self.local = _padded(nctas * ntid * local_size)
         self.param = _padded(param_size)
         self.const = _padded(const_size)
-        # Called as watch(flat shared indices, threads, width, write) for every
-        # shared access when the sanitizer runs.
+        # Called as watch(flat shared indices, threads, width, write, atomic=)
+        # for every shared access when the sanitizer runs.
         self.watch = None
         # (CTA index, rank) -> index of that rank's CTA in its cluster (set by the machine).
         self.cluster_cta = lambda cta, rank: cta
@@ -235,5 +235,10 @@ class Memory:
                   what: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """The ``(buffer view, element index, positions)`` groups of an access,
         for read-modify-write operations (atomics)."""
-        return [(buf.view(_UINT[width]), off // width, np.arange(len(addr)) if pos is None else pos)
-                for buf, off, pos in self._resolve(space, addr, threads, width, what)]
+        groups = []
+        for buf, off, pos in self._resolve(space, addr, threads, width, what):
+            if self.watch is not None and buf is self.shared:
+                self.watch(off, threads if pos is None else threads[pos], width, True, atomic=True)
+            groups.append((buf.view(_UINT[width]), off // width,
+                           np.arange(len(addr)) if pos is None else pos))
+        return groups

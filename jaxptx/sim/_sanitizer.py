@@ -5,7 +5,10 @@ It watches every register read and every shared-memory access:
 - a register read before any write to it, by the reading thread;
 - a shared-memory read of bytes no thread has written;
 - a shared-memory race: two threads of one CTA touching the same byte
-  between two barriers, at least one of them writing.
+  between two barriers, at least one of them writing. Atomics (``atom``,
+  ``red``) do not race with each other, but do with a plain load or store
+  of the same byte by another thread; an atomic reads, so it also needs
+  initialised bytes.
 
 Out-of-bounds accesses and barriers that only part of a CTA reaches are
 faults with or without the sanitizer. The first finding raises
@@ -20,6 +23,8 @@ import numpy as np
 from ._program import SimError
 
 __all__ = ["Sanitizer", "SanitizerError"]
+
+MANY = -2  # several threads' atomics touched the byte
 
 
 class SanitizerError(SimError):
@@ -41,6 +46,9 @@ class Sanitizer:
         self.reader = np.full(size, -1, dtype=np.int64)
         self.write_epoch = np.full(size, -1, dtype=np.int64)
         self.read_epoch = np.full(size, -1, dtype=np.int64)
+        # The thread of the atomics on each byte this epoch (MANY: several).
+        self.atomic_thread = np.full(size, -1, dtype=np.int64)
+        self.atomic_epoch = np.full(size, -1, dtype=np.int64)
         self.epoch = np.zeros(machine.nctas, dtype=np.int64)
 
     # registers -------------------------------------------------------------------
@@ -59,13 +67,18 @@ class Sanitizer:
             done[threads] = True
 
     # shared memory ------------------------------------------------------------------
-    def shared_access(self, linear: np.ndarray, threads: np.ndarray, width: int, write: bool) -> None:
-        """Check and record an access of ``width`` bytes at each flat shared index."""
+    def shared_access(self, linear: np.ndarray, threads: np.ndarray, width: int, write: bool,
+                      atomic: bool = False) -> None:
+        """Check and record an access of ``width`` bytes at each flat shared
+        index (an atomic read-modify-write when ``atomic``)."""
         size = self.m.memory.shared_size or 1
         cta = (linear // size).astype(np.int64)
         epoch = self.epoch[cta]
         for b in range(width):
             idx = (linear + b).astype(np.int64)
+            if atomic:
+                self._atomic(idx, threads, epoch)
+                continue
             self._race(idx, threads, epoch, write)
             if not write and not self.shared_init[idx].all():
                 k = int(np.nonzero(~self.shared_init[idx])[0][0])
@@ -79,9 +92,37 @@ class Sanitizer:
                 self.reader[idx] = threads
                 self.read_epoch[idx] = epoch
 
+    def _atomic(self, idx: np.ndarray, threads: np.ndarray, epoch: np.ndarray) -> None:
+        size = self.m.memory.shared_size or 1
+        if not self.shared_init[idx].all():
+            k = int(np.nonzero(~self.shared_init[idx])[0][0])
+            raise SanitizerError(f"sanitizer: atomic on uninitialised shared memory at offset "
+                                 f"{int(idx[k] % size):#x} {self.where(int(threads[k]))}")
+        clash = (((self.write_epoch[idx] == epoch) & (self.writer[idx] != threads)
+                  & (self.writer[idx] >= 0))
+                 | ((self.read_epoch[idx] == epoch) & (self.reader[idx] != threads)
+                    & (self.reader[idx] >= 0)))
+        if clash.any():
+            k = int(np.nonzero(clash)[0][0])
+            raise SanitizerError(f"sanitizer: shared-memory race: atomic on offset "
+                                 f"{int(idx[k] % size):#x} {self.where(int(threads[k]))} conflicts "
+                                 "with a plain access by another thread of the CTA since the last "
+                                 "barrier")
+        seen = self.atomic_epoch[idx] == epoch
+        order = np.argsort(idx, kind="stable")
+        shared_here = np.zeros(len(idx), dtype=bool)   # several threads on one byte in this step
+        if len(idx) > 1:
+            same = (idx[order][1:] == idx[order][:-1]) & (threads[order][1:] != threads[order][:-1])
+            shared_here[order[1:][same]] = shared_here[order[:-1][same]] = True
+        many = shared_here | (seen & (self.atomic_thread[idx] != threads))
+        self.atomic_thread[idx] = np.where(many, MANY, threads)
+        self.atomic_epoch[idx] = epoch
+
     def _race(self, idx: np.ndarray, threads: np.ndarray, epoch: np.ndarray, write: bool) -> None:
         size = self.m.memory.shared_size or 1
         clash = (self.write_epoch[idx] == epoch) & (self.writer[idx] != threads) & (self.writer[idx] >= 0)
+        clash |= ((self.atomic_epoch[idx] == epoch) & (self.atomic_thread[idx] != threads)
+                  & (self.atomic_thread[idx] != -1))
         if write:
             clash |= (self.read_epoch[idx] == epoch) & (self.reader[idx] != threads) & (self.reader[idx] >= 0)
         if write and len(idx) > 1:

@@ -155,6 +155,25 @@ def test_reqntid_mismatch() -> None:
         sim.launch(text, block=(64, 1, 1))
 
 
+# Every thread adds 1 to a shared counter that thread 0 zeroed; {after}
+# runs before the barrier that orders the atomics.
+ATOMIC_COUNT = """.visible .entry k(.param .u64 out)
+{{
+    .shared .align 4 .b32 cnt[1];
+    .reg .b32 %r<4>; .reg .b64 %rd<2>; .reg .pred %p<2>;
+    mov.u32 %r1, %tid.x;
+    setp.eq.u32 %p1, %r1, 0;
+    @%p1 st.shared.u32 [cnt], 0;
+    bar.sync 0;
+    atom.shared.add.u32 %r2, [cnt], 1;
+    {after}
+    bar.sync 0;
+    ld.shared.u32 %r3, [cnt];
+    ld.param.u64 %rd1, [out];
+    @%p1 st.global.u32 [%rd1], %r3;
+    ret;
+}}"""
+
 SANITIZER_CASES = [
     ("uninitialised register", """.visible .entry k(.param .u64 out)
 {
@@ -196,6 +215,14 @@ SANITIZER_CASES = [
     st.shared.u32 [buf], %r1;
     ret;
 }""", r"shared-memory race: write of offset 0x0 at PTX line 9 \(st.shared.u32\)"),
+    ("plain read among atomics", ATOMIC_COUNT.format(after="ld.shared.u32 %r3, [cnt];"),
+     r"shared-memory race: read of offset 0x0 at PTX line 13 \(ld.shared.u32\)"),
+    ("plain store among atomics", ATOMIC_COUNT.format(after="@%p1 st.shared.u32 [cnt], 5;"),
+     r"shared-memory race: write of offset 0x0 at PTX line 13 \(st.shared.u32\)"),
+    ("atomic after a plain store", ATOMIC_COUNT.replace("bar.sync 0;\n    atom", "atom", 1)
+     .format(after=""), r"shared-memory race: atomic on offset 0x0 at PTX line 11 \(atom"),
+    ("atomic on uninitialised shared memory", ATOMIC_COUNT.replace("@%p1 st.shared.u32 [cnt], 0;", "")
+     .format(after=""), r"atomic on uninitialised shared memory at offset 0x0 at PTX line \d+ \(atom"),
 ]
 
 
@@ -210,3 +237,6 @@ def test_sanitizer_is_quiet_on_correct_code() -> None:
     out = np.zeros(32, np.uint32)
     sim.launch(text, out, block=(32, 1, 1), check=True)
     np.testing.assert_array_equal(out, np.arange(32) ^ 1)
+    out = np.zeros(4, np.uint32)   # atomics from every thread do not race with each other
+    sim.launch(HEAD + ATOMIC_COUNT.format(after=""), out, block=(64, 1, 1), check=True)
+    assert out[0] == 64
