@@ -232,12 +232,14 @@ class Memory:
                 values if pos is None or len(pos) == len(values) else values[pos]
 
     def locations(self, space: str, addr: np.ndarray, threads: np.ndarray, width: int,
-                  what: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+                  what: str, atomic: bool = False) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """The ``(buffer view, element index, positions)`` groups of an access,
-        for read-modify-write operations (atomics)."""
+        for read-modify-write operations. The sanitizer sees it only as an
+        ``atomic`` (mbarrier words and async-proxy copies keep their own
+        rules)."""
         groups = []
         for buf, off, pos in self._resolve(space, addr, threads, width, what):
-            if self.watch is not None and buf is self.shared:
+            if atomic and self.watch is not None and buf is self.shared:
                 self.watch(off, threads if pos is None else threads[pos], width, True, atomic=True)
             groups.append((buf.view(_UINT[width]), off // width,
                            np.arange(len(addr)) if pos is None else pos))

@@ -183,7 +183,8 @@ def _rmw(s: Step, space: str, addr: np.ndarray, t: PtxType, op: str,
     thread order per address; returns the old values (of ``t``)."""
     width = t.nbytes
     old_all = np.zeros((s.n,) + operands[0].shape[1:], dtype=operands[0].dtype)
-    for view, index, pos in s.m.memory.locations(space, addr, s.threads, width, s.ins.name):
+    for view, index, pos in s.m.memory.locations(space, addr, s.threads, width, s.ins.name,
+                                                 atomic=True):
         order, seg, starts = _segments(index)
         where = index[order][starts]
         mem0 = from_bits(t, view[where])
