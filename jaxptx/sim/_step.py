@@ -86,6 +86,10 @@ class Step:
                 return from_bits(t, reg)
             return from_bits(t, m.read_register(op.name, self.threads))
         if isinstance(op, ir.Immediate):
+            if t.lanes == 1 and self.n > 1:
+                # One value for every thread: a read-only broadcast, which
+                # costs numpy no memory traffic.
+                return np.broadcast_to(_immediate(op, t, 1), (self.n,))
             return _immediate(op, t, self.n)
         if isinstance(op, ir.Negated):
             return ~self.value(op.operand, TYPES["pred"])
@@ -172,7 +176,10 @@ class Step:
         if isinstance(op.base, ir.Symbol) and op.base.name in self.m.program.thread_params:
             space = "local"       # a function's .param variables live per thread
         if isinstance(op.base, ir.Register):
-            base = self.m.read_register(op.base.name, self.threads).astype(np.uint64)
+            base = self.m.read_register(op.base.name, self.threads).astype(np.uint64, copy=False)
+            if base.flags.writeable:        # the register itself: hand out a read-only view
+                base = base.view()
+                base.flags.writeable = False
         elif isinstance(op.base, ir.Symbol):
             base = np.full(self.n, self.variable_in(op.base.name, space), dtype=np.uint64)
         else:
