@@ -189,10 +189,12 @@ class Machine:
                     if (self.state == WAITING).any():
                         raise SimError(deadlock(self))
                     return
-                ready = live & ~self.spinning
-                if not ready.any():
-                    self.spinning[:] = False
-                    ready = live
+                ready = live
+                if self.spinning.any():
+                    ready = live & ~self.spinning
+                    if not ready.any():
+                        self.spinning[:] = False
+                        ready = live
                 pc = int(self.pc[ready].min())
                 threads = np.nonzero(ready & (self.pc == pc))[0]
                 running = None
@@ -259,7 +261,7 @@ class Machine:
                 sim not in ("ret", "exit", "barrier_cluster_wait", *_BARRIERS):
             nxt = target if (target is not None and len(taken)) else pc + 1
             return nxt, threads
-        self.pc[threads] = pc + 1
+        self._set_pc(threads, pc + 1)
         if target is not None:
             self.pc[taken] = target
         if sim in _BARRIERS or sim == "barrier_cluster_wait":
@@ -286,10 +288,16 @@ class Machine:
                 raise _located(e, ins) from None
         if was_uniform:
             return pc + 1, threads
-        self.pc[threads] = pc + 1
+        self._set_pc(threads, pc + 1)
         if len(threads) == int(np.count_nonzero(self.state == RUNNING)):
             return pc + 1, threads
         return None, None
+
+    def _set_pc(self, threads: np.ndarray, pc: int) -> None:
+        if len(threads) == self.nthreads:       # then threads is every thread, in order
+            self.pc.fill(pc)
+        else:
+            self.pc[threads] = pc
 
     # calls ------------------------------------------------------------------------
     def _call(self, s: Step, pc: int) -> int:

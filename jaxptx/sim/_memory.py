@@ -31,6 +31,20 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _LOG2 = {1: 0, 2: 1, 4: 2, 8: 3}
 
 
+def _uniform(a: np.ndarray) -> bool:
+    """Whether ``a`` is a broadcast of one value (``Step.address`` of a variable)."""
+    return a.ndim == 1 and a.strides[0] == 0 and len(a) > 1
+
+
+def _summary(a: np.ndarray) -> tuple[int, int, int]:
+    """``(min, max, bitwise or)`` of a non-empty address array (reductions
+    over a broadcast are slow in numpy: it has one value)."""
+    if _uniform(a):
+        v = int(a[0])
+        return v, v, v
+    return int(a.min()), int(a.max()), int(np.bitwise_or.reduce(a))
+
+
 def _padded(nbytes: int) -> np.ndarray:
     return np.zeros(max(16, -(-nbytes // 16) * 16), dtype=np.uint8)
 
@@ -81,7 +95,7 @@ class Memory:
         if space == "global":
             return self._global(addr, None, threads, width, what)
         if space == "shared":
-            if np.bitwise_or.reduce(addr) & CLUSTER_TAG:
+            if len(addr) and _summary(addr)[2] & CLUSTER_TAG:
                 owner, addr = self._remote(threads // self.ntid, addr)
             else:
                 owner = None
@@ -117,7 +131,7 @@ class Memory:
                 offsets = addr - np.uint64(base) if whole else addr[pos] - np.uint64(base)
                 if space == "shared":
                     owner = None if whole else threads[pos] // self.ntid
-                    if np.bitwise_or.reduce(offsets) & CLUSTER_TAG:     # generic mapa address
+                    if _summary(offsets)[2] & CLUSTER_TAG:     # generic mapa address
                         owner, offsets = self._remote(threads // self.ntid if whole else owner, offsets)
                     groups.append(self._window(self.shared, self.shared_size, owner,
                                                offsets, pos, threads, width, space, what))
@@ -137,12 +151,12 @@ class Memory:
     def _global(self, addr: np.ndarray, pos: np.ndarray | None, threads: np.ndarray, width: int, what: str):
         if len(addr):
             # The usual access: one buffer, in bounds, aligned — a few array ops.
-            lo, hi = int(addr.min()), int(addr.max())
+            lo, hi, bits = _summary(addr)
             k = (lo >> GLOBAL_SHIFT) - 1
             if (hi >> GLOBAL_SHIFT) - 1 == k and 0 <= k < len(self.globals):
                 base = (k + 1) << GLOBAL_SHIFT
                 if hi - base + width <= self.sizes[k] and \
-                        not (width > 1 and int(np.bitwise_or.reduce(addr)) & (width - 1)):
+                        not (width > 1 and bits & (width - 1)):
                     return [(self.globals[k], addr.view(np.int64) - base, pos)]
         every = np.arange(len(addr)) if pos is None else pos
         ids = (addr >> np.uint64(GLOBAL_SHIFT)).astype(np.int64) - 1
@@ -167,8 +181,8 @@ class Memory:
         per-thread or single window of ``size`` bytes."""
         off = offsets.view(np.int64)
         if len(off):
-            lo, hi = int(off.min()), int(off.max())
-            if lo < 0 or hi + width > size or (width > 1 and int(np.bitwise_or.reduce(off)) & (width - 1)):
+            lo, hi, bits = _summary(off)
+            if lo < 0 or hi + width > size or (width > 1 and bits & (width - 1)):
                 self._check(offsets.astype(np.uint64), width, size, space, what, 0,
                             threads if pos is None else threads[pos])
         if owner is None:
@@ -212,7 +226,10 @@ class Memory:
         for buf, off, pos in self._resolve(space, addr, threads, width, what):
             if self.watch is not None and buf is self.shared:
                 self.watch(off, threads if pos is None else threads[pos], width, False)
-            elements = buf.view(_UINT[width]).take(off >> shift if shift else off)
+            if _uniform(off):      # one address for every thread
+                elements = np.full(len(off), buf.view(_UINT[width])[int(off[0]) >> shift])
+            else:
+                elements = buf.view(_UINT[width]).take(off >> shift if shift else off)
             if pos is None or len(pos) == len(addr):
                 return elements        # every thread in one group: no scatter into `out`
             if out is None:

@@ -85,7 +85,7 @@ def _product(a: np.ndarray, b: np.ndarray, mode: str, t: PtxType) -> np.ndarray:
         hi, lo = _mul_wide64(a, b)
         return _wrap(hi if mode == "hi" else lo, t)
     big = np.int64 if t.kind == "s" else np.uint64
-    p = a.astype(big) * b.astype(big)
+    p = np.multiply(a, b, dtype=big)        # exact: both factors have at most 32 bits
     if mode == "wide":
         return p
     return _wrap(p >> big(bits) if mode == "hi" else p, t)

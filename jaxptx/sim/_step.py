@@ -175,20 +175,22 @@ class Step:
         space = self.space()
         if isinstance(op.base, ir.Symbol) and op.base.name in self.m.program.thread_params:
             space = "local"       # a function's .param variables live per thread
+        off = 0
+        if op.offset is not None:
+            val = op.offset if isinstance(op.offset, int) else int(op.offset.value)
+            off = -val if op.minus else val
         if isinstance(op.base, ir.Register):
             base = self.m.read_register(op.base.name, self.threads).astype(np.uint64, copy=False)
+            if off:
+                # uint64 arithmetic wraps, so adding the two's complement subtracts.
+                return space, base + np.uint64(off & 0xFFFF_FFFF_FFFF_FFFF)
             if base.flags.writeable:        # the register itself: hand out a read-only view
                 base = base.view()
                 base.flags.writeable = False
-        elif isinstance(op.base, ir.Symbol):
-            base = np.full(self.n, self.variable_in(op.base.name, space), dtype=np.uint64)
-        else:
-            base = np.zeros(self.n, dtype=np.uint64)
-        if op.offset is not None:
-            val = op.offset if isinstance(op.offset, int) else int(op.offset.value)
-            # uint64 arithmetic wraps, so adding the two's complement subtracts.
-            base = base + np.uint64((-val if op.minus else val) & 0xFFFF_FFFF_FFFF_FFFF)
-        return space, base
+            return space, base
+        at = self.variable_in(op.base.name, space) if isinstance(op.base, ir.Symbol) else 0
+        # One address for every thread: a read-only broadcast.
+        return space, np.broadcast_to(np.uint64((at + off) & 0xFFFF_FFFF_FFFF_FFFF), (self.n,))
 
     def variable_in(self, name: str, space: str) -> int:
         """A variable's address as seen from ``space`` (generic: its window)."""
