@@ -53,6 +53,15 @@ def _write(s: Step, y: np.ndarray, fmt: Format, ftz: bool, mode: str = "rn") -> 
 
 def _approx(s: Step, fn: Callable[[np.ndarray], np.ndarray]) -> None:
     """An ``.approx`` function: float64 ``fn``, rounded to nearest."""
+    if isinstance(fn, np.ufunc) and s.type(1).name == "f32" and not s.mod("ftz"):
+        # One pass: numpy widens each element to float64, applies fn and
+        # rounds the result to float32 (nearest even) on the way out.
+        with np.errstate(all="ignore"):
+            y = fn(s.src(1), dtype=np.float64, out=np.empty(s.n, np.float32), casting="same_kind")
+        nan = np.isnan(y)
+        bits = y.view(np.uint32)
+        s.dst(0, np.where(nan, np.uint32(FORMATS["f32"].nan), bits) if nan.any() else bits, TYPES["u32"])
+        return
     x, fmt, ftz = _operand(s)
     with np.errstate(all="ignore"):
         y = fn(x)
