@@ -14,6 +14,7 @@ import functools
 
 import numpy as np
 
+from ._host import ShapeCache
 from ._program import SimError
 from ._step import Step
 
@@ -49,10 +50,15 @@ def groups(s: Step, size: int = 32) -> tuple[np.ndarray, np.ndarray, int]:
     return slot.reshape(-1), local % size, len(uniq)
 
 
-@functools.lru_cache(maxsize=8)
 def _in_order(n: int, size: int) -> tuple[np.ndarray, np.ndarray]:
     """``(slot, rank)`` of ``n`` threads in order in groups of ``size``."""
-    return frozen(np.arange(n) // size, np.arange(n) % size)
+    hit = _IN_ORDER.get((n, size))
+    if hit is None:
+        hit = _IN_ORDER.put((n, size), (np.arange(n) // size, np.arange(n) % size))
+    return hit
+
+
+_IN_ORDER = ShapeCache()
 
 
 def _ordered(slot: np.ndarray, rank: np.ndarray, count: int, lanes: int) -> bool:

@@ -11,6 +11,10 @@ to 128 MiB keeps freed blocks for reuse.
 
 This is process-wide, so it is done once, on the first launch, and only with
 glibc; ``JAXPTX_SIM_MALLOPT=0`` in the environment turns it off.
+
+:class:`ShapeCache` keeps arrays computed from a launch's shape (special
+registers, shuffle sources) for later launches of that shape, within a
+byte budget.
 """
 
 from __future__ import annotations
@@ -19,8 +23,11 @@ import ctypes
 import ctypes.util
 import os
 import sys
+from typing import Any
 
-__all__ = ["tune_allocator"]
+import numpy as np
+
+__all__ = ["tune_allocator", "ShapeCache"]
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3      # glibc <malloc.h>
 _done = False
@@ -41,3 +48,32 @@ def tune_allocator() -> None:
         return
     mallopt(_M_MMAP_THRESHOLD, 32 << 20)
     mallopt(_M_TRIM_THRESHOLD, 128 << 20)
+
+
+class ShapeCache:
+    """Read-only arrays by key (a launch shape and what they depend on), at
+    most ``budget`` bytes in all: past that it starts over."""
+
+    def __init__(self, budget: int = 64 << 20) -> None:
+        self.budget = budget
+        self.entries: dict[Any, Any] = {}
+        self.nbytes = 0
+
+    def get(self, key: Any) -> Any:
+        """The value stored under ``key``, or ``None``."""
+        return self.entries.get(key)
+
+    def put(self, key: Any, value: Any) -> Any:
+        """Store ``value`` (an array or a tuple holding arrays), made
+        read-only, under ``key``; returns it."""
+        arrays = [a for a in (value if isinstance(value, tuple) else (value,)) if isinstance(a, np.ndarray)]
+        for a in arrays:
+            a.flags.writeable = False
+        size = sum(a.nbytes for a in arrays)
+        if size <= self.budget:
+            if self.nbytes + size > self.budget:
+                self.entries.clear()
+                self.nbytes = 0
+            self.entries[key] = value
+            self.nbytes += size
+        return value

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ._host import ShapeCache
 from ._program import SimError
 from ._values import bits_dtype
 
@@ -77,7 +78,7 @@ class RegisterFile:
 
 # (name, grid, block) -> the value of a launch-constant special register for
 # every thread: launches of one shape share them.
-_SHARED: dict[tuple, np.ndarray] = {}
+_SHARED = ShapeCache()
 
 
 class SpecialRegisters:
@@ -99,11 +100,7 @@ class SpecialRegisters:
             key = (name, self.m.grid, self.m.block)
             every = _SHARED.get(key)
             if every is None:
-                every = self.compute(name, self.m.all_threads)
-                every.flags.writeable = False
-                if len(_SHARED) >= 64:
-                    _SHARED.clear()
-                _SHARED[key] = every
+                every = _SHARED.put(key, self.compute(name, self.m.all_threads))
             self.cache[name] = every
         return every if len(threads) == self.m.nthreads else every[threads]
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..types import TYPES
+from ._host import ShapeCache
 from ._step import Step
 
 if TYPE_CHECKING:
@@ -151,9 +152,7 @@ def shfl_sync(s: Step) -> None:
     if hit is None:
         hit = _shfl_sources(s, mode)
         if key is not None:
-            if len(_SHFL_SOURCES) >= 32:
-                _SHFL_SOURCES.clear()
-            _SHFL_SOURCES[key] = hit
+            _SHFL_SOURCES.put(key, hit)
     pos, found, ok, every = hit
     a = s.src(1, TYPES["b32"])
     s.dst(0, a.take(pos) if every else np.where(found, a[pos], a), TYPES["b32"])
@@ -161,7 +160,7 @@ def shfl_sync(s: Step) -> None:
 
 
 # (mode, b, c, ntid, nthreads) -> _shfl_sources of a whole-grid shfl.sync
-_SHFL_SOURCES: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray, bool]] = {}
+_SHFL_SOURCES = ShapeCache()
 
 
 def _shfl_sources(s: Step, mode: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
