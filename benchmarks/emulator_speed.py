@@ -8,6 +8,10 @@
    ``examples/mma_gemm.py``, on the emulator, checked against numpy.
 
     python benchmarks/emulator_speed.py [--repeat 3]
+
+The emulator raises glibc malloc's mmap/trim thresholds on its first launch
+(``jaxptx/sim/_host.py``: per-instruction arrays would otherwise fault in
+fresh pages); ``JAXPTX_SIM_MALLOPT=0`` measures it without.
 """
 
 from __future__ import annotations
