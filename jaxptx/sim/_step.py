@@ -89,7 +89,13 @@ class Step:
             if t.lanes == 1 and self.n > 1:
                 # One value for every thread: a read-only broadcast, which
                 # costs numpy no memory traffic.
-                return np.broadcast_to(_immediate(op, t, 1), (self.n,))
+                key = (op, t.name, self.n)
+                hit = _BROADCASTS.get(key)
+                if hit is None:
+                    if len(_BROADCASTS) >= 4096:
+                        _BROADCASTS.clear()
+                    hit = _BROADCASTS[key] = np.broadcast_to(_immediate(op, t, 1), (self.n,))
+                return hit
             return _immediate(op, t, self.n)
         if isinstance(op, ir.Negated):
             return ~self.value(op.operand, TYPES["pred"])
@@ -223,6 +229,10 @@ class Step:
     def warps(self) -> np.ndarray:
         """Global warp index of each executing thread."""
         return (self.threads // self.m.ntid) * self.m.warps_per_cta + (self.threads % self.m.ntid) // 32
+
+
+# (immediate, type name, thread count) -> its read-only broadcast
+_BROADCASTS: dict[tuple, np.ndarray] = {}
 
 
 def _immediate(op: ir.Immediate, t: PtxType, n: int) -> np.ndarray:
