@@ -31,6 +31,7 @@ _MACHINE_SIMS = frozenset(["bra", "call", "ret", "exit", "bar_sync", "bar_red", 
 _NO_OPS = frozenset(["fence", "fence_proxy", "prefetch", "nanosleep", "pmevent", "griddepcontrol",
                      "bar_warp_sync", "setmaxnreg", "brkpt"])
 _NOT_PLAIN = _MACHINE_SIMS | _NO_OPS
+_NO_PC = np.iinfo(np.int64).max     # above every PC: a thread that does not run now
 
 
 class Machine:
@@ -195,8 +196,9 @@ class Machine:
                     if not ready.any():
                         self.spinning[:] = False
                         ready = live
-                pc = int(self.pc[ready].min())
-                threads = np.nonzero(ready & (self.pc == pc))[0]
+                pcs = np.where(ready, self.pc, _NO_PC)
+                pc = int(pcs.min())
+                threads = np.flatnonzero(pcs == pc)
                 running = None
             if pc >= len(code):
                 raise SimError(f"{self.program.name}: ran past the end of the kernel (missing ret?)")

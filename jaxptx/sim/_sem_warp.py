@@ -45,6 +45,8 @@ def _grid_geometry(m: "Machine") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         local = threads % m.ntid
         bits = np.left_shift(np.uint64(1), (local & 31).astype(np.uint64))
         warp = (threads - local) // m.ntid * m.warps_per_cta + (local >> 5)
+        for a in (local, bits, warp):
+            a.flags.writeable = False       # shared by every step: never a register's storage
         geometry = _GEOMETRY[m] = (local, bits, warp)
     return geometry
 
