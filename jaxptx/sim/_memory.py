@@ -136,8 +136,9 @@ class Memory:
                     groups.append(self._window(self.shared, self.shared_size, owner,
                                                offsets, pos, threads, width, space, what))
                 elif space == "local":
-                    groups.append(self._window(self.local, self.local_size, threads if whole else threads[pos],
-                                               offsets, pos, threads, width, space, what))
+                    owner = threads if whole else threads[pos]
+                    groups.append(self._window(self.local, self.local_size, owner, offsets, pos, threads,
+                                               width, space, what))
                 else:
                     buf = self.param if space == "param" else self.const
                     groups.append(self._window(buf, len(buf), 0, offsets, pos, threads, width, space, what))
@@ -171,7 +172,8 @@ class Memory:
                 raise SimError(f"{what}: address {bad:#x} is not in any global buffer "
                                f"({self._who(threads[every[sel][0]])})")
             off = offsets[sel]
-            self._check(off, width, self.sizes[k], "global", what, (k + 1) << GLOBAL_SHIFT, threads[every[sel]])
+            self._check(off, width, self.sizes[k], "global", what, (k + 1) << GLOBAL_SHIFT,
+                        threads[every[sel]])
             groups.append((self.globals[k], off, every[sel]))
         return groups
 
