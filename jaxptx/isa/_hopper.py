@@ -310,7 +310,8 @@ def _tensor_load(dims: int, mode: str) -> Inst:
     mode_slot = slot("load_mode", "tile", optional=True)
     if mode == "im2col":
         mode_slot = slot("load_mode", "im2col")
-        extra = (op("im2col_offsets", "vec", "u16", count=dims - 2),)
+        # one offset (3-d) may be written {%h0}, which reads as a plain register
+        extra = (op("im2col_offsets", "vec reg" if dims == 3 else "vec", "u16", count=dims - 2),)
     return Inst(
         "cp.async.bulk.tensor",
         (slot("dim", f"{dims}d"), _LOAD_DST, slot("src", "global"), mode_slot, _COMPLETE_TX,

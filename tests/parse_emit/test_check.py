@@ -66,6 +66,14 @@ def test_video_operand_selectors_are_registers() -> None:
         "vset4.u32.u32.ne.max: unknown modifier .max; vset4 takes .add .eq .ge .gt .le .lt .ne .s32 .u32"]
 
 
+def test_a_single_im2col_offset_may_be_written_as_a_one_element_vector() -> None:
+    body = ("\t.reg .b64 %rd<2>;\n\t.reg .b32 %r<2>;\n\t.reg .b16 %h<2>;\n"
+            "\t.shared .align 128 .b8 buf[1024];\n\t.shared .align 8 .b64 bar;\n"
+            "\tcp.async.bulk.tensor.3d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes "
+            "[buf], [%rd1, {%r1, %r1, %r1}], [bar], {%h1};")
+    assert check(_kernel(body)) == []
+
+
 def test_check_accepts_a_module() -> None:
     m = parse(_kernel("\t.reg .f32 %f<2>;\n\tsqrt.f32 %f1, %f1;"))
     assert "sqrt.f32: missing its" in check(m)[0].message
