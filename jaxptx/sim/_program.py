@@ -111,7 +111,7 @@ class _Scope:
 
     def lookup(self, name: str) -> str:
         scope = self
-        base, dot, comp = name.partition(".") if not name.startswith("%") else (name, "", "")
+        base, dot, comp = name.partition(".")   # `%r2.b3`: a selector on %r2
         while scope is not None:
             if name in scope.names:
                 return scope.names[name]

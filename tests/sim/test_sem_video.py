@@ -238,3 +238,28 @@ def test_worked_values(line: str, a: int, b: int, c: int, want: int) -> None:
     arr = [np.full(64, v, np.uint32) for v in (a, b, c)]
     assert int(run(line, *arr)[0]) == want
     assert reference(line, a, b, c) == want
+
+
+def test_selectors_follow_block_scoping() -> None:
+    # %r1.b1 inside the block names the block's own %r1, not the outer one.
+    text = """.version 8.5
+.target sm_90a
+.address_size 64
+.visible .entry k(.param .u64 out)
+{
+  .reg .b32 %r<3>; .reg .b64 %rd<2>;
+  mov.u32 %r2, 4;
+  {
+    .reg .b32 %r<3>;
+    mov.u32 %r1, 0x300;
+    mov.u32 %r2, 5;
+    vadd.u32.u32.u32 %r1, %r1.b1, %r2.b0;
+    ld.param.u64 %rd1, [out];
+    st.global.u32 [%rd1], %r1;
+  }
+  ret;
+}
+"""
+    out = np.zeros(1, np.uint32)
+    sim.launch(text, out, grid=(1, 1, 1), block=(1, 1, 1))
+    assert out[0] == 3 + 5
