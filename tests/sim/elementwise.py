@@ -1,0 +1,43 @@
+"""One thread per element: run a PTX instruction over numpy inputs on the
+emulator (the harness of the arithmetic and logic semantics tests)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxptx import sim
+
+HEAD = ".version 8.5\n.target sm_90a\n.address_size 64\n"
+
+
+def ew(ins: str, out_dtype, *args: np.ndarray, tail: str = "", pre: str = "",
+       body: str | None = None) -> np.ndarray:
+    """Run ``ins %d, %x0, %x1, ...{tail}`` once per element of the inputs (one
+    thread per element, operands loaded from global memory by bit width).
+
+    ``pre`` goes before the instruction; ``body`` replaces it and may use
+    ``%d``, ``%x<i>`` and ``%p0..%p7``."""
+    n = len(args[0])
+    block = min(n, 128)
+    total = -(-n // block) * block
+    ins_args = [np.resize(np.ascontiguousarray(a), total) for a in args]
+    out = np.zeros(total, out_dtype)
+    ow = out.dtype.itemsize * 8
+    params = ", ".join([".param .u64 out"] + [f".param .u64 p{i}" for i in range(len(args))])
+    lines = [f".visible .entry k({params})", "{", "    .reg .b64 %rd<40>; .reg .b32 %t<4>; .reg .pred %p<8>;",
+             f"    .reg .b{ow} %d;",
+             "    mov.u32 %t0, %tid.x; mov.u32 %t1, %ctaid.x; mov.u32 %t2, %ntid.x;",
+             "    mad.lo.u32 %t0, %t1, %t2, %t0;"]
+    ops = []
+    for i, a in enumerate(ins_args):
+        w = a.dtype.itemsize * 8
+        lines += [f"    .reg .b{w} %x{i};", f"    ld.param.u64 %rd{2 * i + 10}, [p{i}];",
+                  f"    mul.wide.u32 %rd{2 * i + 11}, %t0, {w // 8};",
+                  f"    add.s64 %rd{2 * i + 10}, %rd{2 * i + 10}, %rd{2 * i + 11};",
+                  f"    ld.global.b{w} %x{i}, [%rd{2 * i + 10}];"]
+        ops.append(f"%x{i}")
+    lines += [pre, body if body is not None else f"    {ins} %d, {', '.join(ops)}{tail};",
+              "    ld.param.u64 %rd1, [out];", f"    mul.wide.u32 %rd2, %t0, {ow // 8};",
+              "    add.s64 %rd1, %rd1, %rd2;", f"    st.global.b{ow} [%rd1], %d;", "    ret;", "}"]
+    sim.launch(HEAD + "\n".join(lines), out, *ins_args, grid=(total // block, 1, 1), block=(block, 1, 1))
+    return out[:n]
