@@ -3,6 +3,7 @@ TMA descriptor params, and comments."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .. import ir
@@ -65,10 +66,7 @@ class TensorArg:
         """
         if self.dtype is None:
             raise SpecError(f"tensor {self.name}: its size needs in_specs/out_specs")
-        count = 1
-        for d in self.shape:
-            count *= int(d)
-        return count * self.dtype.bits // 8
+        return math.prod(int(d) for d in self.shape) * self.dtype.bits // 8  # packed sub-byte types
 
     @property
     def batch_stride(self) -> int:

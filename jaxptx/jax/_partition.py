@@ -19,6 +19,7 @@ batching rule of its own).
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,7 +55,7 @@ def factors(kernel: Kernel, batch: int, shared: tuple) -> tuple[list[list[str]],
     """One factor name per dim of each tensor (inputs then outputs), and the
     factors the kernel lets stay sharded."""
     names = {d: f"d{i}" for i, d in enumerate(kernel.dims)}
-    constants = iter(f"c{i}" for i in range(10_000))
+    constants = (f"c{i}" for i in itertools.count())
     per_tensor = []
     specs = kernel.in_specs + kernel.out_specs
     for i, spec in enumerate(specs):
