@@ -27,21 +27,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import numpy as np
+from _timing import wall_times
 
 
 def median_us(fn, repeat: int) -> float:
     """Median wall time of ``fn()`` in microseconds, after three warm-ups."""
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
+    return statistics.median(wall_times(fn, repeat, warmup=3)) * 1e6
 
 
 def make_kernel(batch: str | None = None):

@@ -19,22 +19,16 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
-import time
 
 import numpy as np
+from _timing import wall_times
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
 
 
 def best(fn, repeat: int) -> float:
     """Best wall time of ``repeat`` calls of ``fn`` (after one warm-up)."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return min(wall_times(fn, repeat))
 
 
 def softmax_rows(repeat: int) -> None:
