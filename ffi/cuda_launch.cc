@@ -162,6 +162,17 @@ ffi::Error check_dim3(ffi::Span<const int32_t> v, const char* what, const Image&
                                      ": attribute " + what + " must be 3 positive ints");
 }
 
+// PTX text must be NUL-terminated for cuModuleLoadData; a cubin ignores it.
+std::shared_ptr<const Image> make_image(std::string_view data, std::string_view entry,
+                                        int64_t num_params) {
+  auto img = std::make_shared<Image>();
+  img->data = std::string(data);
+  if (img->data.empty() || img->data.back() != '\0') img->data.push_back('\0');
+  img->entry = std::string(entry);
+  img->num_params = num_params;
+  return img;
+}
+
 // The image registered under `kernel_id`, registering the call's PTX first
 // when there is none.
 std::shared_ptr<const Image> image_for(int64_t kernel_id, std::string_view ptx,
@@ -169,13 +180,7 @@ std::shared_ptr<const Image> image_for(int64_t kernel_id, std::string_view ptx,
   std::lock_guard<std::mutex> lock(g_mutex);
   auto it = g_images.find(kernel_id);
   if (it != g_images.end()) return it->second;
-  auto img = std::make_shared<Image>();
-  img->data = std::string(ptx);
-  img->data.push_back('\0');  // cuModuleLoadData wants NUL-terminated PTX
-  img->entry = std::string(entry);
-  img->num_params = num_params;
-  g_images.emplace(kernel_id, img);
-  return img;
+  return g_images.emplace(kernel_id, make_image(ptx, entry, num_params)).first->second;
 }
 
 ffi::Error launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
@@ -307,12 +312,7 @@ void cuda_register(int64_t kernel_id, const std::string& image, const std::strin
                    int64_t num_params) {
   if (image.empty()) throw nb::value_error("cuda_register: empty module image");
   if (num_params < 0) throw nb::value_error("cuda_register: num_params must be >= 0");
-  auto img = std::make_shared<Image>();
-  img->data = image;
-  // PTX text must be NUL-terminated for cuModuleLoadData; a cubin ignores it.
-  if (img->data.back() != '\0') img->data.push_back('\0');
-  img->entry = entry;
-  img->num_params = num_params;
+  std::shared_ptr<const Image> img = make_image(image, entry, num_params);
   std::lock_guard<std::mutex> lock(g_mutex);
   auto [it, inserted] = g_images.emplace(kernel_id, img);
   if (!inserted) {
