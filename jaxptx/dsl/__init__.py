@@ -10,4 +10,5 @@ from ._params import TensorArg as TensorArg
 from ._specs import Layout as Layout
 from ._specs import Tile as Tile
 from ._specs import bind_specs as bind_specs
+from ._tma import TmaDescriptor as TmaDescriptor
 from ._specs import unify_envs as unify_envs

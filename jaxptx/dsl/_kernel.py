@@ -23,6 +23,7 @@ from ._options import check_dim3, check_raw_directives, check_raw_params, check_
 from ._core import emit_instruction
 from ._params import TensorArg, UnboundDim
 from ._specs import Tile
+from ._tma import TmaDescriptor
 from ._trace import Trace, active
 
 __all__ = ["Kernel", "kernel", "Specialization", "AUTO_FALLBACK_ARCH"]
@@ -52,6 +53,8 @@ class Specialization:
         grid, block, cluster: launch shape (grid resolved from the dims).
         smem: dynamic shared memory bytes to launch with.
         dims: the bound symbolic dims; template: the template values.
+        tma: the TMA descriptors the runtime passes after the other
+            parameters, in their order (see ``TensorArg.tma_desc``).
     """
 
     module: ir.Module
@@ -64,6 +67,7 @@ class Specialization:
     smem: int
     dims: tuple[tuple[str, int], ...]
     template: tuple[tuple[str, Any], ...]
+    tma: tuple[TmaDescriptor, ...] = ()
 
 
 class Kernel:
@@ -324,7 +328,7 @@ class Kernel:
             spec = specs[i] if specs else None
             shape = () if spec is None else tuple(
                 d if isinstance(d, int) else env.get(d, UnboundDim(d, self.name)) for d in spec.shape)
-            args.append(TensorArg(pname, spec, shape, spec.dtype if spec else None, pname in shared))
+            args.append(TensorArg(pname, spec, shape, spec.dtype if spec else None, pname in shared, i))
         for ptype, pname in self._raw_params:
             trace.params.append(ir.VarDecl("param", ptype.name, trace.new_symbol(pname)))
         trace.cache["raw_params"] = {n: t for t, n in self._raw_params}
@@ -336,7 +340,7 @@ class Kernel:
         smem = max(self._smem, trace.smem_offset)
         module = _build_module(self, trace, target, version)
         return Specialization(module, emit(module), target, version, grid, self._block,
-                              self._cluster, smem, dims, template)
+                              self._cluster, smem, dims, template, tuple(trace.tma))
 
     def _resolve_grid(self, env: dict[str, Any]) -> tuple[int, int, int]:
         if self._grid is None:

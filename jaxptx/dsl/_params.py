@@ -11,6 +11,7 @@ from ..errors import SpecError, TraceError
 from ..types import PtxType
 from ._core import Reg, emit_instruction
 from ._specs import Tile
+from ._tma import describe_tma
 from ._trace import current
 
 __all__ = ["TensorArg", "UnboundDim", "param", "global_ptrs", "batch_ptrs", "comment"]
@@ -47,15 +48,17 @@ class TensorArg:
         dtype: element type, or ``None``.
         shared: whether a batched launch (a ``batch="z"`` kernel under
             ``jax.vmap``) shares this one tensor across the batch.
+        index: its position among the kernel's tensors (inputs, then outputs).
     """
 
     def __init__(self, name: str, spec: Tile | None, shape: tuple[Any, ...],
-                 dtype: PtxType | None, shared: bool = False) -> None:
+                 dtype: PtxType | None, shared: bool = False, index: int = 0) -> None:
         self.name = name
         self.spec = spec
         self.shape = shape
         self.dtype = dtype
         self.shared = shared
+        self.index = index
 
     @property
     def nbytes(self) -> int:
@@ -114,17 +117,27 @@ class TensorArg:
         return trace.cache[key]
 
     def tma_desc(self) -> Reg:
-        """Address of this tensor's TMA descriptor (a ``<name>_tma`` param).
+        """The generic address of this tensor's TMA descriptor, a ``.param
+        .align 64 .b8 <name>_tma[128]`` the runtime fills for each call
+        (declared, and its address taken, once).
 
-        The runtime builds the ``CUtensorMap`` from the spec's ``tma_box``
-        and layout and passes its device address.
+        Built from the spec: its shape and dtype, ``tma_box`` (default the
+        whole tensor), the layout's swizzle, ``tma_rank=3`` for the reshaped
+        2-d form (see :mod:`jaxptx.dsl._tma`). Use it as the tensor-map
+        operand: ``ptx.addr(A.tma_desc(), coords=(x, y))``.
+
+        Raises:
+            SpecError: the descriptor cannot be built from the spec.
         """
         trace = current()
         key = ("tma", self.name)
         if key not in trace.cache:
             symbol = trace.new_symbol(f"{self.name}_tma")
-            trace.params.append(ir.VarDecl("param", "u64", symbol))
-            trace.cache[key] = emit_instruction("ld", ("param", "u64"), (symbol,))
+            desc = describe_tma(self.name, self.index, self.spec, self.shape, symbol, trace.name)
+            trace.params.append(ir.VarDecl("param", "b8", symbol, align=64, dims=(128,)))
+            trace.tma.append(desc)
+            local = emit_instruction("mov", ("u64",), (symbol,))
+            trace.cache[key] = emit_instruction("cvta", ("param", "u64"), (local,))
         return trace.cache[key]
 
     def __repr__(self) -> str:

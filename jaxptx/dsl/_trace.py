@@ -18,6 +18,7 @@ from .. import ir, isa
 from ..errors import PtxError, TraceError
 from ..types import TYPES, PtxType
 from ..validate import check_instruction, normalize
+from ._tma import TmaDescriptor
 
 __all__ = ["Trace", "current", "active", "user_location", "with_location"]
 
@@ -85,6 +86,7 @@ class Trace:
         shared: module-level shared-memory declarations.
         extern_smem: name of the dynamic shared-memory symbol, or ``None``.
         smem_offset: bytes of dynamic shared memory carved so far.
+        tma: the TMA descriptors the body asked for, in parameter order.
     """
 
     def __init__(self, name: str, target: isa.Target, version: tuple[int, int],
@@ -100,6 +102,7 @@ class Trace:
         # Outside a function of a module kernel, statements are module items.
         self.body: list[ir.Statement] = self.items if module_mode else []
         self.params: list[ir.VarDecl] = []
+        self.tma: list[TmaDescriptor] = []
         self.shared: list[ir.VarDecl] = []
         self.extern_smem = extern_smem
         self.smem_offset = 0

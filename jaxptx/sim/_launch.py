@@ -23,7 +23,9 @@ from ..types import TYPES
 from ._host import tune_allocator
 from ._machine import Machine
 from ._memory import Memory
-from ._program import Program, SimError, prepare
+from ._program import Program, SimError, Variable, prepare
+from ._tensormap import SIZE as TENSOR_MAP_SIZE
+from ._tensormap import ArgTensorMap
 from ._values import to_bits
 
 __all__ = ["launch"]
@@ -41,7 +43,8 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
             ``grid``/``block``/``smem`` default to its specialisation, and
             keyword arguments are its template values).
         *args: one per ``.param``: numpy arrays for pointers (read and
-            written in place), numbers for scalars.
+            written in place), numbers for scalars, an :class:`ArgTensorMap`
+            (or 128 bytes from ``tensor_map``) for a tensor-map parameter.
         kernel: which ``.entry`` to run when the module has several.
         grid, block, cluster: launch shape (1 to 3 ints each).
         smem: bytes of dynamic shared memory.
@@ -148,8 +151,16 @@ def _params(program: Program, memory: Memory, args: tuple) -> list[tuple[np.ndar
         names = ", ".join(f".{p.type} {p.name}" for p in params) or "none"
         raise SimError(f"{program.name} takes {len(params)} parameters ({names}), got {len(args)} arguments")
     outputs = []
-    for p, a in zip(params, args):
+    placed: dict[int, int] = {}  # argument index -> its global buffer's address
+    maps: list[tuple[Variable, ArgTensorMap]] = []
+    for i, (p, a) in enumerate(zip(params, args)):
         t = TYPES[p.type]
+        if isinstance(a, ArgTensorMap):
+            if p.size != TENSOR_MAP_SIZE:
+                raise SimError(f"{program.name} parameter {p.name} (.{p.type}, {p.size} bytes): a "
+                               f"tensor map needs a {TENSOR_MAP_SIZE}-byte parameter")
+            maps.append((p, a))
+            continue
         if isinstance(a, np.ndarray):
             if p.type not in _POINTER_TYPES and p.size != a.nbytes:
                 raise SimError(f"{program.name} parameter {p.name} (.{p.type}): expected a pointer-sized "
@@ -161,6 +172,7 @@ def _params(program: Program, memory: Memory, args: tuple) -> list[tuple[np.ndar
                 base = memory.add_global(a.nbytes)
                 memory.globals[-1][:a.nbytes] = a.reshape(-1).view(np.uint8)
                 outputs.append((a, len(memory.globals) - 1))
+                placed[i] = base
                 value = np.array([base], dtype=np.uint64)
             else:
                 memory.param[p.offset:p.offset + a.nbytes] = a.reshape(-1).view(np.uint8)
@@ -175,4 +187,9 @@ def _params(program: Program, memory: Memory, args: tuple) -> list[tuple[np.ndar
         width = max(8, t.bits)
         bits = to_bits(t, value.astype(np.dtype(t.np_name) if t.np_name else value.dtype), width)
         memory.param[p.offset:p.offset + width // 8] = bits.view(np.uint8)
+    for p, m in maps:
+        if m.arg not in placed:
+            raise SimError(f"{program.name} parameter {p.name}: its tensor map describes argument "
+                           f"{m.arg}, which is not an array passed for a pointer parameter")
+        memory.param[p.offset:p.offset + TENSOR_MAP_SIZE] = np.frombuffer(m.encode(placed[m.arg]), np.uint8)
     return outputs

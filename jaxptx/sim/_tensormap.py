@@ -63,7 +63,7 @@ import numpy as np
 
 from ._program import SimError
 
-__all__ = ["tensor_map", "TensorMap", "decode", "encode", "im2col_elements", "FIELDS", "MAGIC",
+__all__ = ["tensor_map", "ArgTensorMap", "TensorMap", "decode", "encode", "im2col_elements", "FIELDS", "MAGIC",
            "VERSION", "SIZE", "ELEMTYPES", "IM2COL", "Im2col"]
 
 MAGIC = 0x4D54504A
@@ -378,3 +378,36 @@ def tensor_map(address: int, shape: Sequence[int], dtype: Any, box: Sequence[int
     if problem:
         raise ValueError(f"tensor_map: {problem}")
     return encode(tm)
+
+
+class ArgTensorMap:
+    """A tensor map over one of a launch's array arguments, for a
+    ``.param .align 64 .b8 t[128]`` parameter: :func:`jaxptx.sim.launch`
+    encodes it with that array's address once it has placed the arrays.
+
+    Args:
+        arg: index (among the launch's arguments) of the array it describes.
+        *args, **kwargs: the rest of :func:`tensor_map`'s arguments.
+
+    Raises:
+        ValueError: a map the CUDA driver would refuse to encode (checked now).
+    """
+
+    def __init__(self, arg: int, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(arg, int) or isinstance(arg, bool) or arg < 0:
+            raise ValueError(f"ArgTensorMap: arg must be an argument index >= 0, got {arg!r}")
+        self.arg = arg
+        self._args = args
+        self._kwargs = kwargs
+        tensor_map(_CHECK_ADDRESS, *args, **kwargs)
+
+    def encode(self, address: int) -> bytes:
+        """The map's 128 bytes for a tensor at ``address``."""
+        return tensor_map(address, *self._args, **self._kwargs)
+
+    def __repr__(self) -> str:
+        return f"ArgTensorMap(arg={self.arg}, {self._args}, {self._kwargs})"
+
+
+# Any address aligned as the driver asks (32 bytes covers interleaved maps).
+_CHECK_ADDRESS = 1 << 36

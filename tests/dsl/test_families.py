@@ -132,7 +132,8 @@ def hopper_wgmma_tma(A, B, C):
 
 def test_hopper_wgmma_tma_mbarrier_cluster_sm90a() -> None:
     text = assembled(hopper_wgmma_tma)
-    assert ".param .u64 A_tma" in text and ".param .u64 B_tma" in text
+    assert ".param .align 64 .b8 A_tma[128]" in text and ".param .align 64 .b8 B_tma[128]" in text
+    assert re.search(r"mov\.u64 (%rd\d+), A_tma;\n\tcvta\.param\.u64 %rd\d+, \1;", text)
     assert re.search(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.tile\.mbarrier::complete_tx::bytes "
                      r"\[wgmma_tile_0\], \[%rd\d+, \{%r\d+, %r\d+\}\], \[mbar_0\];", text)
     assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%f1," in text

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from jaxptx import sim
+from jaxptx.runtime import ptxas
 from jaxptx.sim import SimError
 from jaxptx.sim._memory import GLOBAL_SHIFT
 from jaxptx.sim._tensormap import decode
@@ -110,6 +111,34 @@ def test_tensor_map_in_global_memory_through_a_register() -> None:
     t = tmap(buffer(1), a.shape, a.dtype, (16,))
     sim.launch(kernel(body, ".param .u64 out, .param .u64 inp, .param .u64 tm", decls), out, a, t)
     np.testing.assert_array_equal(out, a[3:19])
+
+
+def test_arg_tensor_map_is_encoded_with_the_address_the_launch_gives_its_array() -> None:
+    """An ArgTensorMap names its array by argument index; the launch fills in
+    the address (here past a module global, which takes the first buffer),
+    and the param is read through its generic address (cvta.param)."""
+    body = """
+    mov.u64 %rd6, t;
+    cvta.param.u64 %rd5, %rd6;
+    @%p1 mbarrier.init.shared::cta.b64 [bar], 1;
+    @%p1 mbarrier.arrive.expect_tx.shared::cta.b64 %rd2, [bar], 64;
+    mov.u32 %r2, 3;
+    @%p1 cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [buf], [%rd5, {%r2}], [bar];
+    """ + WAIT.format(n=0, bar="bar", parity=0) + dump("buf", 64, 1)
+    decls = ".shared .align 8 .b64 bar;\n.shared .align 128 .b8 buf[64];"
+    text = kernel(body, ".param .u64 out, .param .u64 inp, .param .align 64 .b8 t[128]", decls)
+    text = text.replace(".visible .entry", ".global .align 8 .b64 unused;\n.visible .entry")
+    ptxas(text, "sm_90a")
+    a = np.arange(100, dtype=np.int32)
+    out = np.zeros(16, np.int32)
+    sim.launch(text, out, a, sim.ArgTensorMap(1, a.shape, a.dtype, (16,)))
+    np.testing.assert_array_equal(out, a[3:19])
+    with pytest.raises(sim.SimError, match=r"parameter t: its tensor map describes argument 2, which is not an array"):
+        sim.launch(text, out, a, sim.ArgTensorMap(2, a.shape, a.dtype, (16,)))
+    with pytest.raises(sim.SimError, match=r"parameter inp \(.u64, 8 bytes\): a tensor map needs a 128-byte"):
+        sim.launch(text, out, sim.ArgTensorMap(0, a.shape, a.dtype, (16,)), a)
+    with pytest.raises(ValueError, match="tensor_map: "):
+        sim.ArgTensorMap(1, a.shape, a.dtype, (300,))
 
 
 # --- mbarrier accounting ----------------------------------------------------------------------
