@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ir
-from ..types import TYPES
 from ._barriers import CLUSTER_BARRIER, EXITED, RUNNING, WAITING, arrive, deadlock, everyone, release
+from ._calls import call, return_
 from ._memory import Memory
 from ._program import Program, SimError, Variable
 from ._sanitizer import Sanitizer
@@ -223,9 +223,9 @@ class Machine:
         if sim == "bra":
             target = self._label(ins.operands[0])
         elif sim == "call":
-            target = self._call(Step(self, ins, r, taken), pc)
+            target = call(Step(self, ins, r, taken), pc)
         elif sim == "ret" and self.program.function_of[pc]:
-            self._return(Step(self, ins, r, taken), self.program.function_of[pc])
+            return_(Step(self, ins, r, taken), self.program.function_of[pc])
         elif sim in ("ret", "exit"):
             self.state[taken] = EXITED
         elif sim == "bar_sync" and len(ins.operands) == 1 and everyone(self, was_uniform, taken):
@@ -301,98 +301,11 @@ class Machine:
         else:
             self.pc[threads] = pc
 
-    # calls ------------------------------------------------------------------------
-    def _call(self, s: Step, pc: int) -> int:
-        """Bind arguments, remember where to return, and give the callee's start."""
-        rets, callee, args = [], None, []
-        for op in s.ins.operands:
-            if isinstance(op, ir.Parens):
-                (args if callee is not None else rets).append(op)
-            elif callee is None:
-                callee = op
-        if not isinstance(callee, ir.Symbol) or callee.name not in self.program.functions:
-            raise SimError(f"{self.program.name}: call of {callee!r}: the emulator runs direct calls "
-                           "of functions defined in the module")
-        f = self.program.functions[callee.name]
-        frames = self.frames.setdefault(f.name, np.full(self.nthreads, -1, dtype=np.int64))
-        if (frames[s.threads] >= 0).any():
-            raise SimError(f"{self.program.name}: recursive call of {f.name} (not supported)")
-        frames[s.threads] = pc
-        values = args[0].items if args else ()
-        for name, value in zip(f.params, values):
-            self._copy_in(s, name, value)
-        return f.start
-
-    def _return(self, s: Step, function: str) -> None:
-        frames = self.frames[function]
-        f = self.program.functions[function]
-        sites = frames[s.threads]
-        for site in np.unique(sites):
-            threads = s.threads[sites == site]
-            call = self.program.code[int(site)]
-            rets = next((op.items for op in call.operands if isinstance(op, ir.Parens)), ()) \
-                if isinstance(call.operands[0], ir.Parens) else ()
-            sub = Step(self, call, None, threads)
-            for name, target in zip(f.returns, rets):
-                self._copy_out(sub, name, target)
-            self.pc[threads] = int(site) + 1
-        frames[s.threads] = -1
-
-    def _bytes_of(self, s: Step, name: str) -> tuple[str, int]:
-        v = self.program.variables.get(name)
-        if v is not None:
-            return "var", v.size
-        return "reg", self.register_width(name) // 8
-
-    def _components(self, name: str) -> list[str]:
-        return [f"{name}.{c}" for c in "xyzw" if f"{name}.{c}" in self.regs]
-
-    def _copy_in(self, s: Step, callee_name: str, arg: ir.Operand) -> None:
-        parts = self._components(callee_name)
-        if parts:       # a vector register parameter: element by element
-            items = arg.items if isinstance(arg, ir.Vector) else [ir.Register(f"{arg.name}.{c}") for c in "xyzw"]
-            for part, item in zip(parts, items):
-                self._copy_in(s, part, item)
-            return
-        kind, size = self._bytes_of(s, callee_name)
-        bits = self._read_bits(s, arg, size)
-        self._write_bits(s, callee_name, kind, bits, size)
-
-    def _copy_out(self, s: Step, callee_name: str, target: ir.Operand) -> None:
-        parts = self._components(callee_name)
-        if parts:
-            items = target.items if isinstance(target, ir.Vector) else [ir.Register(f"{target.name}.{c}") for c in "xyzw"]
-            for part, item in zip(parts, items):
-                self._copy_out(s, part, item)
-            return
-        kind, size = self._bytes_of(s, callee_name)
-        bits = self._read_bits(s, ir.Register(callee_name) if kind == "reg" else ir.Symbol(callee_name), size)
-        if isinstance(target, ir.Register):
-            self.write_register(target.name, s.threads, bits.astype(self.regs[target.name].dtype))
-        else:
-            self._write_bits(s, target.name, "var", bits, size)
-
-    def _read_bits(self, s: Step, op: ir.Operand, size: int) -> np.ndarray:
-        if isinstance(op, ir.Symbol) and op.name in self.program.variables:
-            v = self.program.variables[op.name]
-            return self.memory.load("local", np.full(s.n, v.offset, dtype=np.uint64), s.threads,
-                                    min(size, 8), "call")
-        if isinstance(op, ir.Register):
-            return self.read_register(op.name, s.threads)
-        return s.value(op, TYPES[f"b{size * 8}"])
-
-    def _write_bits(self, s: Step, name: str, kind: str, bits: np.ndarray, size: int) -> None:
-        if kind == "reg":
-            self.write_register(name, s.threads, bits.astype(self.regs[name].dtype))
-            return
-        v = self.program.variables[name]
-        self.memory.store("local", np.full(s.n, v.offset, dtype=np.uint64), s.threads, bits,
-                          min(size, 8), "call")
-
     def _label(self, op: ir.Operand) -> int:
         if not isinstance(op, ir.Symbol) or op.name not in self.program.labels:
             raise SimError(f"{self.program.name}: branch to unknown label {op!r}")
         return self.program.labels[op.name]
+
 
 def _located(e: SimError, ins: ir.Instruction) -> SimError:
     """The same error with the instruction's PTX line appended (once)."""

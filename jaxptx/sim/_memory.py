@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._b128 import B128
 from ._program import SimError
 
 __all__ = ["Memory", "GLOBAL_SHIFT", "SHARED_WINDOW", "LOCAL_WINDOW", "CONST_WINDOW", "PARAM_WINDOW",
@@ -27,8 +28,10 @@ _WINDOW_SIZE = 1 << 40
 # A shared::cluster address of another CTA (from mapa): this bit, the CTA's
 # rank in the cluster in bits 24-30, the offset in its window below.
 CLUSTER_TAG = 1 << 31
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-_LOG2 = {1: 0, 2: 1, 4: 2, 8: 3}
+# Element dtype of each access width; 16-byte accesses (``ld.b128``) move
+# B128 records. Buffers are padded to 16 bytes, so every view fits.
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: B128}
+_LOG2 = {1: 0, 2: 1, 4: 2, 8: 3, 16: 4}
 
 
 def _uniform(a: np.ndarray) -> bool:

@@ -19,8 +19,8 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import ir
-from ..types import TYPES
-from . import _sem_approx
+from ..types import TYPES, PtxType
+from . import _b128, _sem_approx
 from ._fp import FORMATS, convert, decode, flush, int_to_float64
 from ._memory import CONST_WINDOW, LOCAL_WINDOW, PARAM_WINDOW, SHARED_WINDOW
 from ._program import SimError
@@ -46,8 +46,9 @@ _PAIR_SRC = {"e4m3x2": ("e4m3", 8), "e5m2x2": ("e5m2", 8), "e2m3x2": ("e2m3", 8)
 def mov(s: Step) -> None:
     """``mov``: copy a register, immediate, special register or the address
     of a variable in its own state space; ``mov.b32 d, {a, b}`` packs (a in
-    the low half), ``mov.b64 {a, b}, d`` unpacks; vector registers copy
-    element by element (PTX ISA, mov)."""
+    the low half), ``mov.b64 {a, b}, d`` unpacks, and ``mov.b128`` does both
+    with 64-bit halves; vector registers copy element by element (PTX ISA,
+    mov)."""
     d, a = s.ins.operands[0], s.ins.operands[1]
     if s.mod("type") == "pred":
         s.dst(0, s.pred(1), TYPES["pred"])
@@ -57,8 +58,9 @@ def mov(s: Step) -> None:
         s.dst(0, _mov_source(s))
         return
     whole, half = (s.type(1), s.type(0)) if dvec else (s.type(0), s.type(1))
-    if whole.bits > 64:
-        raise SimError(f"{s.ins.name}: the emulator has no 128-bit registers")
+    if whole.bits == 128:
+        _mov_b128(s, dvec, half)
+        return
     w, u = _UTYPE[whole.bits].np_dtype.type, _UTYPE[half.bits]
     mask = w((1 << half.bits) - 1)
     if avec:        # pack: element 0 in the low bits
@@ -71,6 +73,16 @@ def mov(s: Step) -> None:
     bits = s.src(1, _UTYPE[whole.bits])
     fields = [(bits >> w(i * half.bits)) & mask for i in range(len(d.items))]
     s.dst(0, np.stack(fields, axis=-1).astype(u.np_dtype), u)
+
+
+def _mov_b128(s: Step, unpack: bool, half: PtxType) -> None:
+    """``mov.b128 d, {a, b}`` packs two 64-bit halves, a in bits 0-63;
+    ``mov.b128 {a, b}, d`` unpacks (PTX ISA 8.3, mov)."""
+    u = _UTYPE[half.bits]
+    if unpack:
+        s.dst(0, _b128.unpack(s.src(1, TYPES["b128"]), len(s.ins.operands[0].items)), u)
+    else:
+        s.dst(0, _b128.pack(s.src(1, u)), TYPES["b128"])
 
 
 def _mov_source(s: Step) -> np.ndarray:

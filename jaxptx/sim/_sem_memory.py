@@ -1,6 +1,7 @@
 """Emulator semantics: loads, stores, asynchronous copies and cache hints.
 
-``ld``/``ldu``/``ld.global.nc`` and ``st`` in every state space, scalar and
+``ld``/``ldu``/``ld.global.nc`` and ``st`` in every state space, scalar
+(``.b8`` to ``.b128``: a 16-byte access moves :mod:`._b128` records) and
 ``.v2``/``.v4``/``.v8`` vectors, ``cp.async`` (Ampere global → shared
 copies) and ``createpolicy``. Caching, eviction and ordering qualifiers
 (``.ca``, ``.L2::evict_last``, ``.volatile``, ``.relaxed.gpu`` ...) change
@@ -17,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import ir, isa
-from ..types import TYPES, PtxType
+from ..types import TYPES
 from ._program import SimError
 from ._sem_memory_2 import SEMANTICS as _ATOMICS
 from ._step import Step
@@ -47,11 +48,6 @@ def _elements(op: ir.Operand) -> int:
     return len(op.items) if isinstance(op, ir.Vector) else 1
 
 
-def _wide_check(s: Step, t: PtxType) -> None:
-    if t.bits > 64:
-        raise SimError(f"{s.ins.name}: the emulator has no 128-bit registers (.{t.name} is not supported)")
-
-
 def ld(s: Step) -> None:
     """``ld``, ``ldu``, ``ld.global.nc``: load a scalar or a vector.
 
@@ -62,7 +58,6 @@ def ld(s: Step) -> None:
     ``launch`` put the arguments. ``ldu`` reads like ``ld`` (all threads see
     the same memory)."""
     t = s.type(0)
-    _wide_check(s, t)
     space, addr = s.address(1)
     count = _elements(s.ins.operands[0])
     if count == 1:
@@ -80,7 +75,6 @@ def st(s: Step) -> None:
     register wider than the type stores its low bits. When several threads
     store to one address the highest thread index wins (some serial order)."""
     t = s.type(1)
-    _wide_check(s, t)
     space, addr = s.address(0)
     count = _elements(s.ins.operands[1])
     values = s.src(1)

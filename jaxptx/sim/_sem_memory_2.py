@@ -215,8 +215,6 @@ def _run(s: Step, d: int | None, a: int, srcs: tuple[int, ...]) -> None:
     as a whole is not one atomic access)."""
     op = _operation(s)
     t = s.type(srcs[0])
-    if t.bits > 64:
-        raise SimError(f"{s.ins.name}: the emulator has no 128-bit registers (.{t.name} is not supported)")
     space, addr = s.address(a)
     values = tuple(s.src(k, t) for k in srcs)
     count = len(s.ins.operands[srcs[0]].items) if isinstance(s.ins.operands[srcs[0]], ir.Vector) else 1

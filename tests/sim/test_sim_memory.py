@@ -496,8 +496,3 @@ def test_narrow_cas_exch_and_64_bit_minmax() -> None:
     q = out.view(np.uint64)
     assert q[1] == 2**64 - 5 and q[2] == 7 and q[3] == 2**64 - 5
     assert q[4] == 2**64 - 9 and q[5] == 1
-
-
-def test_128_bit_atomics_are_reported_unsupported() -> None:
-    with pytest.raises(SimError, match="128-bit"):
-        run("atom.global.exch.b128 %rd5, [%rd1], %rd6;", np.zeros(4, np.uint64))
