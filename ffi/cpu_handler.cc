@@ -71,9 +71,10 @@ struct InFlight {
   ~InFlight() { g_in_flight.fetch_sub(1); }
 };
 
-nb::tuple dim3(ffi::Span<const int32_t> v) {
+template <typename T>
+nb::tuple ints(ffi::Span<const T> v) {
   nb::list out;
-  for (int32_t x : v) out.append(nb::int_(x));
+  for (T x : v) out.append(nb::int_(x));
   return nb::tuple(out);
 }
 
@@ -84,6 +85,7 @@ struct Launch {
   std::string_view entry;
   ffi::Span<const int32_t> grid, block, cluster;
   int64_t smem;
+  ffi::Span<const int64_t> tma;
 };
 
 ffi::Error call_python(const Launch& k, ffi::RemainingArgs args, ffi::RemainingRets rets) {
@@ -107,8 +109,8 @@ ffi::Error call_python(const Launch& k, ffi::RemainingArgs args, ffi::RemainingR
   try {
     nb::object result = nb::handle(g_cpu_callback)(
         k.kernel_id, nb::tuple(ins), nb::tuple(outs), ptx,
-        nb::str(k.entry.data(), k.entry.size()), dim3(k.grid), dim3(k.block), dim3(k.cluster),
-        k.smem);
+        nb::str(k.entry.data(), k.entry.size()), ints(k.grid), ints(k.block), ints(k.cluster),
+        k.smem, ints(k.tma));
     if (!result.is_none()) message = nb::str(result).c_str();
   } catch (nb::python_error& e) {
     message = "jaxptx_cpu: the Python callback raised: " + describe(e);
@@ -123,7 +125,7 @@ ffi::Error call_python(const Launch& k, ffi::RemainingArgs args, ffi::RemainingR
 ffi::Error cpu_impl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t kernel_id,
                     std::string_view ptx, std::string_view entry, ffi::Span<const int32_t> grid,
                     ffi::Span<const int32_t> block, ffi::Span<const int32_t> cluster,
-                    int64_t smem) {
+                    int64_t smem, ffi::Span<const int64_t> tma) {
   // Counted before the check, so cpu_shutdown either sees this call in
   // flight and waits for it, or this call sees the shutdown.
   InFlight guard;
@@ -135,7 +137,8 @@ ffi::Error cpu_impl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t ke
   PyGILState_STATE gil = PyGILState_Ensure();
   ffi::Error result;
   try {
-    result = call_python(Launch{kernel_id, ptx, entry, grid, block, cluster, smem}, args, rets);
+    result = call_python(Launch{kernel_id, ptx, entry, grid, block, cluster, smem, tma}, args,
+                         rets);
   } catch (nb::python_error& e) {
     result = ffi::Error::Internal("jaxptx_cpu: " + describe(e));
   } catch (const std::exception& e) {

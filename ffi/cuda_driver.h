@@ -62,6 +62,12 @@ struct LaunchConfig {
   unsigned int numAttrs;
 };
 
+// CUtensorMap: an opaque 128-byte TMA descriptor (cuda.h aligns it to 64
+// bytes up to CUDA 12, 128 from CUDA 13; the stricter suits both).
+struct alignas(128) TensorMap {
+  uint64_t opaque[16];
+};
+
 // Entry points, by the symbol names libcuda exports (cuda.h maps
 // cuCtxPushCurrent to cuCtxPushCurrent_v2, and so on).
 struct Driver {
@@ -76,6 +82,11 @@ struct Driver {
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
   CUresult (*cuLaunchKernelEx)(const LaunchConfig*, CUfunction, void**, void**);
+  // Optional (CUDA 12+; null when the driver lacks it). The enum arguments
+  // (data type, interleave, swizzle, L2 promotion, OOB fill) are C enums.
+  CUresult (*cuTensorMapEncodeTiled)(TensorMap*, int, uint32_t, void*, const uint64_t*,
+                                     const uint64_t*, const uint32_t*, const uint32_t*, int, int,
+                                     int, int);
 };
 
 // The driver, opened and initialised on first use (thread-safe). Returns

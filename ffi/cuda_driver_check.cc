@@ -24,3 +24,19 @@ static_assert(sizeof(CUjit_option) == sizeof(int) && sizeof(CUresult) == sizeof(
 static_assert(offsetof(CUlaunchAttributeValue, clusterDim) == 0);
 static_assert(offsetof(jaxptx::cu::LaunchConfig, sharedMemBytes) ==
               offsetof(CUlaunchConfig, sharedMemBytes));
+static_assert(sizeof(jaxptx::cu::TensorMap) == sizeof(CUtensorMap));
+static_assert(alignof(jaxptx::cu::TensorMap) == alignof(CUtensorMap));
+static_assert(sizeof(CUtensorMapDataType) == sizeof(int) && sizeof(CUtensorMapSwizzle) == sizeof(int));
+static_assert(sizeof(CUtensorMapInterleave) == sizeof(int) &&
+              sizeof(CUtensorMapL2promotion) == sizeof(int) &&
+              sizeof(CUtensorMapFloatOOBfill) == sizeof(int));
+// The codes jaxptx/jax/_tma.py writes into the `tma` attribute.
+static_assert(CU_TENSOR_MAP_DATA_TYPE_UINT8 == 0 && CU_TENSOR_MAP_DATA_TYPE_UINT16 == 1 &&
+              CU_TENSOR_MAP_DATA_TYPE_UINT32 == 2 && CU_TENSOR_MAP_DATA_TYPE_INT32 == 3 &&
+              CU_TENSOR_MAP_DATA_TYPE_UINT64 == 4 && CU_TENSOR_MAP_DATA_TYPE_INT64 == 5 &&
+              CU_TENSOR_MAP_DATA_TYPE_FLOAT16 == 6 && CU_TENSOR_MAP_DATA_TYPE_FLOAT32 == 7 &&
+              CU_TENSOR_MAP_DATA_TYPE_FLOAT64 == 8 && CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 == 9 &&
+              CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 == 11);
+static_assert(CU_TENSOR_MAP_SWIZZLE_32B == 1 && CU_TENSOR_MAP_SWIZZLE_64B == 2 &&
+              CU_TENSOR_MAP_SWIZZLE_128B == 3 && CU_TENSOR_MAP_L2_PROMOTION_L2_128B == 2 &&
+              CU_TENSOR_MAP_INTERLEAVE_NONE == 0 && CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE == 0);

@@ -8,7 +8,9 @@
 // run time the handler loads the module once per CUDA context (the stream's),
 // opts in to more than 48 KiB of dynamic shared memory when asked, and
 // launches with cuLaunchKernelEx on XLA's stream, passing the device
-// addresses of the inputs then the outputs as the kernel's parameters.
+// addresses of the inputs then the outputs as the kernel's parameters, then
+// its TMA descriptors by value, encoded for this call from those addresses
+// (tensor_maps.h).
 // libcuda.so.1 is opened with dlopen on first use, so the extension builds
 // and imports with no driver. Every failure is returned as an ffi::Error.
 
@@ -26,6 +28,7 @@
 
 #include "cuda_driver.h"
 #include "handlers.h"
+#include "tensor_maps.h"
 
 
 namespace nb = nanobind;
@@ -67,6 +70,9 @@ Loaded open_driver() {
   bind(lib, "cuModuleGetFunction", d.cuModuleGetFunction, out.error);
   bind(lib, "cuFuncSetAttribute", d.cuFuncSetAttribute, out.error);
   bind(lib, "cuLaunchKernelEx", d.cuLaunchKernelEx, out.error);
+  // Optional: only kernels with TMA descriptors need it.
+  d.cuTensorMapEncodeTiled =
+      reinterpret_cast<decltype(d.cuTensorMapEncodeTiled)>(dlsym(lib, "cuTensorMapEncodeTiled"));
   if (out.error.empty()) {
     CUresult rc = d.cuInit(0);
     if (rc != CUDA_SUCCESS) out.error = "cuInit failed with CUresult " + std::to_string(rc);
@@ -187,7 +193,7 @@ ffi::Error launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets r
                   int64_t kernel_id, std::string_view ptx, std::string_view entry,
                   ffi::Span<const int32_t> grid,
                   ffi::Span<const int32_t> block, ffi::Span<const int32_t> cluster,
-                  int64_t smem) {
+                  int64_t smem, ffi::Span<const int64_t> tma) {
   const char* why = nullptr;
   const Driver* d = driver(&why);
   if (!d) return ffi::Error::Internal(std::string("jaxptx_launch: ") + why);
@@ -211,7 +217,6 @@ ffi::Error launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets r
         " pointer parameters, got " + std::to_string(n) + " buffers");
   }
   std::vector<void*> pointers(n);
-  std::vector<void*> params(n);
   for (size_t i = 0; i < args.size(); ++i) {
     auto buf = args.get<ffi::AnyBuffer>(i);
     if (!buf.has_value()) return buf.error();
@@ -222,7 +227,15 @@ ffi::Error launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets r
     if (!buf.has_value()) return buf.error();
     pointers[args.size() + i] = (*buf)->untyped_data();
   }
-  for (size_t i = 0; i < n; ++i) params[i] = &pointers[i];
+  std::vector<TensorMap> maps;
+  std::string bad = encode_tensor_maps(*d, tma, pointers, &maps);
+  if (!bad.empty()) {
+    return ffi::Error::InvalidArgument("jaxptx_launch: kernel " + image->entry + ": " + bad);
+  }
+  std::vector<void*> params;
+  params.reserve(n + maps.size());
+  for (size_t i = 0; i < n; ++i) params.push_back(&pointers[i]);
+  for (TensorMap& m : maps) params.push_back(&m);
 
   CUcontext ctx = nullptr;
   CUresult rc = d->cuStreamGetCtx(stream, &ctx);
@@ -287,9 +300,9 @@ ffi::Error launch_impl(CUstream stream, ffi::RemainingArgs args, ffi::RemainingR
                        int64_t kernel_id, std::string_view ptx, std::string_view entry,
                        ffi::Span<const int32_t> grid,
                        ffi::Span<const int32_t> block, ffi::Span<const int32_t> cluster,
-                       int64_t smem) {
+                       int64_t smem, ffi::Span<const int64_t> tma) {
   try {
-    return launch(stream, args, rets, kernel_id, ptx, entry, grid, block, cluster, smem);
+    return launch(stream, args, rets, kernel_id, ptx, entry, grid, block, cluster, smem, tma);
   } catch (const std::exception& e) {
     return ffi::Error::Internal(std::string("jaxptx_launch: ") + e.what());
   } catch (...) {

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import ir, sim
 from ..parse import parse
-from . import _registry
+from . import _registry, _tma
 
 __all__ = ["run"]
 
@@ -32,8 +32,11 @@ _PARSED: dict[int, ir.Module] = {}
 
 def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryview],
         ptx: memoryview, entry: str, grid: tuple[int, int, int], block: tuple[int, int, int],
-        cluster: tuple[int, int, int], smem: int) -> str | None:
+        cluster: tuple[int, int, int], smem: int, tma: Sequence[int] = ()) -> str | None:
     """Run kernel ``kernel_id``; return None, or the error for XLA to raise.
+
+    ``tma`` is the call's TMA descriptor records (``_tma``): the emulator
+    encodes them with the addresses it gives the buffers.
 
     Never raises: every failure (buffer size mismatch, unparsable PTX, an
     emulator fault) comes back as the message of an FFI error.
@@ -56,8 +59,9 @@ def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryvi
                 module = _PARSED.setdefault(kernel_id, parse(bytes(ptx).decode()))
             ins = [np.frombuffer(mv, np.uint8).copy() for mv in inputs]
             outs = [np.frombuffer(mv, np.uint8) for mv in outputs]
+        maps = _tma.sim_maps(tma)
         with _LAUNCH_LOCK:
-            sim.launch(module, *ins, *outs, kernel=entry, grid=grid, block=block,
+            sim.launch(module, *ins, *outs, *maps, kernel=entry, grid=grid, block=block,
                        cluster=cluster, smem=smem)
         del ins, outs  # no view may outlive the call
         return None

@@ -1,9 +1,10 @@
 """Lowering a kernel's primitive to typed-FFI custom calls.
 
 Both calls carry the same attributes: ``kernel_id`` (int64), ``ptx`` and
-``entry`` (strings), ``grid``, ``block``, ``cluster`` (int32 arrays of 3) and
-``smem`` (int64). A call is self-contained: a serialised export runs with
-no registry, in a process that never traced the kernel.
+``entry`` (strings), ``grid``, ``block``, ``cluster`` (int32 arrays of 3),
+``smem`` (int64) and ``tma`` (int64 array: the kernel's TMA descriptors but
+for their addresses, see ``_tma``). A call is self-contained: a serialised
+export runs with no registry, in a process that never traced the kernel.
 
 * CPU: ``jaxptx_cpu``. The shim's handler calls back into Python
   (``_cpu.run``), which runs the kernel on the emulator.
@@ -30,7 +31,7 @@ from .. import _ffi, isa
 from ..dsl import Kernel
 from ..errors import SpecError
 from ..runtime import arch_from_capability, compile_cubin
-from . import _cpu, _partition, _registry
+from . import _cpu, _partition, _registry, _tma
 
 __all__ = ["register", "cuda_target", "arch_for_devices", "CPU_TARGET", "CUDA_TARGET"]
 
@@ -109,9 +110,10 @@ def arch_for_devices(devices: Sequence[Any], name: str) -> str | None:
 
 def _attributes(entry: _registry.Entry) -> dict[str, Any]:
     spec = entry.spec
+    tma = _tma.records(spec.tma, entry.kernel.name, entry.inputs + entry.outputs)
     return dict(kernel_id=np.int64(entry.kernel_id), ptx=spec.ptx, entry=entry.entry,
                 grid=np.array(entry.grid, np.int32), block=np.array(spec.block, np.int32),
-                cluster=np.array(spec.cluster, np.int32), smem=np.int64(spec.smem))
+                cluster=np.array(spec.cluster, np.int32), smem=np.int64(spec.smem), tma=tma)
 
 
 def kernel_lowering_cpu(kernel: Kernel, ctx: Any, *args: Any, template: tuple, sizes: tuple,

@@ -149,14 +149,24 @@ GRID_Z_LIMIT = 65535
 
 def kernel_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], **params: Any):
     """vmap. A ``batch="z"`` kernel becomes one launch with the batch as
-    grid z (:func:`fold_batch`); any other kernel, or a batch past grid z's
-    limit, a sequential loop over it (``lax.map``), one launch per element.
-    Unbatched inputs are shared by all."""
+    grid z (:func:`fold_batch`); any other kernel, a batch past grid z's
+    limit, or a kernel with a TMA descriptor of a batched tensor (one
+    descriptor describes one tensor), a sequential loop over it
+    (``lax.map``), one launch per element. Unbatched inputs are shared by all."""
     if kernel.batch == "z":
         size = next(a.shape[ax] for a, ax in zip(args, axes) if ax is not None)
-        if (params["batch"] or 1) * size <= GRID_Z_LIMIT:
+        if (params["batch"] or 1) * size <= GRID_Z_LIMIT and not _tma_of_batched(kernel, axes, **params):
             return fold_batch(kernel, args, axes, size, **params)
     return loop_batch(kernel, args, axes, **params)
+
+
+def _tma_of_batched(kernel: Kernel, axes: Sequence[Any], *, template: tuple, sizes: tuple,
+                    grid: tuple, batch: int, shared: tuple) -> bool:
+    """Whether the kernel asks for a TMA descriptor of a tensor that the
+    folded launch would batch (any output, or an input batched now or before)."""
+    spec = kernel.specialize(**dict(template), **dict(sizes))
+    batched = {i for i, ax in enumerate(axes) if ax is not None or (batch and i not in shared)}
+    return any(d.tensor >= len(axes) or d.tensor in batched for d in spec.tma)
 
 
 def fold_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], size: int, *,

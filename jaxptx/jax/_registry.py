@@ -55,7 +55,8 @@ class Entry:
     def content(self) -> bytes:
         """What the id hashes: everything that decides what a launch does."""
         s = self.spec
-        launch = (self.entry, self.grid, s.block, s.cluster, s.smem, self.inputs, self.outputs)
+        launch = (self.entry, self.grid, s.block, s.cluster, s.smem, self.inputs, self.outputs,
+                  s.tma)
         return s.ptx.encode() + b"\0" + repr(launch).encode()
 
 
@@ -72,7 +73,7 @@ def register(kernel: Kernel, target: isa.Target, template: tuple, dims: tuple,
 
     Raises:
         SpecError: the kernel's parameters are not one pointer per tensor
-            (raw scalar params and TMA descriptors are not supported yet).
+            then its TMA descriptors (raw scalar params are not supported).
     """
     spec = kernel.specialize_for(target, shared=shared, **dict(template), **dict(dims))
     entry_fn = _entry_function(kernel, spec, len(inputs) + len(outputs))
@@ -128,9 +129,12 @@ def _entry_function(kernel: Kernel, spec: Specialization, buffers: int) -> str:
         raise SpecError(f"kernel {kernel.name}: a JAX call needs a module with one .entry, "
                         f"got {[f.name for f in entries]}")
     params = entries[0].params
-    if len(params) != buffers or any(p.type != "u64" for p in params):
+    pointers, maps = params[:buffers], params[buffers:]
+    if (len(pointers) != buffers or any(p.type != "u64" for p in pointers)
+            or [p.name for p in maps] != [d.param for d in spec.tma]):
         declared = ", ".join(f".{p.type} {p.name}" for p in params) or "none"
         raise SpecError(f"kernel {kernel.name}: a JAX call passes {buffers} buffer pointers "
-                        f"(inputs then outputs), but the entry's parameters are {declared}; "
-                        "raw scalar params and TMA descriptors are not supported from JAX yet")
+                        f"(inputs then outputs), then the TMA descriptors the body asked for "
+                        f"({', '.join(d.param for d in spec.tma) or 'none'}), but the entry's "
+                        f"parameters are {declared}; raw scalar params are not supported from JAX")
     return entries[0].name

@@ -1,0 +1,119 @@
+"""TMA descriptors in a custom call: the ``tma`` attribute.
+
+A kernel's :class:`~jaxptx.dsl.TmaDescriptor` s are fixed at lowering but
+for the address, which XLA gives only at run time. So the call carries each
+one as a record of int64s, in the arguments of the CUDA driver's
+``cuTensorMapEncodeTiled``; for each call the CUDA handler encodes the
+records with the buffers' device addresses and passes the 128-byte maps by
+value after the buffer pointers, and the CPU handler (:func:`sim_maps`) has
+the emulator encode them with the addresses it gives the buffers.
+
+One record, ``RECORD`` int64s (per-dimension fields innermost first, the
+unused ones 0)::
+
+    0       buffer index (inputs, then outputs)
+    1       CUtensorMapDataType
+    2       rank (1..5)
+    3       CUtensorMapSwizzle (0 none, 1 32B, 2 64B, 3 128B)
+    4..8    global dims (elements)
+    9..12   global strides in bytes of dims 1..rank-1
+    13..17  box dims
+    18..22  element strides
+    23      CUtensorMapInterleave (0)
+    24      CUtensorMapL2promotion
+    25      CUtensorMapFloatOOBfill (0: zeros)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .. import sim
+from ..dsl import TmaDescriptor
+from ..errors import SpecError
+from ..types import TYPES
+
+__all__ = ["RECORD", "records", "sim_maps"]
+
+RECORD = 26
+MAX_RANK = 5
+# CU_TENSOR_MAP_L2_PROMOTION_L2_128B: fetch whole 128-byte lines into L2.
+L2_PROMOTION_128B = 2
+# CUtensorMapDataType: the float and signed types TMA knows by name; any
+# other type copies as unsigned bits of its size.
+_CU_DTYPE = {"s32": 3, "s64": 5, "f16": 6, "f32": 7, "f64": 8, "bf16": 9, "tf32": 11}
+_CU_UNSIGNED = {1: 0, 2: 1, 4: 2, 8: 4}
+# CUtensorMapDataType -> the emulator's name for the type.
+_SIM_DTYPE = {0: "u8", 1: "u16", 2: "u32", 3: "s32", 4: "u64", 5: "s64", 6: "f16", 7: "f32",
+              8: "f64", 9: "bf16", 10: "f32.ftz", 11: "tf32", 12: "tf32.ftz"}
+_SWIZZLE_CODE = {0: 0, 32: 1, 64: 2, 128: 3}
+
+
+def _padded(values: Sequence[int], width: int) -> list[int]:
+    return [int(v) for v in values] + [0] * (width - len(values))
+
+
+def record(d: TmaDescriptor) -> list[int]:
+    """The ``RECORD`` int64s of one descriptor."""
+    t = TYPES[d.dtype]
+    dtype = _CU_DTYPE.get(d.dtype, _CU_UNSIGNED[t.bits // 8])
+    rank = len(d.shape)
+    return [d.tensor, dtype, rank, _SWIZZLE_CODE[d.swizzle],
+            *_padded(d.shape[::-1], MAX_RANK), *_padded(d.strides[::-1][1:], MAX_RANK - 1),
+            *_padded(d.box[::-1], MAX_RANK), *_padded([1] * rank, MAX_RANK),
+            0, L2_PROMOTION_128B, 0]
+
+
+def records(descriptors: Sequence[TmaDescriptor], kernel: str,
+            buffers: Sequence[tuple[tuple[int, ...], np.dtype]]) -> np.ndarray:
+    """The ``tma`` attribute of a call: the records of ``descriptors``,
+    each checked by encoding it as the emulator would (the driver's rules).
+
+    Raises:
+        SpecError: a descriptor the driver would refuse, or one whose shape
+            does not cover its buffer.
+    """
+    out = []
+    for d in descriptors:
+        shape, dtype = buffers[d.tensor]
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        covered = d.strides[0] * d.shape[0] if d.shape else 0
+        if covered > size:
+            raise SpecError(f"kernel {kernel}: TMA descriptor {d.param} spans {covered} bytes "
+                            f"but its buffer has {size}")
+        rec = record(d)
+        try:
+            _sim_map(rec)
+        except ValueError as e:
+            raise SpecError(f"kernel {kernel}: TMA descriptor {d.param} (shape {d.shape}, box "
+                            f"{d.box}, .{d.dtype}, swizzle {d.swizzle}): {e}") from None
+        out.extend(rec)
+    return np.array(out, np.int64)
+
+
+def _sim_map(rec: Sequence[int]) -> sim.ArgTensorMap:
+    rank = int(rec[2])
+    shape = [int(x) for x in rec[4:4 + rank]][::-1]
+    elem = TYPES[_SIM_DTYPE[int(rec[1])].split(".")[0]].bits // 8
+    strides = [int(x) for x in rec[9:9 + rank - 1]][::-1] + [elem]
+    box = [int(x) for x in rec[13:13 + rank]][::-1]
+    swizzle = {code: b for b, code in _SWIZZLE_CODE.items()}[int(rec[3])]
+    return sim.ArgTensorMap(int(rec[0]), shape, _SIM_DTYPE[int(rec[1])], box, strides=strides,
+                            swizzle=swizzle, oob_fill="nan" if rec[25] else "zero")
+
+
+def sim_maps(tma: Sequence[int]) -> list[sim.ArgTensorMap]:
+    """The emulator's maps for a call's ``tma`` attribute (buffer indices
+    are launch argument indices: inputs then outputs come first).
+
+    Raises:
+        ValueError: the attribute is not whole records, or a record is invalid.
+    """
+    if len(tma) % RECORD:
+        raise ValueError(f"the tma attribute has {len(tma)} entries, not a multiple of {RECORD}")
+    try:
+        return [_sim_map(tma[i:i + RECORD]) for i in range(0, len(tma), RECORD)]
+    except KeyError as e:
+        raise ValueError(f"the tma attribute has an unknown code {e}") from None
