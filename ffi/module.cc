@@ -4,10 +4,15 @@
 // with jax.ffi.register_ffi_target) and the hooks that feed them: the CPU
 // handler's Python callback and the CUDA handler's module registry.
 
+#include <cstdint>
+#include <vector>
+
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include "handlers.h"
+#include "tensor_maps.h"
 
 namespace nb = nanobind;
 
@@ -49,9 +54,10 @@ NB_MODULE(_ffi, m) {
 
   m.def("set_cpu_callback", &jaxptx::set_cpu_callback, nb::arg("fn").none(),
         "Set fn(kernel_id, inputs, outputs, ptx, entry, grid, block, cluster, "
-        "smem) -> None | str, called by the CPU handler with tuples of "
-        "memoryviews (outputs writable) and a memoryview of the PTX, all valid "
-        "only during the call; a returned string becomes the FFI error.");
+        "smem, tma) -> None | str, called by the CPU handler with tuples of "
+        "memoryviews (outputs writable), a memoryview of the PTX, all valid "
+        "only during the call, and a tuple of the TMA descriptor records; a "
+        "returned string becomes the FFI error.");
 
   m.def("cpu_shutdown", &jaxptx::cpu_shutdown,
         "Close the CPU handler for good and wait for the calls in flight (an "
@@ -71,6 +77,43 @@ NB_MODULE(_ffi, m) {
 
   m.def("cuda_registered", &jaxptx::cuda_registered, nb::arg("kernel_id"),
         "Whether kernel_id is registered for the CUDA handler.");
+
+  m.def("tma_encode_arguments",
+        [](const std::vector<int64_t>& records, size_t num_buffers) {
+          std::vector<jaxptx::cu::TiledMapArgs> args;
+          std::string bad = jaxptx::cu::decode_tensor_maps(
+              xla::ffi::Span<const int64_t>(records.data(), records.size()), num_buffers, &args);
+          if (!bad.empty()) throw nb::value_error(bad.c_str());
+          nb::list out;
+          for (const auto& a : args) {
+            nb::dict d;
+            nb::list dims, strides, box, element_strides;
+            for (uint32_t k = 0; k < a.rank; ++k) {
+              dims.append(a.dims[k]);
+              box.append(a.box[k]);
+              element_strides.append(a.element_strides[k]);
+              if (k + 1 < a.rank) strides.append(a.strides[k]);
+            }
+            d["buffer"] = a.buffer;
+            d["dtype"] = a.dtype;
+            d["rank"] = a.rank;
+            d["dims"] = nb::tuple(dims);
+            d["strides"] = nb::tuple(strides);
+            d["box"] = nb::tuple(box);
+            d["element_strides"] = nb::tuple(element_strides);
+            d["interleave"] = a.interleave;
+            d["swizzle"] = a.swizzle;
+            d["l2_promotion"] = a.l2_promotion;
+            d["oob_fill"] = a.oob_fill;
+            out.append(d);
+          }
+          return out;
+        },
+        nb::arg("records"), nb::arg("num_buffers"),
+        "The cuTensorMapEncodeTiled arguments (but the address) that the CUDA "
+        "handler decodes from a call's tma attribute over num_buffers "
+        "buffers, one dict per descriptor; ValueError for a malformed one. "
+        "The handler's own decoder, for inspection and tests.");
 
   m.def("cuda_driver_error", &jaxptx::cuda_driver_error,
         "Empty when libcuda.so.1 opens and cuInit succeeds, else the reason.");

@@ -12,10 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxptx import Layout, Tile, kernel, ptx
+from jaxptx import Layout, Tile, _ffi, kernel, ptx
 from jaxptx.errors import SpecError
 from jaxptx.jax import _cpu
-from jaxptx.jax._tma import RECORD
+from jaxptx.jax._tma import RECORD, sim_maps
+from jaxptx.sim._tensormap import decode
 from jaxptx.runtime import ptxas
 from jaxptx.types import f32
 
@@ -57,6 +58,27 @@ def test_the_call_carries_each_descriptor_but_its_address():
         want = [0, 7, 2, 3, 64, 96, 0, 0, 0, 256, 0, 0, 0, 32, 32, 0, 0, 0, 1, 1, 0, 0, 0, 0, 2, 0]
         assert tma[:RECORD] == want
         assert tma[RECORD:] == [1] + want[1:]  # the output's, over buffer 1
+
+
+def test_the_cuda_handler_and_the_emulator_read_the_same_descriptor_from_a_record():
+    """The shim's decoder (what it hands cuTensorMapEncodeTiled) and the
+    emulator's map agree on every field, for the reshaped rank-3 bf16 map."""
+    x = np.zeros((48, 256), jnp.bfloat16)
+    text = jax.jit(lambda x: tma_reshaped_dump(x, G=3)).trace(x).lower(
+        lowering_platforms=("cuda",)).as_text()
+    tma = _tma_attribute(text)
+    (cuda,) = _ffi.tma_encode_arguments(tma, 2)
+    assert cuda == dict(buffer=0, dtype=9, rank=3, dims=(64, 48, 4), strides=(512, 128),
+                        box=(64, 16, 2), element_strides=(1, 1, 1), interleave=0, swizzle=3,
+                        l2_promotion=2, oob_fill=0)
+    (emulated,) = sim_maps(tma)
+    tm = decode(emulated.encode(1 << 36))
+    assert (tm.dims, tm.box, tm.strides[:2], tm.elem_bytes) == ((64, 48, 4), (64, 16, 2), (512, 128), 2)
+    assert (tm.swizzle, tm.address) == (128, 1 << 36)
+    for bad, message in (([0] * 3, "not whole records of 26"),
+                         ([2] + tma[1:], r"buffer 2 of 2"), ([0, 9, 6] + tma[3:], "rank 6")):
+        with pytest.raises(ValueError, match=message):
+            _ffi.tma_encode_arguments(bad, 2)
 
 
 def _swizzled_128b(rows: np.ndarray) -> np.ndarray:
