@@ -12,9 +12,10 @@ little-endian bytes, so:
   gather or scatter;
 - ``==`` compares whole values, which is what ``atom.cas.b128`` needs.
 
-PTX gives ``.b128`` no arithmetic (PTX ISA 8.3, "Fundamental Types": it is
-for ``mov``, ``ld``, ``st`` and ``atom.exch``/``atom.cas``), so nothing
-here adds or shifts; the functions build and take apart values.
+``.b128`` has no arithmetic: the instruction table admits it only for
+``mov``, ``ld``/``ldu``/``st`` and ``atom.exch``/``atom.cas`` (PTX ISA 8.3,
+sm_70+, atomics sm_90), so nothing here adds or shifts; the functions build
+and take apart values.
 """
 
 from __future__ import annotations

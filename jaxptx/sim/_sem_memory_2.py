@@ -8,7 +8,9 @@ operations use segmented prefix scans over the accesses sorted by address;
 the others (float adds, whose rounding depends on the order, and ``cas``,
 ``exch``, ``inc``, ``dec``) step through the order one "rank" at a time, all
 distinct addresses together, so the loop runs as many times as the most
-contended address has accesses.
+contended address has accesses. ``exch.b128`` and ``cas.b128`` take the
+same serial path on :mod:`._b128` records, whose ``==`` compares all 128
+bits.
 
 Floating-point notes (PTX ISA, atom): ``add.f32`` rounds to nearest even
 and flushes subnormal inputs and results to sign-preserving zero, here in
