@@ -85,7 +85,7 @@ struct Launch {
   std::string_view entry;
   ffi::Span<const int32_t> grid, block, cluster;
   int64_t smem;
-  ffi::Span<const int64_t> tma;
+  ffi::Span<const int64_t> scalars, tma;
 };
 
 ffi::Error call_python(const Launch& k, ffi::RemainingArgs args, ffi::RemainingRets rets) {
@@ -110,7 +110,7 @@ ffi::Error call_python(const Launch& k, ffi::RemainingArgs args, ffi::RemainingR
     nb::object result = nb::handle(g_cpu_callback)(
         k.kernel_id, nb::tuple(ins), nb::tuple(outs), ptx,
         nb::str(k.entry.data(), k.entry.size()), ints(k.grid), ints(k.block), ints(k.cluster),
-        k.smem, ints(k.tma));
+        k.smem, ints(k.scalars), ints(k.tma));
     if (!result.is_none()) message = nb::str(result).c_str();
   } catch (nb::python_error& e) {
     message = "jaxptx_cpu: the Python callback raised: " + describe(e);
@@ -125,7 +125,8 @@ ffi::Error call_python(const Launch& k, ffi::RemainingArgs args, ffi::RemainingR
 ffi::Error cpu_impl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t kernel_id,
                     std::string_view ptx, std::string_view entry, ffi::Span<const int32_t> grid,
                     ffi::Span<const int32_t> block, ffi::Span<const int32_t> cluster,
-                    int64_t smem, ffi::Span<const int64_t> tma) {
+                    int64_t smem, ffi::Span<const int64_t> scalars,
+                    ffi::Span<const int64_t> tma) {
   // Counted before the check, so cpu_shutdown either sees this call in
   // flight and waits for it, or this call sees the shutdown.
   InFlight guard;
@@ -137,8 +138,8 @@ ffi::Error cpu_impl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t ke
   PyGILState_STATE gil = PyGILState_Ensure();
   ffi::Error result;
   try {
-    result = call_python(Launch{kernel_id, ptx, entry, grid, block, cluster, smem, tma}, args,
-                         rets);
+    result = call_python(Launch{kernel_id, ptx, entry, grid, block, cluster, smem, scalars, tma},
+                         args, rets);
   } catch (nb::python_error& e) {
     result = ffi::Error::Internal("jaxptx_cpu: " + describe(e));
   } catch (const std::exception& e) {

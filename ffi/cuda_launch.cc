@@ -9,8 +9,8 @@
 // opts in to more than 48 KiB of dynamic shared memory when asked, and
 // launches with cuLaunchKernelEx on XLA's stream, passing the device
 // addresses of the inputs then the outputs as the kernel's parameters, then
-// its TMA descriptors by value, encoded for this call from those addresses
-// (tensor_maps.h).
+// the values of its raw scalar params, then its TMA descriptors by value,
+// encoded for this call from those addresses (tensor_maps.h).
 // libcuda.so.1 is opened with dlopen on first use, so the extension builds
 // and imports with no driver. Every failure is returned as an ffi::Error.
 
@@ -193,7 +193,8 @@ ffi::Error launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets r
                   int64_t kernel_id, std::string_view ptx, std::string_view entry,
                   ffi::Span<const int32_t> grid,
                   ffi::Span<const int32_t> block, ffi::Span<const int32_t> cluster,
-                  int64_t smem, ffi::Span<const int64_t> tma) {
+                  int64_t smem, ffi::Span<const int64_t> scalars,
+                  ffi::Span<const int64_t> tma) {
   const char* why = nullptr;
   const Driver* d = driver(&why);
   if (!d) return ffi::Error::Internal(std::string("jaxptx_launch: ") + why);
@@ -232,9 +233,18 @@ ffi::Error launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets r
   if (!bad.empty()) {
     return ffi::Error::InvalidArgument("jaxptx_launch: kernel " + image->entry + ": " + bad);
   }
+  // A raw param's value lies little-endian in the low bytes of its slot;
+  // the driver copies as many bytes as the kernel's parameter has.
+  if (scalars.size() % 2 != 0) {
+    return ffi::Error::InvalidArgument("jaxptx_launch: kernel " + image->entry +
+                                       ": the scalars attribute is not (bytes, bits) pairs");
+  }
+  std::vector<int64_t> values;
+  for (size_t i = 1; i < scalars.size(); i += 2) values.push_back(scalars[i]);
   std::vector<void*> params;
-  params.reserve(n + maps.size());
+  params.reserve(n + values.size() + maps.size());
   for (size_t i = 0; i < n; ++i) params.push_back(&pointers[i]);
+  for (int64_t& v : values) params.push_back(&v);
   for (TensorMap& m : maps) params.push_back(&m);
 
   CUcontext ctx = nullptr;
@@ -300,9 +310,11 @@ ffi::Error launch_impl(CUstream stream, ffi::RemainingArgs args, ffi::RemainingR
                        int64_t kernel_id, std::string_view ptx, std::string_view entry,
                        ffi::Span<const int32_t> grid,
                        ffi::Span<const int32_t> block, ffi::Span<const int32_t> cluster,
-                       int64_t smem, ffi::Span<const int64_t> tma) {
+                       int64_t smem, ffi::Span<const int64_t> scalars,
+                       ffi::Span<const int64_t> tma) {
   try {
-    return launch(stream, args, rets, kernel_id, ptx, entry, grid, block, cluster, smem, tma);
+    return launch(stream, args, rets, kernel_id, ptx, entry, grid, block, cluster, smem,
+                  scalars, tma);
   } catch (const std::exception& e) {
     return ffi::Error::Internal(std::string("jaxptx_launch: ") + e.what());
   } catch (...) {

@@ -21,8 +21,9 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxptxLaunch);
 namespace jaxptx {
 
 // The attributes every jaxptx custom call carries, in the order the handlers
-// take them: kernel_id, ptx, entry, grid, block, cluster, smem, tma (the
-// kernel's TMA descriptors but for their addresses; tensor_maps.h).
+// take them: kernel_id, ptx, entry, grid, block, cluster, smem, scalars (a
+// (bytes, bits) pair per raw scalar param), tma (the kernel's TMA
+// descriptors but for their addresses; tensor_maps.h).
 template <typename Binding>
 auto bind_launch_attributes(Binding binding) {
   namespace ffi = xla::ffi;
@@ -34,14 +35,15 @@ auto bind_launch_attributes(Binding binding) {
       .template Attr<ffi::Span<const int32_t>>("block")
       .template Attr<ffi::Span<const int32_t>>("cluster")
       .template Attr<int64_t>("smem")
+      .template Attr<ffi::Span<const int64_t>>("scalars")
       .template Attr<ffi::Span<const int64_t>>("tma");
 }
 
 // Sets the callable the CPU handler calls as
-// ``fn(kernel_id, inputs, outputs, ptx, entry, grid, block, cluster, smem, tma)``:
-// tuples of memoryviews over the XLA buffers (outputs writable), a
-// memoryview of the call's PTX text, its entry name and launch shape, and
-// a tuple of its TMA descriptor records.
+// ``fn(kernel_id, inputs, outputs, ptx, entry, grid, block, cluster, smem,
+// scalars, tma)``: tuples of memoryviews over the XLA buffers (outputs
+// writable), a memoryview of the call's PTX text, its entry name and launch
+// shape, and tuples of its raw scalar and TMA descriptor records.
 // It returns None on success or an error string.
 void set_cpu_callback(nanobind::object fn);
 

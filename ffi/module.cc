@@ -54,10 +54,10 @@ NB_MODULE(_ffi, m) {
 
   m.def("set_cpu_callback", &jaxptx::set_cpu_callback, nb::arg("fn").none(),
         "Set fn(kernel_id, inputs, outputs, ptx, entry, grid, block, cluster, "
-        "smem, tma) -> None | str, called by the CPU handler with tuples of "
-        "memoryviews (outputs writable), a memoryview of the PTX, all valid "
-        "only during the call, and a tuple of the TMA descriptor records; a "
-        "returned string becomes the FFI error.");
+        "smem, scalars, tma) -> None | str, called by the CPU handler with "
+        "tuples of memoryviews (outputs writable), a memoryview of the PTX, "
+        "all valid only during the call, and tuples of the raw scalar and TMA "
+        "descriptor records; a returned string becomes the FFI error.");
 
   m.def("cpu_shutdown", &jaxptx::cpu_shutdown,
         "Close the CPU handler for good and wait for the calls in flight (an "

@@ -264,7 +264,9 @@ class Kernel:
         """Call the kernel on arrays: binds its JAX primitive (see :mod:`jaxptx.jax`).
 
         Positional arguments are the inputs (one per ``in_specs`` entry);
-        keywords are template values, and dims that no input binds. Returns
+        keywords are template values, dims that no input binds, and the
+        values of the ``raw_params`` (static numbers passed to the launch;
+        they do not specialise the PTX). Returns
         the output array, or a tuple when there are several outputs. Works
         eagerly and under ``jax.jit``, ``vmap`` and ``shard_map``.
 

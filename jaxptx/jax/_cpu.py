@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import ir, sim
+from ..types import TYPES
 from ..parse import parse
 from . import _registry, _tma
 
@@ -32,11 +33,13 @@ _PARSED: dict[int, ir.Module] = {}
 
 def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryview],
         ptx: memoryview, entry: str, grid: tuple[int, int, int], block: tuple[int, int, int],
-        cluster: tuple[int, int, int], smem: int, tma: Sequence[int] = ()) -> str | None:
+        cluster: tuple[int, int, int], smem: int, scalars: Sequence[int] = (),
+        tma: Sequence[int] = ()) -> str | None:
     """Run kernel ``kernel_id``; return None, or the error for XLA to raise.
 
-    ``tma`` is the call's TMA descriptor records (``_tma``): the emulator
-    encodes them with the addresses it gives the buffers.
+    ``scalars`` holds a ``(bytes, bits)`` pair per raw scalar param; ``tma``
+    the call's TMA descriptor records (``_tma``), which the emulator encodes
+    with the addresses it gives the buffers.
 
     Never raises: every failure (buffer size mismatch, unparsable PTX, an
     emulator fault) comes back as the message of an FFI error.
@@ -59,14 +62,31 @@ def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryvi
                 module = _PARSED.setdefault(kernel_id, parse(bytes(ptx).decode()))
             ins = [np.frombuffer(mv, np.uint8).copy() for mv in inputs]
             outs = [np.frombuffer(mv, np.uint8) for mv in outputs]
+        values = _scalar_values(module, entry, len(ins) + len(outs), scalars)
         maps = _tma.sim_maps(tma)
         with _LAUNCH_LOCK:
-            sim.launch(module, *ins, *outs, *maps, kernel=entry, grid=grid, block=block,
+            sim.launch(module, *ins, *outs, *values, *maps, kernel=entry, grid=grid, block=block,
                        cluster=cluster, smem=smem)
         del ins, outs  # no view may outlive the call
         return None
     except BaseException as e:  # noqa: BLE001 - every failure becomes an FFI error
         return f"jaxptx_cpu: kernel {name}: {type(e).__name__}: {e}"
+
+
+def _scalar_values(module: ir.Module, entry: str, buffers: int,
+                   scalars: Sequence[int]) -> list[np.generic]:
+    """The raw param values of a call, typed as the entry declares them."""
+    if len(scalars) % 2:
+        raise ValueError(f"the scalars attribute has {len(scalars)} entries, not (bytes, bits) pairs")
+    function = next(f for f in module.functions if f.name == entry)
+    values = []
+    for param, (nbytes, bits) in zip(function.params[buffers:], zip(scalars[::2], scalars[1::2])):
+        dtype = TYPES[param.type].np_dtype
+        if dtype is None or dtype.itemsize != nbytes:
+            raise ValueError(f"raw param {param.name} (.{param.type}) got a {nbytes}-byte value")
+        raw = (int(bits) & (2**64 - 1)).to_bytes(8, "little")[:nbytes]
+        values.append(np.frombuffer(raw, dtype)[0])
+    return values
 
 
 def _view(mv: memoryview, buffer: _registry.BufferType, what: str, index: int) -> np.ndarray:

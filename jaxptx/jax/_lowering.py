@@ -2,8 +2,9 @@
 
 Both calls carry the same attributes: ``kernel_id`` (int64), ``ptx`` and
 ``entry`` (strings), ``grid``, ``block``, ``cluster`` (int32 arrays of 3),
-``smem`` (int64) and ``tma`` (int64 array: the kernel's TMA descriptors but
-for their addresses, see ``_tma``). A call is self-contained: a serialised
+``smem`` (int64), ``scalars`` (int64 array: a ``(bytes, bits)`` pair per
+raw scalar param, the values of this call) and ``tma`` (int64 array: the
+kernel's TMA descriptors but for their addresses, see ``_tma``). A call is self-contained: a serialised
 export runs with no registry, in a process that never traced the kernel.
 
 * CPU: ``jaxptx_cpu``. The shim's handler calls back into Python
@@ -108,27 +109,42 @@ def arch_for_devices(devices: Sequence[Any], name: str) -> str | None:
     return arch_from_capability(major, minor)
 
 
-def _attributes(entry: _registry.Entry) -> dict[str, Any]:
+def _attributes(entry: _registry.Entry, scalars: tuple) -> dict[str, Any]:
     spec = entry.spec
     tma = _tma.records(spec.tma, entry.kernel.name, entry.inputs + entry.outputs)
     return dict(kernel_id=np.int64(entry.kernel_id), ptx=spec.ptx, entry=entry.entry,
                 grid=np.array(entry.grid, np.int32), block=np.array(spec.block, np.int32),
-                cluster=np.array(spec.cluster, np.int32), smem=np.int64(spec.smem), tma=tma)
+                cluster=np.array(spec.cluster, np.int32), smem=np.int64(spec.smem),
+                scalars=scalar_records(entry.kernel, scalars), tma=tma)
+
+
+def scalar_records(kernel: Kernel, values: Sequence[Any]) -> np.ndarray:
+    """The ``scalars`` attribute: ``(bytes, bits)`` of each raw param value,
+    the bits little-endian in the low bytes of an int64."""
+    out = []
+    for (ptype, _), value in zip(kernel._raw_params, values):
+        nbytes = ptype.bits // 8
+        if ptype.kind == "f":
+            bits = int.from_bytes(np.array(value, dtype=ptype.np_dtype).tobytes(), "little")
+        else:
+            bits = int(value) & ((1 << ptype.bits) - 1)
+        out += [nbytes, bits]
+    return np.array(out, np.uint64).view(np.int64)
 
 
 def kernel_lowering_cpu(kernel: Kernel, ctx: Any, *args: Any, template: tuple, sizes: tuple,
-                        grid: tuple, batch: int, shared: tuple) -> Any:
+                        grid: tuple, batch: int, shared: tuple, scalars: tuple) -> Any:
     """The emulator's custom call."""
     entry = _entry(kernel, ctx, kernel.resolve_arch(), template, sizes, grid, shared)
-    return _cpu_call(ctx, *args, **_attributes(entry))
+    return _cpu_call(ctx, *args, **_attributes(entry, scalars))
 
 
 def kernel_lowering_cuda(kernel: Kernel, ctx: Any, *args: Any, template: tuple, sizes: tuple,
-                         grid: tuple, batch: int, shared: tuple) -> Any:
+                         grid: tuple, batch: int, shared: tuple, scalars: tuple) -> Any:
     """The GPU launch's custom call."""
     entry = _entry(kernel, ctx, cuda_target(kernel, ctx), template, sizes, grid, shared)
     _register_cubin(kernel, ctx, entry)
-    return _cuda_call(ctx, *args, **_attributes(entry))
+    return _cuda_call(ctx, *args, **_attributes(entry, scalars))
 
 
 def _sharded_or(lowering: Any, prim: Any, kernel: Kernel) -> Any:

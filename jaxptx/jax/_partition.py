@@ -128,4 +128,4 @@ def _local_launch(prim: Any, kernel: Kernel, params: dict[str, Any], *xs: jax.Ar
     if batch:
         grid = (grid[0], grid[1], local_batch)
     return tuple(prim.bind(*xs, template=template, sizes=sizes, grid=grid, batch=local_batch,
-                           shared=shared))
+                           shared=shared, scalars=params["scalars"]))

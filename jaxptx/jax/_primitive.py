@@ -3,8 +3,9 @@
 The primitive of a kernel is created on its first call and kept on the
 kernel. Its parameters: ``template`` and ``sizes`` (sorted ``(name, value)``
 pairs: the template values and every symbolic dim), ``grid`` (the launch
-grid they give), ``batch`` (0, or the size of a batch folded into grid z)
-and ``shared`` (indices of the inputs a batched launch shares). Lowerings
+grid they give), ``batch`` (0, or the size of a batch folded into grid z),
+``shared`` (indices of the inputs a batched launch shares) and ``scalars``
+(the values of the kernel's raw scalar params, in their order). Lowerings
 live in ``_lowering``; the rules here are shared by all kernels and take the
 kernel as their first argument.
 """
@@ -40,11 +41,50 @@ def primitive(kernel: Kernel) -> jex.core.Primitive:
 
 def call(kernel: Kernel, args: tuple, kwargs: dict) -> Any:
     """``kernel(*args, **kwargs)``: check, bind the primitive, unpack."""
+    scalars, kwargs = _scalar_arguments(kernel, kwargs)
     template, dims = _bind_arguments(kernel, args, kwargs)
     grid = kernel._resolve_grid({**dict(dims), **dict(template)})
     outs = primitive(kernel).bind(*args, template=template, sizes=dims, grid=grid, batch=0,
-                                  shared=())
+                                  shared=(), scalars=scalars)
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _scalar_arguments(kernel: Kernel, kwargs: dict) -> tuple[tuple, dict]:
+    """Split the values of the raw scalar params (``raw_params``) off the
+    keywords: static numbers passed to the launch, not specialising the PTX."""
+    where = f"kernel {kernel.name}"
+    values, rest = [], dict(kwargs)
+    for ptype, name in kernel._raw_params:
+        if name not in rest:
+            raise SpecError(f"{where}: raw param {name} (.{ptype.name}) has no value; pass {name}=...")
+        value = rest.pop(name)
+        if isinstance(value, jax.core.Tracer):
+            raise SpecError(f"{where}: raw param {name} is traced; raw params are static numbers "
+                            f"(jax.jit(..., static_argnames=({name!r},)))")
+        values.append(scalar_value(ptype, value, f"{where}: raw param {name}"))
+    return tuple(values), rest
+
+
+def scalar_value(ptype: Any, value: Any, where: str) -> int | float:
+    """``value`` as a number of PTX type ``ptype`` (an int that fits an
+    integer type, a real number for a float type).
+
+    Raises:
+        SpecError: a value of the wrong kind, or out of range.
+    """
+    if ptype.kind == "f":
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+            raise SpecError(f"{where} (.{ptype.name}): expected a real number, got {value!r}")
+        return float(value)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise SpecError(f"{where} (.{ptype.name}): expected an int, got {value!r}")
+    bits = ptype.bits
+    low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if ptype.kind == "s" else (0, (1 << bits) - 1)
+    if ptype.kind == "b":
+        low = -(1 << (bits - 1))
+    if not low <= int(value) <= high:
+        raise SpecError(f"{where} (.{ptype.name}): {value} is outside {low}..{high}")
+    return int(value)
 
 
 def _bind_arguments(kernel: Kernel, args: tuple, kwargs: dict) -> tuple[tuple, tuple]:
@@ -96,7 +136,8 @@ def _out_dtype(kernel: Kernel, spec: Tile) -> np.dtype:
 
 
 def kernel_abstract_eval(kernel: Kernel, *avals: Any, template: tuple, sizes: tuple,
-                         grid: tuple, batch: int, shared: tuple) -> list[jax.core.ShapedArray]:
+                         grid: tuple, batch: int, shared: tuple,
+                         scalars: tuple) -> list[jax.core.ShapedArray]:
     """Output avals from ``out_specs`` (with a leading ``batch`` dim when
     batched); re-checks the inputs against the dims."""
     names = kernel._tensors[:len(kernel.in_specs)]
@@ -161,7 +202,7 @@ def kernel_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], **par
 
 
 def _tma_of_batched(kernel: Kernel, axes: Sequence[Any], *, template: tuple, sizes: tuple,
-                    grid: tuple, batch: int, shared: tuple) -> bool:
+                    grid: tuple, batch: int, shared: tuple, scalars: tuple) -> bool:
     """Whether the kernel asks for a TMA descriptor of a tensor that the
     folded launch would batch (any output, or an input batched now or before)."""
     spec = kernel.specialize(**dict(template), **dict(sizes))
@@ -170,7 +211,8 @@ def _tma_of_batched(kernel: Kernel, axes: Sequence[Any], *, template: tuple, siz
 
 
 def fold_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], size: int, *,
-               template: tuple, sizes: tuple, grid: tuple, batch: int, shared: tuple):
+               template: tuple, sizes: tuple, grid: tuple, batch: int, shared: tuple,
+               scalars: tuple):
     """One launch for the whole batch: grid z runs over it.
 
     A new batch over an already batched call (nested vmap) multiplies the
@@ -196,7 +238,7 @@ def fold_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], size: i
     total = size * (batch or 1)
     outs = primitive(kernel).bind(*new_args, template=template, sizes=sizes,
                                   grid=(grid[0], grid[1], total), batch=total,
-                                  shared=tuple(new_shared))
+                                  shared=tuple(new_shared), scalars=scalars)
     if batch:
         outs = [o.reshape((size, batch, *o.shape[1:])) for o in outs]
     return outs, [0] * len(outs)

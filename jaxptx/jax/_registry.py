@@ -72,8 +72,8 @@ def register(kernel: Kernel, target: isa.Target, template: tuple, dims: tuple,
     ``shared`` names the inputs a batched launch shares across its batch.
 
     Raises:
-        SpecError: the kernel's parameters are not one pointer per tensor
-            then its TMA descriptors (raw scalar params are not supported).
+        SpecError: the kernel's parameters are not one pointer per tensor,
+            then its raw scalar params, then its TMA descriptors.
     """
     spec = kernel.specialize_for(target, shared=shared, **dict(template), **dict(dims))
     entry_fn = _entry_function(kernel, spec, len(inputs) + len(outputs))
@@ -129,12 +129,14 @@ def _entry_function(kernel: Kernel, spec: Specialization, buffers: int) -> str:
         raise SpecError(f"kernel {kernel.name}: a JAX call needs a module with one .entry, "
                         f"got {[f.name for f in entries]}")
     params = entries[0].params
-    pointers, maps = params[:buffers], params[buffers:]
-    if (len(pointers) != buffers or any(p.type != "u64" for p in pointers)
-            or [p.name for p in maps] != [d.param for d in spec.tma]):
+    want = ([("u64", None)] * buffers + [(t.name, n) for t, n in kernel._raw_params]
+            + [("b8", d.param) for d in spec.tma])
+    got = [(p.type, p.name) for p in params]
+    if len(got) != len(want) or any(w[0] != g[0] or w[1] not in (None, g[1]) for w, g in zip(want, got)):
         declared = ", ".join(f".{p.type} {p.name}" for p in params) or "none"
         raise SpecError(f"kernel {kernel.name}: a JAX call passes {buffers} buffer pointers "
-                        f"(inputs then outputs), then the TMA descriptors the body asked for "
-                        f"({', '.join(d.param for d in spec.tma) or 'none'}), but the entry's "
-                        f"parameters are {declared}; raw scalar params are not supported from JAX")
+                        f"(inputs then outputs), the raw params "
+                        f"({', '.join(n for _, n in kernel._raw_params) or 'none'}), then the TMA "
+                        f"descriptors ({', '.join(d.param for d in spec.tma) or 'none'}), but the "
+                        f"entry's parameters are {declared}")
     return entries[0].name

@@ -33,7 +33,9 @@ def test_lowered_text_shows_the_custom_call_and_kernel_id():
     attrs = m.group(1)
     assert re.fullmatch(r"block = dense<\[128, 1, 1\]> : tensor<3xi32>, cluster = dense<1> : "
                         r"tensor<3xi32>, entry = \"affine\", grid = dense<\[2, 1, 1\]> : "
-                        r"tensor<3xi32>, kernel_id = \d+ : i64, ptx = \".*\", smem = 0 : i64, "
+                        r"tensor<3xi32>, kernel_id = \d+ : i64, ptx = \".*\", "
+                        r"scalars = dense<> : tensor<0xi64>, "
+                        r"smem = 0 : i64, "
                         r"tma = dense<> : tensor<0xi64>", attrs)
     assert "ptx = \".version 8.5\\0A.target sm_90a\\0A" in attrs  # the call carries its PTX
     hlo = jax.jit(affine).lower(X).as_text(dialect="hlo")
@@ -93,7 +95,7 @@ def _raw_call(ptx: str, n: int, **launch):
     attrs = dict(kernel_id=np.int64(12345), ptx=ptx, entry="affine",
                  grid=np.array([n // 128, 1, 1], np.int32), block=np.array([128, 1, 1], np.int32),
                  cluster=np.array([1, 1, 1], np.int32), smem=np.int64(0),
-                 tma=np.zeros(0, np.int64))
+                 scalars=np.zeros(0, np.int64), tma=np.zeros(0, np.int64))
     attrs.update(launch)
     return jax.jit(lambda x: call(x, **attrs))
 
@@ -108,7 +110,7 @@ def test_bad_ptx_or_a_missing_attribute_in_a_call_is_an_ffi_error():
                        match=r"jaxptx_cpu: kernel affine \(id 54321\): ParseError: <string>:1:8: expected ';'"):
         jax.block_until_ready(_raw_call("garbage", 256, kernel_id=np.int64(54321))(X))
     call = jax.ffi.ffi_call("jaxptx_cpu", jax.ShapeDtypeStruct((4,), jnp.float32))
-    with pytest.raises(jax.errors.JaxRuntimeError, match="Wrong number of attributes: expected 8"):
+    with pytest.raises(jax.errors.JaxRuntimeError, match="Wrong number of attributes: expected 9"):
         jax.block_until_ready(jax.jit(lambda x: call(x, kernel_id=np.int64(1)))(X[:4]))
 
 

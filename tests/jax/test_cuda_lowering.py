@@ -35,7 +35,9 @@ def test_stablehlo_shows_the_launch_and_its_attributes():
     assert m, text
     assert re.fullmatch(r"block = dense<\[128, 1, 1\]> : tensor<3xi32>, cluster = dense<1> : "
                         r"tensor<3xi32>, entry = \"affine\", grid = dense<\[2, 1, 1\]> : "
-                        r"tensor<3xi32>, kernel_id = \d+ : i64, ptx = \".*\", smem = 0 : i64, "
+                        r"tensor<3xi32>, kernel_id = \d+ : i64, ptx = \".*\", "
+                        r"scalars = dense<> : tensor<0xi64>, "
+                        r"smem = 0 : i64, "
                         r"tma = dense<> : tensor<0xi64>",
                         m.group(1))
 

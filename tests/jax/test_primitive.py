@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -37,7 +38,7 @@ def test_eager_and_jit_calls_compute_the_kernel():
 
 def test_jaxpr_shows_the_primitive_with_its_params():
     text = " ".join(str(jax.make_jaxpr(lambda x, w: axpy_index(x, w, scale=0.5))(X, X)).split())
-    assert ("axpy_index[ batch=0 grid=(2, 1, 1) shared=() sizes=(('N', 256),) "
+    assert ("axpy_index[ batch=0 grid=(2, 1, 1) scalars=() shared=() sizes=(('N', 256),) "
             "template=(('scale', 0.5),) ] a b"
             in text)
 
@@ -98,15 +99,52 @@ def test_module_kernels_cannot_be_called():
         mod()
 
 
-def test_raw_params_are_refused_at_lowering():
-    @kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),), raw_params=[("u32", "n")],
-            grid=(1, 1, 1), block=(32, 1, 1), arch="sm_90a")
-    def with_scalar(x, y):
-        ptx.ret()
+@kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),), raw_params=[("u32", "n"), ("f32", "alpha")],
+        grid=lambda N: (N // 128, 1, 1), block=(128, 1, 1), arch="sm_90a", batch="z")
+def scale_head(x, y):
+    """``y[i] = x[i] * alpha`` for ``i < n``, else ``x[i]``: raw params, one PTX for every value."""
+    i = ptx.special.ctaid.x() * 128 + ptx.special.tid.x()
+    xp, yp = ptx.batch_ptrs(x, y)
+    off = ptx.mul.wide.u32(i, 4)
+    v = ptx.ld.global_.f32(xp + off)
+    with ptx.if_(i < ptx.param("n")):
+        ptx.mul.f32(v, v, ptx.param("alpha"))
+    ptx.st.global_.f32(yp + off, v)
 
-    with pytest.raises(SpecError, match=r"kernel with_scalar: a JAX call passes 2 buffer pointers"
-                                        r".*\.u32 n; raw scalar params"):
-        jax.jit(with_scalar).lower(X[:32])
+
+def _scale_head_reference(x, n, alpha):
+    return np.where(np.arange(x.shape[-1]) < n, x * np.float32(alpha), x)
+
+
+def test_raw_params_take_static_keyword_values_without_respecialising():
+    f = jax.jit(scale_head, static_argnames=("n", "alpha"))
+    for n, alpha in ((100, 3.0), (7, -0.5)):
+        np.testing.assert_array_equal(np.asarray(f(X, n=n, alpha=alpha)), _scale_head_reference(X, n, alpha))
+    texts = [f.lower(X, n=n, alpha=a).as_text() for n, a in ((100, 3.0), (7, -0.5))]
+    ids = {re.search(r"kernel_id = (\d+)", t).group(1) for t in texts}
+    assert len(ids) == 1 and len(scale_head._cache) == 1  # one PTX, one id: the values ride the call
+    assert "scalars = dense<[4, 100, 4, 1077936128]> : tensor<4xi64>" in texts[0]  # 3.0f = 0x40400000
+    cuda = f.trace(X, n=7, alpha=-0.5).lower(lowering_platforms=("cuda",)).as_text()
+    assert "scalars = dense<[4, 7, 4, 3204448256]> : tensor<4xi64>" in cuda  # -0.5f = 0xBF000000
+    xs = np.stack([X, -X, X + 1])  # vmap: folded into grid z, the values shared by the batch
+    np.testing.assert_array_equal(np.asarray(jax.vmap(lambda x: scale_head(x, n=50, alpha=2.0))(xs)),
+                                  _scale_head_reference(xs, 50, 2.0))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(alpha=1.0), r"raw param n \(.u32\) has no value; pass n=..."),
+    (dict(n=-1, alpha=1.0), r"raw param n \(.u32\): -1 is outside 0..4294967295"),
+    (dict(n=1.5, alpha=1.0), r"raw param n \(.u32\): expected an int, got 1.5"),
+    (dict(n=1, alpha="x"), r"raw param alpha \(.f32\): expected a real number, got 'x'"),
+])
+def test_bad_raw_param_values_are_refused(kwargs, message):
+    with pytest.raises(SpecError, match="kernel scale_head: " + message):
+        scale_head(X, **kwargs)
+
+
+def test_a_traced_raw_param_is_refused():
+    with pytest.raises(SpecError, match=r"raw param n is traced; raw params are static numbers"):
+        jax.jit(lambda x, n: scale_head(x, n=n, alpha=1.0))(X, 3)
 
 
 def test_importing_jaxptx_does_not_import_jax():
