@@ -26,6 +26,7 @@ unused ones 0)::
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -104,16 +105,22 @@ def _sim_map(rec: Sequence[int]) -> sim.ArgTensorMap:
                             swizzle=swizzle, oob_fill="nan" if rec[25] else "zero")
 
 
-def sim_maps(tma: Sequence[int]) -> list[sim.ArgTensorMap]:
+def sim_maps(tma: Sequence[int]) -> tuple[sim.ArgTensorMap, ...]:
     """The emulator's maps for a call's ``tma`` attribute (buffer indices
-    are launch argument indices: inputs then outputs come first).
+    are launch argument indices: inputs then outputs come first); the same
+    attribute gives the same (immutable) maps, checked once.
 
     Raises:
         ValueError: the attribute is not whole records, or a record is invalid.
     """
+    return _sim_maps(tuple(int(v) for v in tma))
+
+
+@functools.lru_cache(maxsize=256)
+def _sim_maps(tma: tuple[int, ...]) -> tuple[sim.ArgTensorMap, ...]:
     if len(tma) % RECORD:
         raise ValueError(f"the tma attribute has {len(tma)} entries, not a multiple of {RECORD}")
     try:
-        return [_sim_map(tma[i:i + RECORD]) for i in range(0, len(tma), RECORD)]
+        return tuple(_sim_map(tma[i:i + RECORD]) for i in range(0, len(tma), RECORD))
     except KeyError as e:
         raise ValueError(f"the tma attribute has an unknown code {e}") from None
