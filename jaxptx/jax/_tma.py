@@ -80,7 +80,7 @@ def records(descriptors: Sequence[TmaDescriptor], kernel: str,
     for d in descriptors:
         shape, dtype = buffers[d.tensor]
         size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        covered = d.strides[0] * d.shape[0] if d.shape else 0
+        covered = sum((n - 1) * stride for n, stride in zip(d.shape, d.strides)) + d.strides[-1]
         if covered > size:
             raise SpecError(f"kernel {kernel}: TMA descriptor {d.param} spans {covered} bytes "
                             f"but its buffer has {size}")

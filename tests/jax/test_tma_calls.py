@@ -141,6 +141,17 @@ def test_descriptors_the_driver_would_refuse_are_refused_at_lowering(spec, n, me
         jax.jit(_copy_kernel(spec)).lower(np.zeros((4, n), np.float32))
 
 
+def test_a_descriptor_reaching_past_its_buffer_is_refused():
+    """The records' own check (the specs make buffers match; this guards
+    the reshaped form's extent, whose outermost dim is not its widest)."""
+    from jaxptx.jax import _tma
+
+    s = tma_reshaped_dump.specialize(M=48, N=256, G=3)
+    assert len(_tma.records(s.tma, "k", [((48, 256), np.dtype(np.uint16))])) == RECORD
+    with pytest.raises(SpecError, match="TMA descriptor x_tma spans 24576 bytes but its buffer has 19200"):
+        _tma.records(s.tma, "k", [((48, 200), np.dtype(np.uint16))])
+
+
 def test_a_malformed_tma_attribute_is_an_ffi_error_not_a_crash():
     x = np.zeros((32, 32), np.float32)
     ptx_text = tma_scale.ptx(M=32, N=32)
