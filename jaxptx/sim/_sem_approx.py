@@ -96,12 +96,20 @@ def rcp(s: Step) -> None:
         else:
             _approx(s, lambda x: 1.0 / x)
         return
+    _correctly_rounded(s, lambda x: 1.0 / x, _rcp_sides)
+
+
+def _correctly_rounded(s: Step, fn: Callable[[np.ndarray], np.ndarray],
+                       sides: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]) -> None:
+    """Write ``fn(a)`` rounded in the instruction's mode: f32 from the
+    float64 result; f64 directed modes from the nearest result and
+    ``sides(x, q)``, where the exact value lies above / below it."""
     x, fmt, ftz = _operand(s)
     mode = s.mod("rnd")
     with np.errstate(all="ignore"):
-        q = 1.0 / x
+        q = fn(x)
         if fmt.name == "f64" and mode != "rn":
-            q = directed_f64(q, *_rcp_sides(x, q), mode)
+            q = directed_f64(q, *sides(x, q), mode)
             s.dst(0, np.where(np.isnan(q), np.uint64(FORMATS["f64"].nan), q.view(np.uint64)), TYPES["u64"])
             return
     _write(s, q, fmt, ftz, mode)
@@ -131,15 +139,7 @@ def sqrt(s: Step) -> None:
     if s.mod("approx"):
         _approx(s, np.sqrt)
         return
-    x, fmt, ftz = _operand(s)
-    mode = s.mod("rnd")
-    with np.errstate(all="ignore"):
-        q = np.sqrt(x)
-        if fmt.name == "f64" and mode != "rn":
-            q = directed_f64(q, *_sqrt_sides(x, q), mode)
-            s.dst(0, np.where(np.isnan(q), np.uint64(FORMATS["f64"].nan), q.view(np.uint64)), TYPES["u64"])
-            return
-    _write(s, q, fmt, ftz, mode)
+    _correctly_rounded(s, np.sqrt, _sqrt_sides)
 
 
 def _sqrt_sides(x: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
