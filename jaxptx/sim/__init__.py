@@ -4,10 +4,10 @@
 kernel; numpy arrays passed for pointer parameters are updated in place.
 """
 
-from ._launch import launch as launch
-from ._program import SimError as SimError
-from ._sanitizer import SanitizerError as SanitizerError
-from ._step import Step as Step
-from ._tensormap import ArgTensorMap as ArgTensorMap
-from ._tensormap import Im2col as Im2col
-from ._tensormap import tensor_map as tensor_map
+from .launch import launch as launch
+from .errors import SimError as SimError
+from .core.sanitizer import SanitizerError as SanitizerError
+from .core.step import Step as Step
+from .memory.tensormap import ArgTensorMap as ArgTensorMap
+from .memory.tensormap import Im2col as Im2col
+from .memory.tensormap import tensor_map as tensor_map

@@ -16,7 +16,7 @@ from jaxptx import Layout, Tile, _ffi, kernel, ptx
 from jaxptx.errors import SpecError
 from jaxptx.jax import _cpu
 from jaxptx.jax._tma import RECORD, sim_maps
-from jaxptx.sim._tensormap import decode
+from jaxptx.sim.memory.tensormap import decode
 from jaxptx.runtime import ptxas
 from jaxptx.types import f32
 

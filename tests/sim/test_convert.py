@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from jaxptx.sim import launch
-from jaxptx.sim._memory import LOCAL_WINDOW, SHARED_WINDOW
+from jaxptx.sim.memory.spaces import LOCAL_WINDOW, SHARED_WINDOW
 
 RNG = np.random.default_rng(1234)
 BLOCK = 256

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from jaxptx import sim
-from jaxptx.sim import _fragments
-from jaxptx.sim._machine import Machine
+from jaxptx.sim.semantics import fragments as _fragments
+from jaxptx.sim.core.machine import Machine
 
 HEAD = ".version 8.5\n.target sm_80\n.address_size 64\n"
 

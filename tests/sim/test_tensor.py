@@ -361,7 +361,7 @@ def test_mma_f64_is_a_chain_of_fmas(shape: str) -> None:
 
 
 def test_fma_f64_cancellation_is_exact() -> None:
-    from jaxptx.sim._sem_tensor import fma_f64
+    from jaxptx.sim.semantics.mma import fma_f64
     a = np.array([1 + 2.0**-30, 0.1, 3.0, 1e308, -0.0])
     b = np.array([1 - 2.0**-30, 0.1, 1 / 3, 10.0, 5.0])
     c = np.array([-1.0, -0.01, -1.0, 0.0, -0.0])
@@ -783,7 +783,7 @@ DOC_EXAMPLES = [
 
 @pytest.mark.parametrize("major,mode,size,exact,lbo,sbo", DOC_EXAMPLES)
 def test_descriptor_addresses_match_ptx_examples(major, mode, size, exact, lbo, sbo) -> None:
-    from jaxptx.sim._sem_tensor_2 import smem_matrix_addresses
+    from jaxptx.sim.semantics.wgmma import smem_matrix_addresses
     (sx, sy), _ = exact
     mn, kk = int(np.prod(_flat(sx))), int(np.prod(_flat(sy)))
     start = 2048
@@ -795,7 +795,7 @@ def test_descriptor_addresses_match_ptx_examples(major, mode, size, exact, lbo, 
 
 
 def test_descriptor_fields() -> None:
-    from jaxptx.sim._sem_tensor_2 import descriptor_fields
+    from jaxptx.sim.semantics.wgmma import descriptor_fields
     d = descriptor(0x3FFF0, 0x1230, 0x4560, 1, base=5)
     f = descriptor_fields(np.array([d], dtype=np.uint64))
     assert (int(f["start"][0]), int(f["lbo"][0]), int(f["sbo"][0]), int(f["base"][0]),

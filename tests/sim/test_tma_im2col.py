@@ -14,8 +14,8 @@ import pytest
 
 from jaxptx import sim
 from jaxptx.sim import Im2col, SimError
-from jaxptx.sim._memory import GLOBAL_SHIFT
-from jaxptx.sim._tensormap import decode
+from jaxptx.sim.memory.spaces import GLOBAL_SHIFT
+from jaxptx.sim.memory.tensormap import decode
 
 HEAD = ".version 8.5\n.target sm_90a\n.address_size 64\n"
 PARAMS = ".param .u64 out, .param .u64 inp, .param .align 64 .b8 t[128]"

@@ -1,0 +1,138 @@
+"""Barriers of the SIMT machine: ``bar.sync``/``bar.red``/``bar.arrive`` per
+CTA and ``barrier.cluster`` per cluster.
+
+A thread that arrives at a barrier waits (state ``WAITING``) until every
+live thread of its CTA (or the barrier's thread count) has arrived; then
+all of them are released at once. These functions work on the machine's
+per-thread state arrays.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...types import TYPES
+from .step import Step
+
+if TYPE_CHECKING:
+    from ..core.machine import Machine
+
+__all__ = ["RUNNING", "WAITING", "EXITED", "CLUSTER_BARRIER", "everyone", "arrive", "release", "deadlock"]
+
+RUNNING, WAITING, EXITED = 0, 1, 2
+CLUSTER_BARRIER = 99          # the barrier id of a thread in barrier.cluster.wait
+
+
+def everyone(m: "Machine", was_uniform: bool, taken: np.ndarray) -> bool:
+    """Whether ``taken`` are all the live threads, none waits at a barrier
+    and no ``bar.arrive`` is pending."""
+    if was_uniform and len(taken) == m.nthreads:
+        return True
+    return len(taken) == int(np.count_nonzero(m.state == RUNNING)) and \
+        not (m.state == WAITING).any() and not m.arrived.any()
+
+
+def arrive(m: "Machine", s: Step, pc: int) -> None:
+    """bar.sync / bar.red wait at barrier ``a``; bar.arrive only counts
+    (PTX ISA, bar). bar.red's d is the reduction of its predicate over the
+    threads of the barrier, written when the barrier completes (``_reduce``)."""
+    sim = s.r.inst.sim
+    red = sim == "bar_red"
+    ops = s.ins.operands[1:-1] if red else s.ins.operands   # bar.red d, a{, b}, c
+    ident = s.value(ops[0], TYPES["u32"]).astype(np.int64)
+    count = s.value(ops[1], TYPES["u32"]).astype(np.int64) if len(ops) > 1 else np.zeros(s.n, np.int64)
+    if sim == "bar_arrive":
+        np.add.at(m.arrived, (s.threads // m.ntid) * 16 + ident, 1)
+        return
+    m.state[s.threads] = WAITING
+    m.barrier[s.threads] = ident
+    m.barrier_count[s.threads] = count
+    m.barrier_pc[s.threads] = pc if red else -1
+    if red:
+        m.barrier_pred[s.threads] = s.pred(len(s.ins.operands) - 1)
+
+
+def _release_cluster(m: "Machine", waiting: np.ndarray) -> np.ndarray:
+    """``barrier.cluster.wait``: release a cluster's waiting threads once
+    every live thread of the cluster has arrived; returns the rest."""
+    at = waiting[m.barrier[waiting] == CLUSTER_BARRIER]
+    if len(at) == 0:
+        return waiting
+    first = m.cluster_first(np.arange(m.nctas))
+    alive = np.bincount(first[np.nonzero(m.state != EXITED)[0] // m.ntid], minlength=m.nctas)
+    cluster = first[at // m.ntid]
+    done = m.cluster_arrivals[cluster] >= alive[cluster]
+    if done.any():
+        m.state[at[done]] = RUNNING
+        m.barrier[at[done]] = -1
+        finished = np.unique(cluster[done])
+        m.cluster_arrivals[finished] -= alive[finished]
+    # the rest: those waiting at CTA barriers (not the ones released just now)
+    return waiting[(m.barrier[waiting] != CLUSTER_BARRIER) & (m.state[waiting] == WAITING)]
+
+
+def release(m: "Machine") -> None:
+    """Release every (CTA, barrier) whose arrivals reached its count (all
+    the CTA's live threads when the barrier names none), all at once."""
+    waiting = np.nonzero(m.state == WAITING)[0]
+    if len(waiting) == 0:
+        return
+    waiting = _release_cluster(m, waiting)
+    if len(waiting) == 0:
+        return
+    ctas = waiting // m.ntid
+    key = ctas * 16 + m.barrier[waiting]          # PTX has barriers 0..15
+    arrived = np.bincount(key, minlength=m.nctas * 16) + m.arrived
+    alive = np.bincount(np.nonzero(m.state != EXITED)[0] // m.ntid, minlength=m.nctas)
+    need = np.repeat(alive, 16)
+    counted = m.barrier_count[waiting] > 0
+    if counted.any():
+        need[key[counted]] = 0
+        np.maximum.at(need, key[counted], m.barrier_count[waiting][counted])
+    done = arrived[key] >= need[key]
+    if done.any():
+        go = waiting[done]
+        m.state[go] = RUNNING
+        m.barrier[go] = -1
+        m.arrived[key[done]] = 0
+        _reduce(m, go, key[done])
+        if m.sanitizer is not None:
+            m.sanitizer.barrier_released(np.unique(ctas[done]))
+
+
+def _reduce(m: "Machine", go: np.ndarray, key: np.ndarray) -> None:
+    """Write the bar.red results of the released threads ``go`` (barrier
+    ``key`` = CTA * 16 + id): popc counts the true predicates of the
+    barrier's threads, and/or combine them (PTX ISA, bar.red)."""
+    red = m.barrier_pc[go] >= 0
+    if not red.any():
+        return
+    go, key = go[red], key[red]
+    true = np.bincount(key, weights=m.barrier_pred[go], minlength=m.nctas * 16).astype(np.int64)
+    total = np.bincount(key, minlength=m.nctas * 16)
+    pcs = m.barrier_pc[go]
+    for pc in np.unique(pcs):
+        sel = pcs == pc
+        s = Step(m, m.program.code[pc], m.program.resolved[pc], go[sel])
+        t, n = true[key[sel]], total[key[sel]]
+        if s.mod("op") == "popc":
+            s.dst(0, t.astype(np.uint32), TYPES["u32"])
+        else:
+            s.dst(0, t == n if s.mod("op") == "and" else t > 0, TYPES["pred"])
+    m.barrier_pc[go] = -1
+
+
+def deadlock(m: "Machine") -> str:
+    """The error message when threads wait at a barrier that no running
+    thread can complete."""
+    waiting = np.nonzero(m.state == WAITING)[0]
+    t = int(waiting[0])
+    cta, tid = divmod(t, m.ntid)
+    pc = int(m.pc[t]) - 1
+    line = m.program.code[pc].loc
+    where = f" (PTX line {line[1]})" if line and len(line) == 3 else ""
+    return (f"{m.program.name}: deadlock: barrier {int(m.barrier[t])} at "
+            f"{m.program.code[pc].name}{where} reached by {len(waiting)} threads, but others of "
+            f"CTA {cta} exited or never arrive (first waiting thread: tid {tid})")

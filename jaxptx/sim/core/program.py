@@ -1,0 +1,324 @@
+"""A kernel prepared for execution: its instructions in one flat list with
+label targets resolved, its registers, and the layout of its shared, local,
+const, global and param variables.
+
+Nested ``{ }`` blocks are flattened (their register declarations are scoped
+by name only, which is how ptxas treats distinct names; re-declared names
+share storage, which is safe because a nested declaration shadows only
+inside its block).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator
+
+from ... import ir, isa
+from ...errors import PtxError
+from ..errors import SimError
+from ...types import TYPES, PtxType
+from ...validate import normalize, operand_kind
+
+__all__ = ["Program", "Variable", "prepare", "SimError"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Variable:
+    """A state-space variable: its space, byte offset in that space and size."""
+
+    name: str
+    space: str
+    offset: int
+    size: int
+    type: str
+    init: tuple = ()
+
+
+@dataclasses.dataclass
+class Program:
+    """Everything the machine needs to run one entry function.
+
+    Attributes:
+        name: the entry's name.
+        code: the instructions in execution order.
+        resolved: the table form of each instruction (``None`` for the few
+            the machine handles itself without the table).
+        labels: label name → index in ``code``.
+        registers: register name → declared type (vector registers expand to
+            ``name.x`` ... components).
+        params: the entry's ``.param`` variables in order, laid out in the
+            param space.
+        variables: every named variable by name (shared, local, const,
+            global, param).
+        shared_size, local_size, const_size, param_size: bytes of each space.
+        extern_shared: name of the ``.extern .shared`` array, if any (it
+            starts after the static shared variables).
+        reqntid: the ``.reqntid`` directive's dims, if any.
+    """
+
+    name: str
+    code: list[ir.Instruction]
+    resolved: list[isa.Resolved | None]
+    labels: dict[str, int]
+    registers: dict[str, PtxType]
+    params: list[Variable]
+    variables: dict[str, Variable]
+    shared_size: int
+    local_size: int
+    const_size: int
+    param_size: int
+    extern_shared: str | None
+    reqntid: tuple[int, ...] | None
+    global_vars: list[Variable]
+    functions: dict[str, "Callee"] = dataclasses.field(default_factory=dict)
+    function_of: list[str] = dataclasses.field(default_factory=list)
+    thread_params: set[str] = dataclasses.field(default_factory=set)
+
+
+@dataclasses.dataclass(frozen=True)
+class Callee:
+    """A ``.func`` laid into the code: its first instruction and the names of
+    its parameters and return values (registers or per-thread variables)."""
+
+    name: str
+    start: int
+    params: tuple[str, ...]
+    returns: tuple[str, ...]
+
+
+
+class _Scope:
+    """Register names of one ``{ }`` block: a register re-declared inside a
+    block is a new register (renamed ``name@depth.k``) until the block ends."""
+
+    def __init__(self, outer: "_Scope | None", tag: str, prefix: str = "") -> None:
+        self.outer = outer
+        self.tag = tag
+        self.prefix = outer.prefix if outer is not None else prefix
+        self.names: dict[str, str] = {}
+
+    def declare(self, name: str, taken: dict) -> str:
+        unique = self.prefix + name
+        if self.outer is not None and (unique in taken or f"{unique}.x" in taken):
+            unique = f"{unique}@{self.tag}"
+        self.names[name] = unique
+        return unique
+
+    def lookup(self, name: str) -> str:
+        scope = self
+        base, dot, comp = name.partition(".")   # `%r2.b3`: a selector on %r2
+        while scope is not None:
+            if name in scope.names:
+                return scope.names[name]
+            if dot and base in scope.names:
+                return f"{scope.names[base]}.{comp}"
+            scope = scope.outer
+        return name
+
+    def rename(self, ins: ir.Instruction) -> ir.Instruction:
+        if self.outer is None and not self.names:
+            return ins
+        ops = tuple(_rename(op, self) for op in ins.operands)
+        guard = ins.guard
+        if guard is not None:
+            guard = ir.Guard(ir.Register(self.lookup(guard.register.name)), guard.negated)
+        return ir.Instruction(ins.opcode, ins.modifiers, ops, guard, loc=ins.loc)
+
+
+def _rename(op: ir.Operand, scope: _Scope) -> ir.Operand:
+    if isinstance(op, ir.Register):
+        return ir.Register(scope.lookup(op.name))
+    if isinstance(op, ir.Symbol):
+        return ir.Symbol(scope.lookup(op.name), op.offset, op.minus)
+    if isinstance(op, ir.Address):
+        base = op.base if op.base is None else _rename(op.base, scope)
+        return ir.Address(base, op.offset, None if op.extra is None else _rename(op.extra, scope), op.minus)
+    if isinstance(op, (ir.Vector, ir.Parens)):
+        return type(op)(tuple(_rename(x, scope) for x in op.items))
+    if isinstance(op, ir.Pair):
+        return ir.Pair(_rename(op.first, scope), _rename(op.second, scope))
+    if isinstance(op, ir.Negated):
+        return ir.Negated(_rename(op.operand, scope))
+    return op
+
+
+def _scoped(body: list[ir.Statement], scope: _Scope,
+            counter: list[int] | None = None) -> Iterator[tuple[ir.Statement, _Scope]]:
+    counter = counter if counter is not None else [0]
+    for s in body:
+        if isinstance(s, ir.Block):
+            counter[0] += 1
+            yield from _scoped(s.body, _Scope(scope, str(counter[0])), counter)
+        else:
+            yield s, scope
+
+
+def _size(d: ir.VarDecl) -> int:
+    t = TYPES.get(d.type)
+    if t is None:
+        raise SimError(f"{d.name}: variables of type .{d.type} are not supported by the emulator")
+    n = math.prod(x for x in d.dims if x > 0) if d.dims else 1
+    return t.nbytes * (d.vector or 1) * n
+
+
+class _Layout:
+    def __init__(self) -> None:
+        self.size = 0
+
+    def place(self, d: ir.VarDecl) -> int:
+        t = TYPES.get(d.type)
+        align = d.align or (t.nbytes * (d.vector or 1) if t else 1)
+        self.size = -(-self.size // align) * align
+        offset = self.size
+        self.size += _size(d) if -1 not in d.dims else 0
+        return offset
+
+
+def _init_values(d: ir.VarDecl) -> tuple:
+    if d.init is None:
+        return ()
+    out: list = []
+
+    def flat(ops):
+        for op in ops:
+            if isinstance(op, ir.Vector):
+                flat(op.items)
+            elif isinstance(op, ir.Immediate):
+                out.append(op.value)
+            elif isinstance(op, ir.Symbol) and op.offset is None:
+                out.append(op.name)        # the variable's address, filled in at launch
+            else:
+                raise SimError(f"{d.name}: initialiser {op!r} is not supported by the emulator")
+    flat(d.init)
+    return tuple(out)
+
+
+def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) -> Program:
+    """Prepare entry ``kernel`` (the only entry when ``None``) of ``module``.
+
+    Raises:
+        SimError: no such entry, or a construct the emulator does not run.
+    """
+    entries = [f for f in module.functions if f.kind == "entry" and f.body is not None]
+    if kernel is None:
+        if len(entries) != 1:
+            names = ", ".join(f.name for f in entries) or "none"
+            raise SimError(f"the module has {len(entries)} kernels ({names}); pass kernel=<name>")
+        func = entries[0]
+    else:
+        matches = [f for f in entries if f.name == kernel]
+        if not matches:
+            names = ", ".join(f.name for f in entries) or "none"
+            raise SimError(f"no kernel {kernel!r} in the module; kernels: {names}")
+        func = matches[0]
+    if target is None:
+        sm = next((t for t in module.target if t.startswith("sm_")), "sm_90a")
+        target = isa.parse_target(sm if sm[-1].isalnum() else "sm_90a")
+    layouts = {s: _Layout() for s in ("shared", "local", "const", "param", "global")}
+    variables: dict[str, Variable] = {}
+    extern_shared = None
+    global_vars = []
+
+    def declare(d: ir.VarDecl) -> None:
+        nonlocal extern_shared
+        space = "shared" if d.space.startswith("shared") else d.space
+        if space not in layouts:
+            return
+        if space == "shared" and "extern" in d.linkage:
+            extern_shared = d.name
+            variables[d.name] = Variable(d.name, space, -1, 0, d.type)
+            return
+        v = Variable(d.name, space, layouts[space].place(d), _size(d), d.type, _init_values(d))
+        variables[d.name] = v
+        if space == "global":
+            global_vars.append(v)
+
+    for item in module.items:
+        if isinstance(item, ir.VarDecl):
+            declare(item)
+    params = []
+    for p in func.params:
+        declare(p)
+        params.append(variables[p.name])
+    registers: dict[str, PtxType] = {}
+    vectors: dict[str, int] = {}
+    code: list[ir.Instruction] = []
+    labels: dict[str, int] = {}
+    function_of: list[str] = []
+    thread_params: set[str] = set()
+
+    def thread_param(d: ir.VarDecl, name: str) -> None:
+        # A .param inside a function (call arguments, a .func's own params):
+        # per-thread storage, kept in the local space.
+        v = Variable(name, "local", layouts["local"].place(d), _size(d), d.type)
+        variables[name] = v
+        thread_params.add(name)
+
+    def lay_out(f: ir.Function, prefix: str) -> None:
+        root = _Scope(None, "0", prefix)
+        for s in ir.walk(f.body or []):
+            if isinstance(s, ir.Label):
+                root.names[s.name] = prefix + s.name
+        if prefix:
+            for p in [*f.params, *(f.returns or [])]:
+                if p.space == "reg" and p.vector:
+                    name = root.declare(p.name, registers)
+                    vectors[name] = p.vector
+                    for c in "xyzw"[:p.vector]:
+                        registers[f"{name}.{c}"] = TYPES[p.type]
+                elif p.space == "reg":
+                    registers[root.declare(p.name, registers)] = TYPES[p.type]
+                else:
+                    thread_param(p, root.declare(p.name, variables))
+        for s, scope in _scoped(f.body or [], root):
+            if isinstance(s, ir.RegDecl):
+                t = TYPES.get(s.type)
+                if t is None:
+                    raise SimError(f"registers of type .{s.type} are not supported by the emulator")
+                for n in s.names:
+                    names = [n.name] if n.count is None else [f"{n.name}{i}" for i in range(n.count)]
+                    for name in names:
+                        name = scope.declare(name, registers)
+                        if s.vector:
+                            vectors[name] = s.vector
+                            for c in "xyzw"[:s.vector]:
+                                registers[f"{name}.{c}"] = t
+                        else:
+                            registers[name] = t
+            elif isinstance(s, ir.VarDecl):
+                if s.space == "param":
+                    thread_param(s, scope.declare(s.name, variables))
+                elif prefix or scope.outer is not None:
+                    declare(dataclasses.replace(s, name=scope.declare(s.name, variables)))
+                else:
+                    declare(s)
+            elif isinstance(s, ir.Label):
+                labels[prefix + s.name] = len(code)
+            elif isinstance(s, ir.Instruction):
+                code.append(normalize(scope.rename(s), registers, vectors, keep_offsets=True))
+                function_of.append(f.name if prefix else "")
+
+    lay_out(func, "")
+    functions: dict[str, Callee] = {}
+    for f in module.functions:
+        if f.kind == "func" and f.body is not None:
+            start = len(code)
+            lay_out(f, f"{f.name}::")
+            functions[f.name] = Callee(f.name, start,
+                                       tuple(f"{f.name}::{p.name}" for p in f.params),
+                                       tuple(f"{f.name}::{p.name}" for p in f.returns or []))
+    resolved = [_resolve(ins, registers) for ins in code]
+    reqntid = next((tuple(int(x) for x in d.values) for d in func.directives if d.name == "reqntid"), None)
+    return Program(func.name, code, resolved, labels, registers, params, variables,
+                   layouts["shared"].size, layouts["local"].size, layouts["const"].size,
+                   layouts["param"].size, extern_shared, reqntid, global_vars, functions,
+                   function_of, thread_params)
+
+
+def _resolve(ins: ir.Instruction, registers: dict[str, PtxType]) -> isa.Resolved | None:
+    kinds = tuple(operand_kind(o, registers.get) for o in ins.operands)
+    try:
+        return isa.resolve(ins.opcode, ins.modifiers, len(ins.operands), kinds)
+    except PtxError:
+        return None

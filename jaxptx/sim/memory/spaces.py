@@ -1,0 +1,268 @@
+"""The emulator's memory: global buffers, per-CTA shared memory, per-thread
+local memory, the param and const spaces, and generic addressing.
+
+Addresses are 64-bit. Global buffer ``k`` lives at ``(k + 1) << 36``; the
+generic window of shared memory starts at ``SHARED_WINDOW`` and that of local
+memory at ``LOCAL_WINDOW`` (each thread sees its own CTA's shared memory and
+its own local memory there). State-space addresses (``ld.shared``) are
+offsets within the space. Accesses are gathers and scatters over all the
+executing threads at once; misaligned or out-of-bounds ones raise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..numerics.b128 import B128
+from ..errors import SimError
+
+__all__ = ["Memory", "GLOBAL_SHIFT", "SHARED_WINDOW", "LOCAL_WINDOW", "CONST_WINDOW", "PARAM_WINDOW",
+           "CLUSTER_TAG"]
+
+GLOBAL_SHIFT = 36
+SHARED_WINDOW = 0x7000_0000_0000
+LOCAL_WINDOW = 0x7800_0000_0000
+CONST_WINDOW = 0x7C00_0000_0000
+PARAM_WINDOW = 0x7E00_0000_0000
+_WINDOW_SIZE = 1 << 40
+# A shared::cluster address of another CTA (from mapa): this bit, the CTA's
+# rank in the cluster in bits 24-30, the offset in its window below.
+CLUSTER_TAG = 1 << 31
+# Element dtype of each access width; 16-byte accesses (``ld.b128``) move
+# B128 records. Buffers are padded to 16 bytes, so every view fits.
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: B128}
+_LOG2 = {1: 0, 2: 1, 4: 2, 8: 3, 16: 4}
+
+
+def _uniform(a: np.ndarray) -> bool:
+    """Whether ``a`` is a broadcast of one value (``Step.address`` of a variable)."""
+    return a.ndim == 1 and a.strides[0] == 0 and len(a) > 1
+
+
+def _summary(a: np.ndarray) -> tuple[int, int, int]:
+    """``(min, max, bitwise or)`` of a non-empty address array (reductions
+    over a broadcast are slow in numpy: it has one value)."""
+    if _uniform(a):
+        v = int(a[0])
+        return v, v, v
+    return int(a.min()), int(a.max()), int(np.bitwise_or.reduce(a))
+
+
+def _padded(nbytes: int) -> np.ndarray:
+    return np.zeros(max(16, -(-nbytes // 16) * 16), dtype=np.uint8)
+
+
+class Memory:
+    """All address spaces of one launch.
+
+    Attributes:
+        globals: global buffers (uint8, padded to 16 bytes) and their sizes.
+        shared: ``(nctas, shared_size)`` bytes, flattened.
+        local: ``(nthreads, local_size)`` bytes, flattened.
+        param, const: the kernel's param and const bytes.
+    """
+
+    def __init__(self, nctas: int, ntid: int, shared_size: int, local_size: int,
+                 param_size: int, const_size: int) -> None:
+        self.globals: list[np.ndarray] = []
+        self.sizes: list[int] = []
+        self.shared_size = shared_size
+        self.local_size = local_size
+        self.ntid = ntid
+        self.nthreads = nctas * ntid
+        self._cta_bases: np.ndarray | None = None
+        self.shared = _padded(nctas * shared_size)
+        self.local = _padded(nctas * ntid * local_size)
+        self.param = _padded(param_size)
+        self.const = _padded(const_size)
+        # Called as watch(flat shared indices, threads, width, write, atomic=)
+        # for every shared access when the sanitizer runs.
+        self.watch = None
+        # (CTA index, rank) -> index of that rank's CTA in its cluster (set by the machine).
+        self.cluster_cta = lambda cta, rank: cta
+
+    def add_global(self, nbytes: int) -> int:
+        """Allocate a zeroed global buffer; returns its base address."""
+        self.globals.append(_padded(nbytes))
+        self.sizes.append(nbytes)
+        return (len(self.globals)) << GLOBAL_SHIFT
+
+    # address translation -------------------------------------------------------
+    def _resolve(self, space: str, addr: np.ndarray, threads: np.ndarray, width: int,
+                 what: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+        """Split an access into ``(buffer, byte offsets, positions)`` groups
+        (offsets int64; positions ``None`` when the group is every thread)."""
+        addr = addr.astype(np.uint64, copy=False)
+        if space == "generic":
+            return self._generic(addr, threads, width, what)
+        if space == "global":
+            return self._global(addr, None, threads, width, what)
+        if space == "shared":
+            if len(addr) and _summary(addr)[2] & CLUSTER_TAG:
+                owner, addr = self._remote(threads // self.ntid, addr)
+            else:
+                owner = None
+            return [self._window(self.shared, self.shared_size, owner, addr,
+                                 None, threads, width, "shared", what)]
+        if space == "local":
+            return [self._window(self.local, self.local_size, threads, addr, None, threads,
+                                 width, "local", what)]
+        buf = self.param if space == "param" else self.const
+        return [self._window(buf, len(buf), 0, addr, None, threads, width, space, what)]
+
+    def _remote(self, owner: np.ndarray, addr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Distributed shared memory: an address made by ``mapa`` carries
+        ``CLUSTER_TAG`` and the target CTA's rank in bits 24-30; others are
+        the executing CTA's own."""
+        tagged = (addr & np.uint64(CLUSTER_TAG)) != 0
+        rank = ((addr >> np.uint64(24)) & np.uint64(0x7F)).astype(np.int64)
+        owner = np.where(tagged, self.cluster_cta(owner, rank), owner)
+        return owner, addr & np.uint64(0xFFFFFF)
+
+    def _generic(self, addr: np.ndarray, threads: np.ndarray, width: int, what: str):
+        if len(addr) and int(addr.max()) < SHARED_WINDOW:      # the usual case: all global
+            return self._global(addr, None, threads, width, what)
+        groups = []
+        rest = np.ones(len(addr), dtype=bool)
+        for base, space in ((SHARED_WINDOW, "shared"), (LOCAL_WINDOW, "local"),
+                            (CONST_WINDOW, "const"), (PARAM_WINDOW, "param")):
+            inside = (addr >= base) & (addr < base + _WINDOW_SIZE)
+            if inside.any():
+                whole = bool(inside.all())
+                pos = None if whole else np.nonzero(inside)[0]
+                rest &= ~inside
+                offsets = addr - np.uint64(base) if whole else addr[pos] - np.uint64(base)
+                if space == "shared":
+                    owner = None if whole else threads[pos] // self.ntid
+                    if _summary(offsets)[2] & CLUSTER_TAG:     # generic mapa address
+                        owner, offsets = self._remote(threads // self.ntid if whole else owner, offsets)
+                    groups.append(self._window(self.shared, self.shared_size, owner,
+                                               offsets, pos, threads, width, space, what))
+                elif space == "local":
+                    owner = threads if whole else threads[pos]
+                    groups.append(self._window(self.local, self.local_size, owner, offsets, pos, threads,
+                                               width, space, what))
+                else:
+                    buf = self.param if space == "param" else self.const
+                    groups.append(self._window(buf, len(buf), 0, offsets, pos, threads, width, space, what))
+        if rest.all():
+            return self._global(addr, None, threads, width, what)
+        if rest.any():
+            pos = np.nonzero(rest)[0]
+            groups.extend(self._global(addr[pos], pos, threads, width, what))
+        return groups
+
+    def _global(self, addr: np.ndarray, pos: np.ndarray | None, threads: np.ndarray, width: int, what: str):
+        if len(addr):
+            # The usual access: one buffer, in bounds, aligned — a few array ops.
+            lo, hi, bits = _summary(addr)
+            k = (lo >> GLOBAL_SHIFT) - 1
+            if (hi >> GLOBAL_SHIFT) - 1 == k and 0 <= k < len(self.globals):
+                base = (k + 1) << GLOBAL_SHIFT
+                if hi - base + width <= self.sizes[k] and \
+                        not (width > 1 and bits & (width - 1)):
+                    return [(self.globals[k], addr.view(np.int64) - base, pos)]
+        every = np.arange(len(addr)) if pos is None else pos
+        ids = (addr >> np.uint64(GLOBAL_SHIFT)).astype(np.int64) - 1
+        offsets = (addr & np.uint64((1 << GLOBAL_SHIFT) - 1)).view(np.int64)
+        groups = []
+        first = int(ids[0]) if len(ids) else 0
+        distinct = [first] if (ids == first).all() else np.unique(ids)   # one buffer: the usual case
+        for k in distinct:
+            sel = ids == k
+            if k < 0 or k >= len(self.globals):
+                bad = int(addr[sel][0])
+                raise SimError(f"{what}: address {bad:#x} is not in any global buffer "
+                               f"({self._who(threads[every[sel][0]])})")
+            off = offsets[sel]
+            self._check(off, width, self.sizes[k], "global", what, (k + 1) << GLOBAL_SHIFT,
+                        threads[every[sel]])
+            groups.append((self.globals[k], off, every[sel]))
+        return groups
+
+    def _window(self, buf: np.ndarray, size: int, owner: np.ndarray | int | None, offsets: np.ndarray,
+                pos: np.ndarray | None, threads: np.ndarray, width: int, space: str, what: str):
+        """One group in a per-CTA (``owner`` None: each thread's own CTA),
+        per-thread or single window of ``size`` bytes."""
+        off = offsets.view(np.int64)
+        if len(off):
+            lo, hi, bits = _summary(off)
+            if lo < 0 or hi + width > size or (width > 1 and bits & (width - 1)):
+                self._check(offsets.astype(np.uint64), width, size, space, what, 0,
+                            threads if pos is None else threads[pos])
+        if owner is None:
+            if pos is None and len(threads) == self.nthreads:
+                return buf, self._cta_base() + off, pos
+            owner = threads // self.ntid if pos is None else threads[pos] // self.ntid
+        if isinstance(owner, int):
+            return buf, off if owner == 0 else off + owner * size, pos
+        return buf, owner.astype(np.int64) * size + off, pos
+
+    def _cta_base(self) -> np.ndarray:
+        """Byte offset of each thread's CTA in shared memory (whole grid; once)."""
+        if self._cta_bases is None:
+            self._cta_bases = np.arange(self.nthreads, dtype=np.int64) // self.ntid * self.shared_size
+        return self._cta_bases
+
+    def _who(self, thread: int) -> str:
+        cta, tid = divmod(int(thread), self.ntid)
+        return f"CTA {cta}, thread {tid}"
+
+    def _check(self, off: np.ndarray, width: int, size: int, space: str, what: str, base: int,
+               threads: np.ndarray) -> None:
+        if len(off) == 0:
+            return
+        off = off.astype(np.uint64, copy=False)
+        if width > 1 and (off % np.uint64(width)).any():
+            k = int(np.nonzero((off % np.uint64(width)) != 0)[0][0])
+            raise SimError(f"{what}: misaligned {width}-byte {space} access at {base + int(off[k]):#x} "
+                           f"({self._who(threads[k])})")
+        if int(off.max()) + width > size:
+            k = int(np.nonzero(off + np.uint64(width) > np.uint64(size))[0][0])
+            raise SimError(f"{what}: {space} access of {width} bytes at offset {int(off[k]):#x} is out of "
+                           f"bounds (the {space} buffer has {size} bytes; {self._who(threads[k])})")
+
+    # access ----------------------------------------------------------------------
+    def load(self, space: str, addr: np.ndarray, threads: np.ndarray, width: int,
+             what: str = "ld") -> np.ndarray:
+        """``width``-byte unsigned values at ``addr`` for each thread."""
+        out = None
+        shift = _LOG2[width]
+        for buf, off, pos in self._resolve(space, addr, threads, width, what):
+            if self.watch is not None and buf is self.shared:
+                self.watch(off, threads if pos is None else threads[pos], width, False)
+            if _uniform(off):      # one address for every thread
+                elements = np.full(len(off), buf.view(_UINT[width])[int(off[0]) >> shift])
+            else:
+                elements = buf.view(_UINT[width]).take(off >> shift if shift else off)
+            if pos is None or len(pos) == len(addr):
+                return elements        # every thread in one group: no scatter into `out`
+            if out is None:
+                out = np.empty(len(addr), dtype=_UINT[width])
+            out[pos] = elements
+        return out if out is not None else np.empty(len(addr), dtype=_UINT[width])
+
+    def store(self, space: str, addr: np.ndarray, threads: np.ndarray, values: np.ndarray,
+              width: int, what: str = "st") -> None:
+        """Store ``width``-byte unsigned ``values`` at ``addr`` (later threads win)."""
+        values = np.asarray(values).astype(_UINT[width], copy=False)
+        shift = _LOG2[width]
+        for buf, off, pos in self._resolve(space, addr, threads, width, what):
+            if self.watch is not None and buf is self.shared:
+                self.watch(off, threads if pos is None else threads[pos], width, True)
+            buf.view(_UINT[width])[off >> shift if shift else off] = \
+                values if pos is None or len(pos) == len(values) else values[pos]
+
+    def locations(self, space: str, addr: np.ndarray, threads: np.ndarray, width: int,
+                  what: str, atomic: bool = False) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The ``(buffer view, element index, positions)`` groups of an access,
+        for read-modify-write operations. The sanitizer sees it only as an
+        ``atomic`` (mbarrier words and async-proxy copies keep their own
+        rules)."""
+        groups = []
+        for buf, off, pos in self._resolve(space, addr, threads, width, what):
+            if atomic and self.watch is not None and buf is self.shared:
+                self.watch(off, threads if pos is None else threads[pos], width, True, atomic=True)
+            groups.append((buf.view(_UINT[width]), off // width,
+                           np.arange(len(addr)) if pos is None else pos))
+        return groups

@@ -1,0 +1,30 @@
+"""The emulator's instruction semantics, one module per family.
+
+Importing this package registers every family's functions in
+:data:`.registry.SEMANTICS`:
+
+============== =========================================================
+module          instructions
+============== =========================================================
+``arith``       integer arithmetic; dispatch of add/sub/min/max... to floats
+``float_arith`` floating-point mul, fma, div, copysign and the float halves
+``approx``      rcp, sqrt, rsqrt, sin, cos, lg2, ex2, tanh
+``logic``       logic, shifts, bit manipulation, prmt
+``compare``     setp, set, selp, slct
+``convert``     mov, cvt, cvt.pack, cvta
+``memory``      ld, st, cp.async, createpolicy
+``atomics``     atom, atom.cas, red
+``warp``        shfl, vote, redux, match, elect, activemask
+``mma``         mma.sync, ldmatrix, stmatrix (fragments in ``fragments``)
+``wgmma``       wgmma.mma_async and its fence / commit / wait
+``mbarrier``    mbarrier.*, cp.async.mbarrier.arrive, mapa, getctarank
+``bulk_copy``   cp.async.bulk, cp.async.bulk.tensor (TMA), tensormap.*
+``video``       the scalar and SIMD video instructions
+============== =========================================================
+"""
+
+from . import (approx, arith, atomics, bulk_copy, compare, convert, float_arith, logic, mbarrier,  # noqa: F401
+               memory, mma, video, warp, wgmma)
+from .registry import MACHINE, NO_OPS, SEMANTICS, UNSUPPORTED
+
+__all__ = ["SEMANTICS", "MACHINE", "NO_OPS", "UNSUPPORTED"]

@@ -1,0 +1,173 @@
+"""Emulator semantics: loads, stores, asynchronous copies and cache hints.
+
+``ld``/``ldu``/``ld.global.nc`` and ``st`` in every state space, scalar
+(``.b8`` to ``.b128``: a 16-byte access moves :mod:`..numerics.b128` records) and
+``.v2``/``.v4``/``.v8`` vectors, ``cp.async`` (Ampere global → shared
+copies) and ``createpolicy``. Caching, eviction and ordering qualifiers
+(``.ca``, ``.L2::evict_last``, ``.volatile``, ``.relaxed.gpu`` ...) change
+nothing here: the emulator has no caches and runs one instruction at a time,
+so every access is immediately visible to all threads (``prefetch`` has
+nothing to do; the machine skips it). The atomics live in
+:mod:`.atomics`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ... import ir, isa
+from ...types import TYPES
+from ..errors import SimError
+from ..core.step import Step
+from .registry import semantics
+
+__all__ = ["operand_index", "check_alignment"]
+
+
+def operand_index(s: Step, name: str) -> int | None:
+    """Position of the table operand called ``name`` in this instruction, or
+    ``None`` when the chosen form does not have it."""
+    if s.r is None:
+        return None
+    names = [o.name for o in isa.active_operands(s.r)]
+    return names.index(name) if name in names else None
+
+
+def check_alignment(s: Step, addr: np.ndarray, size: int, what: str) -> None:
+    """PTX ISA, "Vectors" / ``ld``: a vector access must be aligned to the
+    size of the whole vector (``ld.v4.f32`` to 16 bytes). The memory checks
+    each element; this checks the vector."""
+    bad = (addr % np.uint64(size)) != 0
+    if bad.any():
+        raise SimError(f"{s.ins.name}: misaligned {size}-byte {what} at {int(addr[bad][0]):#x}")
+
+
+def _elements(op: ir.Operand) -> int:
+    return len(op.items) if isinstance(op, ir.Vector) else 1
+
+
+@semantics('ld')
+def ld(s: Step) -> None:
+    """``ld``, ``ldu``, ``ld.global.nc``: load a scalar or a vector.
+
+    PTX ISA, ld: vector elements are consecutive in memory; the destination
+    register may be wider than the type, and then the value is sign-extended
+    for signed types and zero-extended for the others (``s.dst`` does this).
+    ``ld.param`` of an entry's parameter reads the param space, where
+    ``launch`` put the arguments. ``ldu`` reads like ``ld`` (all threads see
+    the same memory)."""
+    t = s.type(0)
+    space, addr = s.address(1)
+    count = _elements(s.ins.operands[0])
+    if count == 1:
+        s.dst(0, s.load(space, addr, t))
+        return
+    check_alignment(s, addr, count * t.nbytes, "vector load")
+    values = [s.load(space, addr + np.uint64(i * t.nbytes), t) for i in range(count)]
+    s.dst(0, np.stack(values, axis=-1))
+
+
+@semantics('st')
+def st(s: Step) -> None:
+    """``st``: store a scalar or a vector.
+
+    PTX ISA, st: vector elements go to consecutive addresses; a source
+    register wider than the type stores its low bits. When several threads
+    store to one address the highest thread index wins (some serial order)."""
+    t = s.type(1)
+    space, addr = s.address(0)
+    count = _elements(s.ins.operands[1])
+    values = s.src(1)
+    if count == 1:
+        s.store(space, addr, values, t)
+        return
+    check_alignment(s, addr, count * t.nbytes, "vector store")
+    for i in range(count):
+        s.store(space, addr + np.uint64(i * t.nbytes), values[..., i], t)
+
+
+def _src_size(s: Step, cp_size: int) -> np.ndarray | None:
+    """Bytes to read per thread: the ``src-size`` operand, or 0 where the
+    ``ignore-src`` predicate is true; ``None`` when the copy is whole."""
+    k = operand_index(s, "src_size")
+    if k is None:
+        return None
+    op = s.ins.operands[k]
+    inner = op.operand if isinstance(op, ir.Negated) else op
+    is_pred = isinstance(op, ir.Negated) or (
+        isinstance(inner, ir.Register) and s.m.program.registers.get(inner.name, TYPES["b32"]).kind == "pred")
+    if is_pred:
+        return np.where(s.pred(k), 0, cp_size).astype(np.int64)
+    size = s.src(k, TYPES["u32"]).astype(np.int64)
+    if (size > cp_size).any():
+        raise SimError(f"{s.ins.name}: src-size {int(size.max())} is larger than cp-size {cp_size}")
+    return size
+
+
+@semantics('cp_async')
+def cp_async(s: Step) -> None:
+    """``cp.async.ca/cg.shared.global [dst], [src], cp-size{, src-size | ignore-src}``.
+
+    PTX ISA, cp.async: copies cp-size (4, 8, 16) bytes from global to shared
+    memory; only the first src-size bytes are read and the rest of the
+    destination is zero-filled; with the ``ignore-src`` predicate true the
+    whole destination is zero-filled. The emulator copies at once, so the copy
+    is complete before the next instruction (``cp.async.wait_group`` and
+    ``commit_group`` have nothing left to wait for)."""
+    cp_size = int(s.src(2, TYPES["u32"])[0]) if s.n else 0
+    if cp_size not in (4, 8, 16):
+        raise SimError(f"{s.ins.name}: cp-size must be 4, 8 or 16, got {cp_size}")
+    _, dst = s.address(0)
+    _, src = s.address(1)
+    check_alignment(s, dst, cp_size, "cp.async destination")
+    check_alignment(s, src, cp_size, "cp.async source")
+    size = _src_size(s, cp_size)
+    mem = s.m.memory
+    word = min(cp_size, 8)
+    data = np.zeros((s.n, cp_size), dtype=np.uint8)
+    if size is None or (size == cp_size).all():
+        for i in range(0, cp_size, word):
+            bits = mem.load("global", src + np.uint64(i), s.threads, word, s.ins.name)
+            data[:, i:i + word] = bits.reshape(-1, 1).view(np.uint8)
+    else:
+        for i in range(cp_size):
+            live = size > i
+            if live.any():
+                data[live, i] = mem.load("global", src[live] + np.uint64(i), s.threads[live], 1, s.ins.name)
+    words = data.view({4: np.uint32, 8: np.uint64}[word])
+    for j in range(cp_size // word):
+        mem.store("shared", dst + np.uint64(j * word), s.threads, words[:, j], word, s.ins.name)
+
+
+@semantics('cp_async_commit_group', 'cp_async_wait_group')
+def cp_async_group(s: Step) -> None:
+    """``cp.async.commit_group``, ``cp.async.wait_group``, ``cp.async.wait_all``:
+    nothing to do, since the emulator's ``cp.async`` completes immediately
+    (PTX ISA: wait_group waits until at most N groups are pending; none ever
+    are)."""
+
+
+@semantics('createpolicy')
+def createpolicy(s: Step) -> None:
+    """``createpolicy``: an opaque 64-bit cache policy (PTX ISA, createpolicy).
+
+    Only ``.L2::cache_hint`` operands consume it and the emulator has no
+    cache, so any value is right; this one is deterministic: the primary
+    and secondary priorities and the fraction's bits for ``.fractional``,
+    the input for ``.cvt``."""
+    if s.ins.opcode == "createpolicy.cvt":
+        s.dst(0, s.src(1, TYPES["b64"]), TYPES["b64"])
+        return
+    primaries = ["L2::evict_last", "L2::evict_normal", "L2::evict_first", "L2::evict_unchanged"]
+    primary = primaries.index(s.mod("primary", "L2::evict_normal"))
+    secondary = primaries.index(s.mod("secondary", "L2::evict_unchanged"))
+    value = np.uint64(0x8000_0000_0000_0000 | primary << 48 | secondary << 44)
+    if s.mod("mode") == "fractional":
+        k = operand_index(s, "fraction")
+        frac = s.src(k, TYPES["f32"]) if k is not None and k < len(s.ins.operands) else np.ones(s.n, np.float32)
+        bits = np.asarray(frac, dtype=np.float32).view(np.uint32).astype(np.uint64)
+        s.dst(0, value | bits, TYPES["b64"])
+    else:
+        s.dst(0, np.full(s.n, value | np.uint64(1 << 40), dtype=np.uint64), TYPES["b64"])

@@ -1,0 +1,227 @@
+"""Emulator semantics: Hopper warpgroup MMA (``wgmma.mma_async`` and its
+fence / commit / wait instructions).
+
+The emulator completes every ``wgmma.mma_async`` synchronously, when the
+warpgroup executes it: D holds the result at once, so ``wgmma.fence``,
+``wgmma.commit_group`` and ``wgmma.wait_group`` have nothing to order or
+wait for and are no-ops. (A program that reads D before ``wait_group`` is
+racy on a GPU but reads the finished result here.)
+
+Operands in shared memory are read through 64-bit matrix descriptors (PTX
+ISA "Matrix Descriptor Format") in the canonical layouts of "Shared Memory
+Matrix Layout": K-major or MN-major, no swizzle or 32/64/128-byte swizzle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ... import ir
+from ...types import TYPES
+from ..errors import SimError
+from .fragments import ELEMENT_BITS as _BITS
+from .fragments import dims_of as _dims
+from .fragments import gather, groups, mma_layout, scatter
+from .mma import decode, registers, unpack, write_accumulator
+from ..core.step import Step
+from .registry import semantics
+
+__all__ = ["descriptor_fields", "smem_matrix_addresses"]
+
+_FLOATS = ("f16", "bf16", "tf32", "e4m3", "e5m2")
+# Swizzle mode (descriptor bits 62-63: none, 128B, 64B, 32B) → bytes in one
+# row of the swizzle atom.
+_SWIZZLE_BYTES = np.array([16, 128, 64, 32])
+
+
+# --- descriptors and shared-memory layouts -----------------------------------------------------
+
+def descriptor_fields(desc: np.ndarray) -> dict[str, np.ndarray]:
+    """The fields of matrix descriptors (uint64 array), as byte values:
+    ``start`` (bits 0-13, << 4), ``lbo`` (16-29, << 4), ``sbo`` (32-45, << 4),
+    ``base`` (49-51, the matrix base offset) and ``swizzle`` (62-63: 0 none,
+    1 = 128B, 2 = 64B, 3 = 32B)."""
+    d = desc.astype(np.uint64)
+
+    def field(shift: int, bits: int) -> np.ndarray:
+        return ((d >> np.uint64(shift)) & np.uint64((1 << bits) - 1)).astype(np.int64)
+    return {"start": field(0, 14) << 4, "lbo": field(16, 14) << 4, "sbo": field(32, 14) << 4,
+            "base": field(49, 3), "swizzle": field(62, 2)}
+
+
+def smem_matrix_addresses(desc: np.ndarray, mn: int, k: int, bits: int, mn_major: np.ndarray) -> np.ndarray:
+    """Shared-memory byte addresses ``(count, mn, k)`` of every element
+    ``[x, y]`` (x along M or N, y along K) of the matrices that descriptors
+    ``desc`` ``(count,)`` describe, K-major or MN-major per ``mn_major``.
+
+    With ``T = 16 bytes / element size`` elements per 16-byte chunk and
+    ``W`` the swizzle atom's row bytes (16 without swizzle), the canonical
+    layouts of PTX ISA "Canonical Layouts" are, in bytes:
+
+    - K-major: x = (r, i) with r = x % 8, i = x / 8; y = (t, c) with t = y % T,
+      c = y / T: ``r * W + i * SBO + t * size + c * (16 if swizzled else LBO)``
+      (no swizzle: 8x16-byte core matrices, ``LBO`` between them along K);
+    - MN-major: x = (t, c, i) with t = x % T, c = (x / T) % (W / 16),
+      i = x / (T * W / 16); y = (r, j) with r = y % 8, j = y / 8:
+      ``t * size + c * 16 + r * W + i * (LBO if swizzled else SBO) +
+      j * (SBO if swizzled else LBO)``.
+
+    Swizzling (CuTe ``Swizzle<b, 4, 3>``, b = log2(W / 16)) then XORs address
+    bits [4, 4+b) with bits [7, 7+b) of the absolute shared address; the
+    descriptor's base offset is subtracted from bits [7, 10) first (it says
+    where the 1024/512/256-byte repeating pattern starts).
+    """
+    f = {name: v[:, None, None] for name, v in descriptor_fields(desc).items()}
+    size = bits // 8
+    per = 16 // size
+    width = _SWIZZLE_BYTES[f["swizzle"]]
+    chunks = width // 16
+    swizzled = f["swizzle"] != 0
+    x = np.arange(mn)[None, :, None]
+    y = np.arange(k)[None, None, :]
+    major = np.asarray(mn_major, dtype=bool).reshape(-1, 1, 1)
+    kmaj = ((x % 8) * width + (x // 8) * f["sbo"] + (y % per) * size
+            + (y // per) * np.where(swizzled, 16, f["lbo"]))
+    mnmaj = ((x % per) * size + ((x // per) % chunks) * 16 + (y % 8) * width
+             + (x // (per * chunks)) * np.where(swizzled, f["lbo"], f["sbo"])
+             + (y // 8) * np.where(swizzled, f["sbo"], f["lbo"]))
+    addr = f["start"] + np.where(major, mnmaj, kmaj)
+    phase = ((addr >> 7) - f["base"]) & (chunks - 1)
+    return addr ^ (phase << 4)
+
+
+def _smem_matrix(s: Step, desc: np.ndarray, leader: np.ndarray, mn: int, k: int, type_name: str,
+                 mn_major: np.ndarray) -> np.ndarray:
+    """Element values ``(count, mn, k)`` read from each warpgroup's CTA shared
+    memory (``leader``: one thread of each warpgroup) through ``desc``."""
+    bits = _BITS[type_name]
+    if bits == 1:       # .b1: 8 elements a byte, the lowest K index in the lowest bit
+        raw = _smem_matrix(s, desc, leader, mn, k // 8, "u8", mn_major).astype(np.uint8)
+        return np.unpackbits(raw[..., None], axis=-1, bitorder="little").reshape(raw.shape[:2] + (k,))
+    addr = smem_matrix_addresses(desc, mn, k, bits, mn_major)
+    threads = np.broadcast_to(leader[:, None, None], addr.shape).reshape(-1)
+    raw = s.m.memory.load("shared", addr.reshape(-1).astype(np.uint64), threads, bits // 8, s.ins.name)
+    return decode(raw, type_name).reshape(addr.shape)
+
+
+# --- register fragments ---------------------------------------------------------------------------
+
+def _wg(layout: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """A warp's A fragment layout repeated over the 4 warps of a warpgroup,
+    warp ``w`` holding rows ``16w .. 16w+15``."""
+    grp, row, col = layout
+    warp = np.arange(4).repeat(32)[:, None]
+    return np.tile(grp, (4, 1)), np.tile(row, (4, 1)) + 16 * warp, np.tile(col, (4, 1))
+
+
+def wgmma_a_layout(k: int, type_name: str) -> tuple[np.ndarray, ...]:
+    """PTX ISA "Register Fragments" for A of ``wgmma.m64nNk*``: each warp holds
+    its 16 rows as the A fragment of ``mma.m16n8k*`` of the same K."""
+    return _wg(mma_layout(f"m16n8k{k}", "a", type_name))
+
+
+def wgmma_d_layout(n: int) -> tuple[np.ndarray, ...]:
+    """PTX ISA "Register Fragments" for D of ``wgmma.m64nN``: element ``d_i`` of
+    lane ``l`` of warp ``w`` is row ``16w + l/4 + 8 * ((i / 2) % 2)``, column
+    ``8 * (i / 4) + 2 * (l % 4) + i % 2``."""
+    rank = np.arange(128)[:, None]
+    warp, lane = rank // 32, rank % 32
+    i = np.arange(n // 2)[None, :]
+    row = 16 * warp + lane // 4 + 8 * ((i // 2) % 2)
+    col = 8 * (i // 4) + 2 * (lane % 4) + i % 2
+    row, col = np.broadcast_arrays(row, col)
+    return np.zeros_like(row), row, col
+
+
+def _per_group(s: Step, values: np.ndarray, slot: np.ndarray, count: int, what: str) -> np.ndarray:
+    """One value per warpgroup; raises when a warpgroup's threads disagree."""
+    out = np.zeros(count, dtype=values.dtype)
+    out[slot] = values
+    if (out[slot] != values).any():
+        raise SimError(f"{s.ins.name}: the threads of a warpgroup give different {what} "
+                       "(it must be warpgroup-uniform)")
+    return out
+
+
+# --- wgmma.mma_async ------------------------------------------------------------------------------
+
+@semantics('wgmma_mma_async')
+def wgmma_mma_async(s: Step) -> None:
+    """``wgmma.mma_async``: D = A * B (+ D when ``scale-d``) for each warpgroup
+    (PTX ISA "wgmma.mma_async"); A from registers or a shared-memory matrix
+    descriptor, B from a descriptor; ``imm-scale-a``/``imm-scale-b`` of -1
+    negate A/B; ``imm-trans-a``/``imm-trans-b`` of 1 select the M-/N-major
+    layout (K-major otherwise). Completes synchronously (see the module).
+
+    Arithmetic as for ``mma.sync``: floating inputs multiplied exactly and
+    summed in float64, rounded once into ``.f32``/``.f16`` (the GPU's
+    accumulation order and truncation are unspecified, so the last bit may
+    differ); integers exact with ``.s32`` wrap-around or ``.satfinite``
+    clamping; ``.b1`` adds the population count of AND.
+    """
+    shape = s.mod("shape")
+    _, n, k = _dims(shape)
+    atype, btype, dtype = s.mod("atype"), s.mod("btype"), s.mod("dtype")
+    slot, rank, count = groups(s, 128)
+    ops = s.ins.operands
+    leader = np.zeros(count, dtype=np.int64)
+    leader[slot] = s.threads
+    a_in_regs = isinstance(ops[1], ir.Vector)
+    floats = atype in _FLOATS
+    halves = atype in ("f16", "bf16")
+    trans_a = trans_b = 0
+    if halves:
+        trans_b = int(s.src(len(ops) - 1, TYPES["u32"])[0])
+        trans_a = 0 if a_in_regs else int(s.src(len(ops) - 2, TYPES["u32"])[0])
+    if a_in_regs:
+        layout = wgmma_a_layout(k, atype)
+        frag = decode(unpack(registers(s, 1), _BITS[atype]), atype)
+        A = gather(frag, slot, rank, count, layout, (1, 64, k))[:, 0]
+    else:
+        desc = _per_group(s, s.src(1, TYPES["u64"]), slot, count, "A descriptors")
+        A = _smem_matrix(s, desc, leader, 64, k, atype, np.full(count, trans_a == 1))
+    bdesc = _per_group(s, s.src(2, TYPES["u64"]), slot, count, "B descriptors")
+    B = _smem_matrix(s, bdesc, leader, n, k, btype, np.full(count, trans_b == 1)).transpose(0, 2, 1)
+    if floats:
+        A = A * int(s.src(4, TYPES["s32"])[0])
+        B = B * int(s.src(5, TYPES["s32"])[0])
+    scale_d = _per_group(s, s.pred(3), slot, count, "scale-d predicates")
+    dl = wgmma_d_layout(n)
+    if floats:
+        with np.errstate(over="ignore", invalid="ignore"):
+            AB = A @ B
+    else:                               # integers, and .b1 AND + popc as 0/1 products
+        AB = A.astype(np.int64) @ B.astype(np.int64)
+    old = _accumulator(s, dtype, n)
+    C = gather(old, slot, rank, count, dl, (1, 64, n))[:, 0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        D = np.where(scale_d[:, None, None], AB + C, AB)
+    d = scatter(D[:, None], slot, rank, dl)
+    write_accumulator(s, 0, d, dtype, s.mod("satfinite") is not None)
+
+
+def _accumulator(s: Step, dtype: str, n: int) -> np.ndarray:
+    """The current D elements ``(n_threads, N/2)`` (its input value)."""
+    regs = registers(s, 0)
+    if dtype == "f16":
+        return decode(unpack(regs, 16), "f16")
+    return decode(regs, dtype)
+
+
+@semantics('wgmma_fence')
+def wgmma_fence(s: Step) -> None:
+    """``wgmma.fence``: a no-op; the emulator's ``wgmma.mma_async`` reads its
+    registers and shared memory when it executes (module docstring)."""
+
+
+@semantics('wgmma_commit_group')
+def wgmma_commit_group(s: Step) -> None:
+    """``wgmma.commit_group``: a no-op; every ``wgmma.mma_async`` is already
+    complete (module docstring)."""
+
+
+@semantics('wgmma_wait_group')
+def wgmma_wait_group(s: Step) -> None:
+    """``wgmma.wait_group N``: a no-op; no ``wgmma.mma_async`` is ever pending."""
