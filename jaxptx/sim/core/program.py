@@ -2,10 +2,11 @@
 label targets resolved, its registers, and the layout of its shared, local,
 const, global and param variables.
 
-Nested ``{ }`` blocks are flattened (their register declarations are scoped
-by name only, which is how ptxas treats distinct names; re-declared names
-share storage, which is safe because a nested declaration shadows only
-inside its block).
+Nested ``{ }`` blocks are flattened. Their names keep PTX's scoping (PTX
+ISA "Scope"): a register, variable or label declared inside a block is a
+new name until the block ends (renamed ``name@k``), so a nested block may
+reuse a name its enclosing or sibling blocks declare, and a branch goes to
+the label of the innermost enclosing block that declares it.
 """
 
 from __future__ import annotations
@@ -145,7 +146,14 @@ def _rename(op: ir.Operand, scope: _Scope) -> ir.Operand:
 
 def _scoped(body: list[ir.Statement], scope: _Scope,
             counter: list[int] | None = None) -> Iterator[tuple[ir.Statement, _Scope]]:
+    """Each statement of ``body`` (nested blocks flattened) with its scope.
+    A block's labels are declared on entry, so that a branch before the
+    label (a forward branch) finds it."""
     counter = counter if counter is not None else [0]
+    for s in body:
+        if isinstance(s, ir.Label):
+            scope.names[s.name] = scope.prefix + s.name if scope.outer is None else \
+                f"{scope.prefix}{s.name}@{scope.tag}"
     for s in body:
         if isinstance(s, ir.Block):
             counter[0] += 1
@@ -257,9 +265,6 @@ def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) ->
 
     def lay_out(f: ir.Function, prefix: str) -> None:
         root = _Scope(None, "0", prefix)
-        for s in ir.walk(f.body or []):
-            if isinstance(s, ir.Label):
-                root.names[s.name] = prefix + s.name
         if prefix:
             for p in [*f.params, *(f.returns or [])]:
                 if p.space == "reg" and p.vector:
@@ -294,7 +299,7 @@ def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) ->
                 else:
                     declare(s)
             elif isinstance(s, ir.Label):
-                labels[prefix + s.name] = len(code)
+                labels[scope.lookup(s.name)] = len(code)
             elif isinstance(s, ir.Instruction):
                 code.append(normalize(scope.rename(s), registers, vectors, keep_offsets=True))
                 function_of.append(f.name if prefix else "")
