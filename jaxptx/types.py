@@ -23,7 +23,7 @@ __all__ = [
     "PtxType", "TYPES", "by_name", "from_dtype",
     "pred", "b8", "b16", "b32", "b64", "b128",
     "u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64",
-    "f16", "f16x2", "bf16", "bf16x2", "tf32", "f32", "f64",
+    "f16", "f16x2", "bf16", "bf16x2", "tf32", "f32", "f32x2", "f64",
     "e4m3", "e5m2", "e4m3x2", "e5m2x2", "e2m1", "e2m1x2", "e2m3", "e3m2",
     "e2m3x2", "e3m2x2", "ue8m0", "ue8m0x2", "u4", "s4", "b1",
 ]
@@ -128,6 +128,8 @@ bf16x2 = PtxType("bf16x2", 32, "f", 2, "bf16", "bfloat16")
 tf32 = PtxType("tf32", 32, "f", np_name="float32")
 f32 = PtxType("f32", 32, "f", np_name="float32")
 f64 = PtxType("f64", 64, "f", np_name="float64")
+# Two f32 values in one 64-bit register (sm_100 packed arithmetic).
+f32x2 = PtxType("f32x2", 64, "f", 2, "f32", "float32")
 e4m3 = PtxType("e4m3", 8, "f", np_name="float8_e4m3fn")
 e5m2 = PtxType("e5m2", 8, "f", np_name="float8_e5m2")
 e4m3x2 = PtxType("e4m3x2", 16, "f", 2, "e4m3", "float8_e4m3fn")
@@ -144,7 +146,7 @@ ue8m0x2 = PtxType("ue8m0x2", 16, "f", 2, "ue8m0", "float8_e8m0fnu")
 TYPES: dict[str, PtxType] = {
     t.name: t for t in (
         pred, b1, b8, b16, b32, b64, b128, u4, s4, u8, u16, u32, u64,
-        s8, s16, s32, s64, f16, f16x2, bf16, bf16x2, tf32, f32, f64,
+        s8, s16, s32, s64, f16, f16x2, bf16, bf16x2, tf32, f32, f32x2, f64,
         e4m3, e5m2, e4m3x2, e5m2x2, e2m1, e2m1x2, e2m3, e3m2, e2m3x2,
         e3m2x2, ue8m0, ue8m0x2,
     )

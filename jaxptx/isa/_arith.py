@@ -22,6 +22,8 @@ ABC3 = (D, A, B, C)
 XORSIGN = (Rule("xorsign", "abs"), Rule("abs", "xorsign"))
 X2_INT = {"u16x2": SM90_PTX78, "s16x2": SM90_PTX78}
 SM86_PTX72 = Requires(sm=86, ptx=(7, 2))
+SM100_PTX86 = Requires(sm=100, ptx=(8, 6))     # packed .f32x2 arithmetic
+SM100_PTX88 = Requires(sm=100, ptx=(8, 8))     # three-input min / max
 
 _INT_SEC = "9.7.1 Integer Arithmetic Instructions"
 _EXT_SEC = "9.7.2 Extended-Precision Integer Arithmetic Instructions"
@@ -45,6 +47,9 @@ def _float_binary(opcode: str, sim: str, summary: str) -> tuple[Inst, ...]:
              ABC2, section=_FLT_SEC, sim=sim, summary=summary),
         Inst(opcode, (slot("rnd", RND, optional=True), slot("type", "f64")),
              ABC2, section=_FLT_SEC, sim=sim, summary=summary),
+        Inst(opcode, (slot("rnd", RND, optional=True), slot("ftz", "ftz", optional=True),
+                      slot("type", "f32x2")),
+             ABC2, requires=SM100_PTX86, section=_FLT_SEC, sim=sim, summary=summary + ", two f32 at once"),
         Inst(opcode, (slot("rnd", "rn", optional=True), slot("ftz", "ftz", optional=True),
                       slot("sat", "sat", optional=True), slot("type", "f16 f16x2")),
              ABC2, requires=SM53_F16, section=_HALF_SEC, sim=sim, summary=summary),
@@ -61,6 +66,9 @@ def _fma_like(opcode: str, sim: str) -> tuple[Inst, ...]:
              ABC3, section=_FLT_SEC, sim=sim, summary="fused multiply-add"),
         Inst(opcode, (slot("rnd", RND), slot("type", "f64")),
              ABC3, section=_FLT_SEC, sim=sim, summary="fused multiply-add"),
+        Inst(opcode, (slot("rnd", RND), slot("ftz", "ftz", optional=True), slot("type", "f32x2")),
+             ABC3, requires=SM100_PTX86, section=_FLT_SEC, sim=sim,
+             summary="fused multiply-add, two f32 at once"),
         Inst(opcode, (slot("rnd", "rn"), slot("ftz", "ftz", optional=True),
                       slot("sat", "sat relu", optional=True, requires={"relu": SM80}),
                       slot("type", "f16 f16x2")),
@@ -164,6 +172,14 @@ ENTRIES: tuple[Inst, ...] = (
                  slot("abs", "abs", optional=True), slot("type", "f32")),
          ABC2, rules=XORSIGN, requires=Requires(ptx=(4, 0)), section=_FLT_SEC, sim="max",
          summary="floating-point maximum"),
+    Inst("min", (slot("ftz", "ftz", optional=True), slot("nan", "NaN", optional=True),
+                 slot("abs", "abs", optional=True), slot("type", "f32")),
+         ABC3, requires=SM100_PTX88, section=_FLT_SEC, sim="min",
+         summary="floating-point minimum of three values"),
+    Inst("max", (slot("ftz", "ftz", optional=True), slot("nan", "NaN", optional=True),
+                 slot("abs", "abs", optional=True), slot("type", "f32")),
+         ABC3, requires=SM100_PTX88, section=_FLT_SEC, sim="max",
+         summary="floating-point maximum of three values"),
     Inst("min", (slot("type", "f64"),), ABC2, section=_FLT_SEC, sim="min",
          summary="floating-point minimum"),
     Inst("max", (slot("type", "f64"),), ABC2, section=_FLT_SEC, sim="max",

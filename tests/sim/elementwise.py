@@ -8,15 +8,16 @@ import numpy as np
 from jaxptx import sim
 
 HEAD = ".version 8.5\n.target sm_90a\n.address_size 64\n"
+HEAD_SM100 = ".version 8.8\n.target sm_100a\n.address_size 64\n"
 
 
 def ew(ins: str, out_dtype, *args: np.ndarray, tail: str = "", pre: str = "",
-       body: str | None = None) -> np.ndarray:
+       body: str | None = None, head: str = HEAD) -> np.ndarray:
     """Run ``ins %d, %x0, %x1, ...{tail}`` once per element of the inputs (one
     thread per element, operands loaded from global memory by bit width).
 
     ``pre`` goes before the instruction; ``body`` replaces it and may use
-    ``%d``, ``%x<i>`` and ``%p0..%p7``."""
+    ``%d``, ``%x<i>`` and ``%p0..%p7``; ``head`` is the module header (version, target)."""
     n = len(args[0])
     block = min(n, 128)
     total = -(-n // block) * block
@@ -39,5 +40,5 @@ def ew(ins: str, out_dtype, *args: np.ndarray, tail: str = "", pre: str = "",
     lines += [pre, body if body is not None else f"    {ins} %d, {', '.join(ops)}{tail};",
               "    ld.param.u64 %rd1, [out];", f"    mul.wide.u32 %rd2, %t0, {ow // 8};",
               "    add.s64 %rd1, %rd1, %rd2;", f"    st.global.b{ow} [%rd1], %d;", "    ret;", "}"]
-    sim.launch(HEAD + "\n".join(lines), out, *ins_args, grid=(total // block, 1, 1), block=(block, 1, 1))
+    sim.launch(head + "\n".join(lines), out, *ins_args, grid=(total // block, 1, 1), block=(block, 1, 1))
     return out[:n]

@@ -98,29 +98,45 @@ def float_abs_neg(s: Step, negate: bool) -> None:
 
 def float_minmax(s: Step, is_max: bool) -> None:
     """``min``/``max`` on floats (PTX ISA, min/max): a NaN operand is ignored
-    (both NaN: canonical NaN); ``.NaN`` makes any NaN operand give the
+    (all NaN: canonical NaN); ``.NaN`` makes any NaN operand give the
     canonical NaN; +0.0 counts as greater than -0.0; ``.xorsign.abs``
     compares magnitudes and gives the result the XOR of the operands' signs;
-    ``.ftz`` flushes subnormal inputs (and so results)."""
+    ``.ftz`` flushes subnormal inputs (and so results). The sm_100 three-input
+    ``.f32`` form (``max.f32 d, a, b, c``) is the same rules over all three
+    inputs, which a pairwise fold gives exactly, since each rule is
+    associative."""
     f = fmt_of(s)
-    a, b = s.src(1), s.src(2)
+    ins = [s.src(k) for k in range(1, len(s.ins.operands))]
     plain = not any(s.mod(m) for m in ("ftz", "xorsign", "abs", "nan"))
-    if plain and a.dtype in (np.float32, np.float64) and a.ndim == 1:
+    if plain and ins[0].dtype in (np.float32, np.float64) and ins[0].ndim == 1:
         # Fast path: fmax/fmin already ignore a single NaN; only results that
-        # are NaN (both NaN: canonical) or zero (-0 < +0) need the full rules.
+        # are NaN (all NaN: canonical) or zero (-0 < +0) need the full rules.
         with np.errstate(invalid="ignore"):
-            r = np.fmax(a, b) if is_max else np.fmin(a, b)
+            r = ins[0]
+            for x in ins[1:]:
+                r = np.fmax(r, x) if is_max else np.fmin(r, x)
             if not (np.isnan(r).any() or (r == 0).any()):
                 s.dst(0, r)
                 return
     if s.mod("ftz") is not None:
-        a, b = flush(a, f), flush(b, f)
+        ins = [flush(x, f) for x in ins]
     xorsign = s.mod("xorsign") is not None
     if xorsign:
-        negative = sign_bit(a, f) ^ sign_bit(b, f)
+        negative = sign_bit(ins[0], f) ^ sign_bit(ins[1], f)
     if s.mod("abs") is not None:
-        a = with_sign(a, np.zeros(a.shape, bool), f)
-        b = with_sign(b, np.zeros(b.shape, bool), f)
+        ins = [with_sign(x, np.zeros(x.shape, bool), f) for x in ins]
+    r = ins[0]
+    for x in ins[1:]:
+        r = _pick(r, x, f, is_max, s.mod("nan") is not None)
+    r = canonical(r, f)
+    if xorsign:
+        r = np.where(np.isnan(r.astype(np.float64)), r, with_sign(r, negative, f))
+    s.dst(0, r)
+
+
+def _pick(a: np.ndarray, b: np.ndarray, f: Format, is_max: bool, nan_wins: bool) -> np.ndarray:
+    """The larger (``is_max``) or smaller of native ``a`` and ``b`` under
+    min/max's rules; a NaN result is left for the caller to make canonical."""
     wa, wb = a.astype(np.float64), b.astype(np.float64)
     na, nb = np.isnan(wa), np.isnan(wb)
     sa, sb = sign_bit(a, f), sign_bit(b, f)
@@ -129,12 +145,8 @@ def float_minmax(s: Step, is_max: bool) -> None:
         a_first = (wa > wb) | ((wa == wb) & ~sa & sb) if is_max else (wa < wb) | ((wa == wb) & sa & ~sb)
     r = np.where(a_first | nb, a, b)
     r = np.where(na & ~nb, b, r)
-    nan = (na | nb) if s.mod("nan") is not None else (na & nb)
-    r = np.where(nan, np.full(1, np.nan, f.dtype), r).astype(f.dtype)
-    r = canonical(r, f)
-    if xorsign:
-        r = np.where(np.isnan(r.astype(np.float64)), r, with_sign(r, negative, f))
-    s.dst(0, r)
+    nan = (na | nb) if nan_wins else (na & nb)
+    return np.where(nan, np.full(1, np.nan, f.dtype), r).astype(f.dtype)
 
 
 @semantics('copysign')
