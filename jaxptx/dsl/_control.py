@@ -16,14 +16,14 @@ these emit runtime control flow on register values::
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from .. import ir
 from ..errors import TraceError
 from ..types import PtxType, s32
+from ._constructs import tracked_context, tracked_loop
 from ._core import Label, NegPred, Reg, emit_instruction, new_reg
-from ._trace import current, user_location
+from ._trace import current, user_location, with_location
 
 __all__ = ["if_", "else_", "range_", "while_", "break_", "continue_", "label", "new_label", "loop"]
 
@@ -60,7 +60,7 @@ def new_label(name: str | None = None) -> Label:
     return Label(trace.new_symbol(name))
 
 
-@contextmanager
+@tracked_context("ptx.if_(...)")
 def if_(cond: Reg | NegPred, *, label: str | None = None) -> Iterator[None]:
     """Run the body when ``cond`` holds (a runtime branch around it).
 
@@ -75,7 +75,7 @@ def if_(cond: Reg | NegPred, *, label: str | None = None) -> Iterator[None]:
     trace.last_if = (len(trace.body) - 1, skip)
 
 
-@contextmanager
+@tracked_context("ptx.else_()")
 def else_() -> Iterator[None]:
     """The else branch of the ``ptx.if_`` block just closed.
 
@@ -84,7 +84,8 @@ def else_() -> Iterator[None]:
     """
     trace = current()
     if trace.last_if is None:
-        raise TraceError("ptx.else_() must directly follow a `with ptx.if_(...)` block")
+        raise with_location(TraceError("ptx.else_() must directly follow a `with ptx.if_(...)` block"),
+                            user_location())
     index, skip = trace.last_if
     end = trace.new_label("endelse")
     # The then body must jump over the else body: put that branch just
@@ -110,7 +111,7 @@ class _Loop:
         emit_instruction("bra", (), (self.label,), pred=pred)
 
 
-@contextmanager
+@tracked_context("ptx.loop()")
 def loop(*, label: str | None = None) -> Iterator[_Loop]:
     """A loop whose body ends with ``loop.again(pred)`` (a do-while).
 
@@ -119,6 +120,7 @@ def loop(*, label: str | None = None) -> Iterator[_Loop]:
     yield _Loop(new_label(label).place())
 
 
+@tracked_loop("ptx.range_(...)")
 def range_(start: Any, stop: Any, step: int = 1, *, dtype: PtxType = s32) -> Iterator[Reg]:
     """A runtime loop ``for (i = start; i < stop; i += step)``; yields ``i``.
 
@@ -138,13 +140,14 @@ def range_(start: Any, stop: Any, step: int = 1, *, dtype: PtxType = s32) -> Ite
     try:
         yield i
     finally:
-        trace.loops.pop()
+        trace.loops.remove((latch, done))
     trace.append(ir.Label(latch))
     emit_instruction("add", (dtype.name,), (i, i, step))
     emit_instruction("bra", ("uni",), (Label(head),))
     trace.append(ir.Label(done))
 
 
+@tracked_loop("ptx.while_(...)")
 def while_(cond: Callable[[], Reg | NegPred]) -> Iterator[None]:
     """A runtime loop: ``cond()`` is traced at the loop head each iteration."""
     trace = current()
@@ -156,7 +159,7 @@ def while_(cond: Callable[[], Reg | NegPred]) -> Iterator[None]:
     try:
         yield
     finally:
-        trace.loops.pop()
+        trace.loops.remove((head, done))
     emit_instruction("bra", ("uni",), (Label(head),))
     trace.append(ir.Label(done))
 
@@ -164,7 +167,7 @@ def while_(cond: Callable[[], Reg | NegPred]) -> Iterator[None]:
 def _loop_target(which: int, what: str) -> str:
     trace = current()
     if not trace.loops:
-        raise TraceError(f"{what} outside a ptx.range_/ptx.while_ loop (at {user_location()})")
+        raise with_location(TraceError(f"{what} outside a ptx.range_/ptx.while_ loop"), user_location())
     return trace.loops[-1][which]
 
 

@@ -21,6 +21,7 @@ from ..errors import PtxVersionError, SpecError, TraceError
 from ..runtime import Resources, compile_cubin, detect_arch, resources, sass
 from ._options import check_dim3, check_raw_directives, check_raw_params, check_specs
 from ._core import emit_instruction
+from ._finish import check_module
 from ._params import TensorArg, UnboundDim
 from ._specs import Tile
 from ._tma import TmaDescriptor
@@ -320,7 +321,9 @@ class Kernel:
         if self._module:
             with active(trace), _no_gc():
                 self.fn(**dict(template))
+                trace.check_closed()
             module = ir.Module(trace.items)
+            check_module(module, trace)
             return Specialization(module, emit(module), target, version, (1, 1, 1), self._block,
                                   self._cluster, self._smem, dims, template)
         args = []
@@ -336,11 +339,13 @@ class Kernel:
         trace.cache["raw_params"] = {n: t for t, n in self._raw_params}
         with active(trace), _no_gc():
             self.fn(*args, **dict(template))
+            trace.check_closed()
             if not _ends_in_exit(trace.body):
                 emit_instruction("ret", (), ())
         grid = self._resolve_grid({**env, **dict(template)})
         smem = max(self._smem, trace.smem_offset)
         module = _build_module(self, trace, target, version)
+        check_module(module, trace)
         return Specialization(module, emit(module), target, version, grid, self._block,
                               self._cluster, smem, dims, template, tuple(trace.tma))
 
@@ -403,7 +408,7 @@ def _build_module(k: Kernel, trace: Trace, target: isa.Target, version: tuple[in
         shared.insert(0, ir.VarDecl("shared", "b8", trace.extern_smem, linkage=("extern",),
                                     align=1024, dims=(-1,)))
     func = ir.Function("entry", k.name, trace.params, linkage=("visible",), directives=directives,
-                       body=[*trace.register_decls(), *trace.body])
+                       body=[*trace.register_decls(), *trace.entry, *trace.body])
     header = [ir.Directive("version", (f"{version[0]}.{version[1]}",)),
               ir.Directive.listing("target", target.name, *k._target_options)]
     if k._address_size is not None:

@@ -14,7 +14,6 @@ kernel they add declarations and directives inside the kernel body::
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 from .. import ir
@@ -22,6 +21,7 @@ from ..errors import TraceError
 from ..parse._lexer import lex
 from ..parse._literals import immediate
 from ..types import TYPES
+from ._constructs import tracked_context
 from ._core import to_operand
 from ._trace import current
 
@@ -73,7 +73,7 @@ def unparsed(*tokens: str) -> ir.Unknown:
     return node
 
 
-@contextmanager
+@tracked_context("ptx.function(...)")
 def function(kind: str, name: str, *, params: Sequence[ir.VarDecl] = (),
              returns: Sequence[ir.VarDecl] | None = None, linkage: Sequence[str] = (),
              directives: Sequence[tuple] = (), declaration: bool = False,
@@ -98,6 +98,7 @@ def function(kind: str, name: str, *, params: Sequence[ir.VarDecl] = (),
         yield f
         return
     trace.function = f
+    trace.scope, trace.entry, trace.lazy = f, [], {}   # registers and lazy values are per function
     module_symbols = set(trace._symbols)   # labels and registers are per function
     with trace.block(f.body):
         for p in [*f.params, *(f.returns or [])]:
@@ -106,13 +107,14 @@ def function(kind: str, name: str, *, params: Sequence[ir.VarDecl] = (),
                 if p.vector:
                     trace.vectors[p.name] = p.vector
         yield f
-    f.body[0:0] = trace.register_decls()
+    f.body[0:0] = [*trace.register_decls(), *trace.entry]
     trace.function = None
+    trace.scope, trace.entry, trace.lazy = trace, [], {}
     trace.reset_registers()
     trace._symbols = module_symbols
 
 
-@contextmanager
+@tracked_context("ptx.section(...)")
 def section(name: str) -> Iterator[ir.Section]:
     """A debug section ``.section name { ... }``: put directives and labels in it."""
     trace = current()
@@ -122,7 +124,7 @@ def section(name: str) -> Iterator[ir.Section]:
         yield sec
 
 
-@contextmanager
+@tracked_context("ptx.block(...)")
 def block() -> Iterator[ir.Block]:
     """A nested ``{ ... }`` scope inside a function body."""
     trace = current()

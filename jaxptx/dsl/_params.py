@@ -86,22 +86,18 @@ class TensorArg:
         runs as grid z, one problem per z index; called without vmap, the
         grid's z is 1 and this is ``ptr``. A shared input's is its ``ptr``.
         """
-        trace = current()
-        key = ("batch_ptr", self.name)
-        if key not in trace.cache:
-            if self.shared:
-                trace.cache[key] = self.ptr
-            else:
-                if ("ctaid.z",) not in trace.cache:
-                    trace.cache[("ctaid.z",)] = emit_instruction("mov", ("u32",), ("%ctaid.z",))
-                z = trace.cache[("ctaid.z",)]
-                if self.batch_stride < 2**32:
-                    offset = emit_instruction("mul", ("wide", "u32"), (z, self.batch_stride))
-                else:  # a batch element of 4 GiB or more: a 64-bit multiply
-                    z64 = emit_instruction("cvt", ("u64", "u32"), (z,))
-                    offset = emit_instruction("mul", ("lo", "u64"), (z64, self.batch_stride))
-                trace.cache[key] = emit_instruction("add", ("u64",), (self.ptr, offset))
-        return trace.cache[key]
+        return current().materialise(("batch_ptr", self.name), self._batch_ptr)
+
+    def _batch_ptr(self) -> Reg:
+        if self.shared:
+            return self.ptr
+        z = current().materialise(("ctaid.z",), lambda: emit_instruction("mov", ("u32",), ("%ctaid.z",)))
+        if self.batch_stride < 2**32:
+            offset = emit_instruction("mul", ("wide", "u32"), (z, self.batch_stride))
+        else:  # a batch element of 4 GiB or more: a 64-bit multiply
+            z64 = emit_instruction("cvt", ("u64", "u32"), (z,))
+            offset = emit_instruction("mul", ("lo", "u64"), (z64, self.batch_stride))
+        return emit_instruction("add", ("u64",), (self.ptr, offset))
 
     def __ptx_symbol__(self) -> str:
         return self.name
@@ -109,12 +105,11 @@ class TensorArg:
     @property
     def ptr(self) -> Reg:
         """The tensor's global address in a u64 register (loaded once)."""
-        trace = current()
-        key = ("ptr", self.name)
-        if key not in trace.cache:
-            raw = emit_instruction("ld", ("param", "u64"), (self.name,))
-            trace.cache[key] = emit_instruction("cvta", ("to", "global", "u64"), (raw,))
-        return trace.cache[key]
+        return current().materialise(("ptr", self.name), self._ptr)
+
+    def _ptr(self) -> Reg:
+        raw = emit_instruction("ld", ("param", "u64"), (self.name,))
+        return emit_instruction("cvta", ("to", "global", "u64"), (raw,))
 
     def tma_desc(self) -> Reg:
         """The generic address of this tensor's TMA descriptor, a ``.param
@@ -129,16 +124,16 @@ class TensorArg:
         Raises:
             SpecError: the descriptor cannot be built from the spec.
         """
+        return current().materialise(("tma", self.name), self._tma_desc)
+
+    def _tma_desc(self) -> Reg:
         trace = current()
-        key = ("tma", self.name)
-        if key not in trace.cache:
-            symbol = trace.new_symbol(f"{self.name}_tma")
-            desc = describe_tma(self.name, self.index, self.spec, self.shape, symbol, trace.name)
-            trace.params.append(ir.VarDecl("param", "b8", symbol, align=64, dims=(128,)))
-            trace.tma.append(desc)
-            local = emit_instruction("mov", ("u64",), (symbol,))
-            trace.cache[key] = emit_instruction("cvta", ("param", "u64"), (local,))
-        return trace.cache[key]
+        symbol = trace.new_symbol(f"{self.name}_tma")
+        desc = describe_tma(self.name, self.index, self.spec, self.shape, symbol, trace.name)
+        trace.params.append(ir.VarDecl("param", "b8", symbol, align=64, dims=(128,)))
+        trace.tma.append(desc)
+        local = emit_instruction("mov", ("u64",), (symbol,))
+        return emit_instruction("cvta", ("param", "u64"), (local,))
 
     def __repr__(self) -> str:
         return f"TensorArg({self.name!r}, shape={self.shape}, dtype={self.dtype})"
@@ -155,10 +150,8 @@ def param(name: str) -> Reg:
     if name not in declared:
         raise TraceError(f"ptx.param({name!r}): kernel {trace.name} declares no raw param "
                          f"of that name; raw_params: {sorted(declared) or 'none'}")
-    key = ("param", name)
-    if key not in trace.cache:
-        trace.cache[key] = emit_instruction("ld", ("param", declared[name].name), (name,))
-    return trace.cache[key]
+    return trace.materialise(("param", name),
+                             lambda: emit_instruction("ld", ("param", declared[name].name), (name,)))
 
 
 def global_ptrs(*tensors: TensorArg) -> tuple[Reg, ...]:

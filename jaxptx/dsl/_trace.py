@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextvars
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -20,7 +20,7 @@ from ..types import TYPES, PtxType
 from ..validate import check_instruction, normalize
 from ._tma import TmaDescriptor
 
-__all__ = ["Trace", "current", "active", "user_location", "with_location"]
+__all__ = ["Trace", "OpenConstruct", "current", "active", "user_location", "with_location"]
 
 _ACTIVE: contextvars.ContextVar["Trace | None"] = contextvars.ContextVar("jaxptx_trace", default=None)
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -115,6 +115,58 @@ class Trace:
         self.cache: dict[Any, Any] = {}
         self.last_if: tuple[int, str] | None = None
         self.loops: list[tuple[str, str]] = []
+        # Values built on first use (a tensor's address, a raw param...) go
+        # to `entry`, emitted at the top of the function body: the one place
+        # that dominates every use, whatever control flow the first use is in.
+        self.entry: list[ir.Statement] = []
+        self.lazy: dict[Any, Any] = {}
+        # What owns the registers allocated now: the trace, or in a module
+        # kernel the function being built (registers are per function).
+        self.scope: Any = self
+        self.open: list[OpenConstruct] = []
+
+    # lazily materialised values ----------------------------------------------
+    def materialise(self, key: Any, build: Callable[[], Any]) -> Any:
+        """The value cached under ``key``; on first use, ``build()`` emits it
+        at the start of the function body (so it dominates every use).
+
+        ``build`` runs with the entry block as the current block and may
+        materialise other values (they come first).
+        """
+        value = self.lazy.get(key)
+        if value is None:
+            self.require_function()
+            saved, saved_if = self.body, self.last_if
+            self.body = self.entry
+            try:
+                value = build()
+            finally:
+                self.body, self.last_if = saved, saved_if
+            self.lazy[key] = value
+        return value
+
+    # control-flow constructs -----------------------------------------------------
+    def begin(self, what: str, loc: tuple[str, int] | None) -> "OpenConstruct":
+        """Record a construct (``ptx.if_``, ``ptx.range_``...) made at ``loc``
+        that must be finished before the trace ends."""
+        c = OpenConstruct(what, loc)
+        self.open.append(c)
+        return c
+
+    def end(self, construct: "OpenConstruct") -> None:
+        """The construct finished normally."""
+        if construct in self.open:
+            self.open.remove(construct)
+
+    def check_closed(self) -> None:
+        """Raise for the first construct begun and never finished.
+
+        Raises:
+            TraceError: naming the construct and the user's line that made it.
+        """
+        if self.open:
+            c = self.open[0]
+            raise with_location(TraceError(f"kernel {self.name}: {c.problem()}"), c.loc)
 
     # registers -----------------------------------------------------------
     def new_register(self, ptype: PtxType, name: str | None = None, count: int | None = None) -> list[str]:
@@ -243,6 +295,35 @@ class Trace:
             yield
         finally:
             self.body = saved
+
+
+class OpenConstruct:
+    """A control-flow construct begun and not yet finished.
+
+    Attributes:
+        what: how the user wrote it (``"ptx.if_(...)"``).
+        loc: the user's line that made it.
+        state: ``"made"`` (never entered or iterated), ``"open"`` (entered).
+    """
+
+    __slots__ = ("what", "loc", "state", "loop")
+
+    def __init__(self, what: str, loc: tuple[str, int] | None) -> None:
+        self.what = what
+        self.loc = loc
+        self.state = "made"
+        self.loop = what.startswith(("ptx.range_", "ptx.while_"))
+
+    def problem(self) -> str:
+        """What went wrong, and the fix."""
+        if self.state == "made":
+            how = "`for ... in`" if self.loop else "`with`"
+            return f"{self.what} was never used: write it in a {how} statement"
+        if self.loop:
+            return (f"the Python loop over {self.what} ended early (a `break`, `return` or "
+                    "exception inside it), leaving the runtime loop unfinished; use "
+                    "ptx.break_() to leave a runtime loop")
+        return f"{self.what} was entered but its block never closed"
 
 
 def _register_class(ptype: PtxType) -> tuple[str, str]:

@@ -71,14 +71,11 @@ class SmemArray:
     @property
     def base(self) -> Reg:
         """The array's shared-window address in a u32 register (emitted once)."""
-        trace = current()
-        key = ("smem_base", self.symbol, self.offset)
-        if key not in trace.cache:
-            r = emit_instruction("mov", ("u32",), (self.symbol,))
-            if self.offset:
-                r = emit_instruction("add", ("u32",), (r, self.offset))
-            trace.cache[key] = r
-        return trace.cache[key]
+        return current().materialise(("smem_base", self.symbol, self.offset), self._base)
+
+    def _base(self) -> Reg:
+        r = emit_instruction("mov", ("u32",), (self.symbol,))
+        return emit_instruction("add", ("u32",), (r, self.offset)) if self.offset else r
 
     def __getitem__(self, index: Any) -> Addr:
         idx = index if isinstance(index, tuple) else (index,)

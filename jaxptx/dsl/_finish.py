@@ -1,0 +1,52 @@
+"""The end of a trace: the traced module is checked as a whole.
+
+Each instruction was validated when it was emitted; what only the whole
+function shows (a branch to a label never placed, a register used by a
+function it does not belong to...) is found here by :func:`jaxptx.check`.
+Anything it reports is an error, raised at the user's line of the
+instruction concerned: either the kernel is wrong, or the DSL wrote
+something it should not have, and neither may pass silently.
+"""
+
+from __future__ import annotations
+
+from .. import ir
+from ..check import Diagnostic, check
+from ..errors import TraceError
+from ._trace import Trace, with_location
+
+__all__ = ["check_module"]
+
+
+def check_module(module: ir.Module, trace: Trace) -> None:
+    """Run ``jaxptx.check`` on the traced ``module``.
+
+    Kernels traced with ``validate=False`` (transpiled PTX that ptxas itself
+    may refuse) are not checked.
+
+    Raises:
+        TraceError: the first finding, at the user's line that emitted the
+            instruction (or naming the kernel, for a module-level finding).
+    """
+    if not trace.validate or not check(module, trace.target.name):
+        return
+    found, locations = _located_findings(module, trace.target.name)
+    first = next((d for d in found if d.line), found[0])
+    loc = locations[first.line - 1] if first.line else None
+    raise with_location(TraceError(f"kernel {trace.name}: {first.message} (found by jaxptx.check "
+                                   "at the end of the trace)"), loc)
+
+
+def _located_findings(module: ir.Module, arch: str) -> tuple[list[Diagnostic], list[tuple | None]]:
+    """check's findings, each instruction's line being its index + 1 in
+    ``locations`` (the user's Python lines); the module is left as it was."""
+    instructions = [s for item in module.items if isinstance(item, ir.Function)
+                    for s in ir.walk(item.body or []) if isinstance(s, ir.Instruction)]
+    locations = [ins.loc for ins in instructions]
+    try:
+        for i, ins in enumerate(instructions):
+            ins.loc = ("<trace>", i + 1, 0)
+        return check(module, arch), locations
+    finally:
+        for ins, loc in zip(instructions, locations):
+            ins.loc = loc
