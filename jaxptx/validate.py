@@ -99,6 +99,8 @@ def _check_operand(ins: ir.Instruction, o: Operand, want: PtxType | None, count:
                    x: ir.Operand, kind: str, type_of: TypeOf) -> None:
     if kind == "pred" and "pred" not in o.kinds and isinstance(x, ir.Register) and "reg" in o.kinds:
         kind = "reg"  # a predicate where a typed register goes: a type error below
+    if kind == "reg" and count == 1 and "vec" in o.kinds and "reg" not in o.kinds:
+        x, kind = ir.Vector((x,)), "vec"  # `{%r1}` (normalize unwrapped it): a one-element vector
     if kind not in o.kinds or (isinstance(x, ir.Negated) and not o.neg):
         raise PtxOperandError(
             f"{_where(ins, o)}: expected {_kinds_text(o, want)}, got {_describe(x, type_of)}")

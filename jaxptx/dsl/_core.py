@@ -10,6 +10,7 @@ and appends. Nothing here branches on an opcode name.
 from __future__ import annotations
 
 import math
+import struct
 from typing import Any, Sequence
 
 from .. import ir, isa
@@ -25,15 +26,25 @@ class Reg:
     """A PTX register with a logical type; operators emit one instruction each.
 
     ``a + b`` emits ``add``, ``a < b`` emits ``setp`` and gives a predicate,
-    ``acc += x`` updates ``acc`` in place (loop-carried state), ``~p`` on a
-    predicate negates it for guards and branches.
+    every augmented operator (``acc += x``, ``r <<= 1``, ``m ^= k`` ...)
+    updates the register in place (loop-carried state), ``~p`` on a
+    predicate negates it for guards and branches. Arithmetic on an untyped
+    ``.bN`` register (a descriptor, a tensor-memory address) is written as
+    ``.uN`` (PTX has no ``add.b64``); its result keeps the ``.bN`` type.
+
+    Attributes:
+        name: the PTX register name (``%r3``).
+        type: its logical type.
+        owner: the trace (or, in a module kernel, the function) it belongs
+            to; using it anywhere else is an error. ``None``: not checked.
     """
 
-    __slots__ = ("name", "type")
+    __slots__ = ("name", "type", "owner")
 
-    def __init__(self, name: str, type: PtxType) -> None:
+    def __init__(self, name: str, type: PtxType, owner: Any = None) -> None:
         self.name = name
         self.type = type
+        self.owner = owner
 
     def __repr__(self) -> str:
         return f"Reg({self.name}: .{self.type.name})"
@@ -58,10 +69,13 @@ class Reg:
              float_mods: tuple[str, ...] = (), dst: "Reg | None" = None,
              reverse: bool = False) -> "Reg":
         _check_same_type(self, other, opcode)
-        mods = int_mods if self.type.is_int else float_mods if self.type.is_float else ()
+        t = _arith_type(self.type)
+        mods = int_mods if t.is_int else float_mods if t.is_float else ()
         a, b = (other, self) if reverse else (self, other)
+        if dst is None and t is not self.type:
+            dst = new_reg(self.type)   # b64 + 1 is a b64, computed as u64
         args = (a, b) if dst is None else (dst, a, b)
-        return emit_instruction(opcode, (*mods, self.type.name), args)
+        return emit_instruction(opcode, (*mods, t.name), args)
 
     def __add__(self, o: Any) -> "Reg": return self._bin(o, "add")
     def __radd__(self, o: Any) -> "Reg": return self._bin(o, "add", reverse=True)
@@ -72,31 +86,46 @@ class Reg:
     def __truediv__(self, o: Any) -> "Reg": return self._bin(o, "div", (), ("rn",))
     def __floordiv__(self, o: Any) -> "Reg": return self._bin(o, "div")
     def __mod__(self, o: Any) -> "Reg": return self._bin(o, "rem")
+    def __rtruediv__(self, o: Any) -> "Reg": return self._bin(o, "div", (), ("rn",), reverse=True)
+    def __rfloordiv__(self, o: Any) -> "Reg": return self._bin(o, "div", reverse=True)
+    def __rmod__(self, o: Any) -> "Reg": return self._bin(o, "rem", reverse=True)
+    # In place: one instruction whose destination is this register.
     def __iadd__(self, o: Any) -> "Reg": return self._bin(o, "add", dst=self)
     def __isub__(self, o: Any) -> "Reg": return self._bin(o, "sub", dst=self)
     def __imul__(self, o: Any) -> "Reg": return self._bin(o, "mul", ("lo",), dst=self)
+    def __itruediv__(self, o: Any) -> "Reg": return self._bin(o, "div", (), ("rn",), dst=self)
+    def __ifloordiv__(self, o: Any) -> "Reg": return self._bin(o, "div", dst=self)
+    def __imod__(self, o: Any) -> "Reg": return self._bin(o, "rem", dst=self)
 
     def _bits(self, other: Any, opcode: str, dst: "Reg | None" = None) -> "Reg":
         _check_same_type(self, other, opcode)
         ty = "pred" if self.type.kind == "pred" else f"b{self.type.bits}"
         # The result keeps this register's type (u32 & 3 is a u32, not a b32).
-        return emit_instruction(opcode, (ty,), (dst or new_reg(self.type), self, other))
+        return emit_instruction(opcode, (ty,), (new_reg(self.type) if dst is None else dst, self, other))
 
     def __and__(self, o: Any) -> "Reg": return self._bits(o, "and")
     def __or__(self, o: Any) -> "Reg": return self._bits(o, "or")
     def __xor__(self, o: Any) -> "Reg": return self._bits(o, "xor")
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
     def __iand__(self, o: Any) -> "Reg": return self._bits(o, "and", self)
     def __ior__(self, o: Any) -> "Reg": return self._bits(o, "or", self)
     def __ixor__(self, o: Any) -> "Reg": return self._bits(o, "xor", self)
 
-    def __lshift__(self, o: Any) -> "Reg":
-        return emit_instruction("shl", (f"b{self.type.bits}",), (new_reg(self.type), self, o))
+    def _shift(self, amount: Any, opcode: str, dst: "Reg | None" = None) -> "Reg":
+        # shl is written on bits; shr on the register's type (.s: arithmetic, .u/.b: logical).
+        ty = f"b{self.type.bits}" if opcode == "shl" else self.type.name
+        return emit_instruction(opcode, (ty,), (new_reg(self.type) if dst is None else dst, self, amount))
 
-    def __rshift__(self, o: Any) -> "Reg":
-        return emit_instruction("shr", (self.type.name,), (self, o))
+    def __lshift__(self, o: Any) -> "Reg": return self._shift(o, "shl")
+    def __rshift__(self, o: Any) -> "Reg": return self._shift(o, "shr")
+    def __ilshift__(self, o: Any) -> "Reg": return self._shift(o, "shl", self)
+    def __irshift__(self, o: Any) -> "Reg": return self._shift(o, "shr", self)
 
     def __neg__(self) -> "Reg":
-        return emit_instruction("neg", (self.type.name,), (self,))
+        t = self.type
+        if t.kind in "bu" and f"s{t.bits}" in TYPES:   # two's complement: neg.s gives the same bits
+            return emit_instruction("neg", (f"s{t.bits}",), (new_reg(t), self))
+        return emit_instruction("neg", (t.name,), (self,))
 
     def __invert__(self) -> "Reg | NegPred":
         if self.type.kind == "pred":
@@ -114,7 +143,7 @@ class Reg:
     # comparisons --------------------------------------------------------
     def _cmp(self, other: Any, op: str) -> "Reg":
         _check_same_type(self, other, "setp")
-        return emit_instruction("setp", (op, self.type.name), (self, other))
+        return emit_instruction("setp", (op, _arith_type(self.type).name), (self, other))
 
     def __lt__(self, o: Any) -> "Reg": return self._cmp(o, "lt")
     def __le__(self, o: Any) -> "Reg": return self._cmp(o, "le")
@@ -122,6 +151,14 @@ class Reg:
     def __ge__(self, o: Any) -> "Reg": return self._cmp(o, "ge")
     def __eq__(self, o: Any) -> "Reg": return self._cmp(o, "eq")  # type: ignore[override]
     def __ne__(self, o: Any) -> "Reg": return self._cmp(o, "ne")  # type: ignore[override]
+
+
+def _arith_type(t: PtxType) -> PtxType:
+    """The type arithmetic and ordered comparisons on ``t`` are written with:
+    an untyped ``.bN`` computes as ``.uN`` (PTX ISA has no ``add.b32``)."""
+    if t.kind == "b":
+        return TYPES.get(f"u{t.bits}", t)
+    return t
 
 
 def _check_same_type(a: Reg, b: Any, opcode: str) -> None:
@@ -220,7 +257,25 @@ SINK = _SinkType()
 
 def new_reg(ptype: PtxType, name: str | None = None) -> Reg:
     """Allocate a fresh register of ``ptype`` in the active trace."""
-    return Reg(current().new_register(ptype, name)[0], ptype)
+    trace = current()
+    return Reg(trace.new_register(ptype, name)[0], ptype, trace.scope)
+
+
+def _owned(r: Reg) -> ir.Register:
+    """``r`` as an operand, refusing a register of another trace or function."""
+    if r.owner is not None:
+        scope = current().scope
+        if r.owner is not scope:
+            raise TraceError(f"register {r.name} belongs to {_scope_name(r.owner, scope)}, not to "
+                             f"{_scope_name(scope)}; registers cannot cross traces (each kernel, and "
+                             "each specialisation of one, is its own trace): make the value here")
+    return ir.Register(r.name)
+
+
+def _scope_name(scope: Any, other: Any = None) -> str:
+    kind = "function" if isinstance(scope, ir.Function) else "kernel"
+    same = other is not None and getattr(other, "name", None) == scope.name
+    return f"{'another trace of ' if same else ''}{kind} {scope.name}"
 
 
 def to_immediate(value: int | float, want: PtxType | None, where: Any) -> ir.Immediate:
@@ -229,7 +284,15 @@ def to_immediate(value: int | float, want: PtxType | None, where: Any) -> ir.Imm
         raise PtxOperandError(f"{where}: expected a register or number, got {value!r}")
     if want is not None and want.name in ("f32", "f64") or (want is None and isinstance(value, float)):
         form = "f64" if want is not None and want.name == "f64" else "f32"
-        return ir.Immediate(float(value), form)
+        try:
+            number = float(value)
+            if form == "f32":
+                struct.pack("<f", number)   # raises for finite values past the f32 range
+        except OverflowError:
+            largest = "3.4028235e+38" if form == "f32" else "1.7976931348623157e+308"
+            raise PtxOperandError(f"{where}: immediate {value!r} does not fit .{form} (largest "
+                                  f"finite .{form}: {largest})") from None
+        return ir.Immediate(number, form)
     if want is not None and want.is_float:
         raise PtxOperandError(
             f"{where}: PTX has no .{want.name} immediates; mov the bits into a register first")
@@ -242,6 +305,8 @@ def to_immediate(value: int | float, want: PtxType | None, where: Any) -> ir.Imm
         hi = (1 << want.bits) - 1 if want.kind in "bu" else (1 << (want.bits - 1)) - 1
         if not lo <= value <= hi:
             raise PtxOperandError(f"{where}: immediate {value} does not fit .{want.name}")
+    if want is None and not -(1 << 63) <= value < (1 << 64):
+        raise PtxOperandError(f"{where}: immediate {value} does not fit 64 bits")
     if want is not None and want.kind == "b" and value >= 256:
         return ir.Immediate(int(value), "hex")  # bit patterns read better in hex
     return ir.Immediate(int(value))
@@ -255,9 +320,13 @@ def to_operand(value: Any, o: isa.Operand | None, want: PtxType | None, where: A
     if isinstance(value, ir.VarDecl):
         value = value.name  # a declared variable or parameter stands for its name
     if isinstance(value, Reg):
-        return ir.Address(ir.Register(value.name)) if kinds == ("mem",) else ir.Register(value.name)
+        if kinds == ("mem",):
+            return ir.Address(_owned(value))
+        if "vec" in kinds and "reg" not in kinds:
+            return ir.Vector((_owned(value),))   # a one-element vector, {%r1}
+        return _owned(value)
     if isinstance(value, NegPred):
-        return ir.Negated(ir.Register(value.reg.name))
+        return ir.Negated(_owned(value.reg))
     if isinstance(value, Addr):
         return _address(value, where)
     if isinstance(value, Label):
@@ -289,7 +358,7 @@ def _declared(name: str) -> bool:
 def _address(a: Addr, where: Any) -> ir.Address:
     base: ir.Register | ir.Symbol | None
     if isinstance(a.base, Reg):
-        base = ir.Register(a.base.name)
+        base = _owned(a.base)
     elif isinstance(a.base, ir.VarDecl):
         base = ir.Symbol(a.base.name)
     elif isinstance(a.base, str):
@@ -333,10 +402,25 @@ def emit_instruction(opcode: str, mods: tuple[str, ...], args: tuple[Any, ...],
             o = operands[i] if i < len(operands) else None
             where.operand = o.name if o is not None else str(i)
             converted.append(to_operand(value, o, types[i] if o is not None else None, where))
+        if opcode in _INTEGER_DIVISION:
+            _check_divisor(converted, types, where)
+        guard = _guard(pred)
     except PtxError as e:
         raise with_location(e, loc) from None
-    trace.emit(ir.Instruction(opcode, mods, tuple(converted), _guard(pred), loc=loc))
+    trace.emit(ir.Instruction(opcode, mods, tuple(converted), guard, loc=loc))
     return args[0] if operands and operands[0].out else None
+
+
+# PTX ISA, "div", "rem": an integer divisor of zero gives an unspecified
+# value, so a constant zero divisor is always a bug (a float one is IEEE's inf).
+_INTEGER_DIVISION = frozenset({"div", "rem"})
+
+
+def _check_divisor(operands: list[ir.Operand], types: tuple[PtxType | None, ...], where: "_Where") -> None:
+    divisor, want = operands[-1], types[len(operands) - 1] if len(types) >= len(operands) else None
+    if isinstance(divisor, ir.Immediate) and divisor.value == 0 and want is not None and want.kind != "f":
+        where.operand = "b"
+        raise PtxOperandError(f"{where}: division by the constant 0 (the result is unspecified)")
 
 
 def _kind(value: Any) -> str:
@@ -368,7 +452,7 @@ def _guard(pred: "Reg | NegPred | str | None") -> ir.Guard | None:
     if isinstance(pred, str):
         return ir.Guard(ir.Register(pred.lstrip("!")), pred.startswith("!"))
     reg = pred.reg if isinstance(pred, NegPred) else pred
-    return ir.Guard(ir.Register(reg.name), isinstance(pred, NegPred))
+    return ir.Guard(_owned(reg), isinstance(pred, NegPred))
 
 
 def _emit_unchecked(trace: Any, opcode: str, mods: tuple[str, ...], args: tuple[Any, ...],

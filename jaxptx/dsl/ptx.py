@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import isa
-from ..errors import PtxModifierError
+from ..errors import PtxModifierError, TraceError
 from ._control import break_, continue_, else_, if_, label, loop, new_label, range_, while_
 from ._core import SINK, Addr, NegPred, Reg, emit_instruction
 from ._trace import current, user_location, with_location
@@ -32,6 +32,7 @@ from ._special import special
 from ._module import (args, block, decl, declare, directive, function, imm, negate, pair, section,
                       sym, unparsed)
 from ._params import batch_ptrs, comment, global_ptrs, param
+from .smem import SmemArray
 
 __all__ = ["inst", "special", "if_", "else_", "range_", "while_", "break_", "continue_",
            "label", "new_label", "addr", "comment", "param", "global_ptrs", "batch_ptrs",
@@ -109,9 +110,15 @@ def addr(base: Any, offset: Any = None, *, coords: tuple[Any, ...] = (), minus: 
     ``base`` is a register, a symbol name, a shared-memory array or a tensor
     argument; ``offset`` is a byte offset (``0`` is written, ``None`` is not;
     ``ptx.imm("0x10")`` keeps a spelling); ``minus`` writes ``[base-offset]``.
+
+    Raises:
+        TraceError: a constant offset outside a shared-memory array ``base``.
     """
     if minus:
         return Addr(base, offset, coords, minus=True)
+    if isinstance(base, SmemArray) and isinstance(offset, int) and not 0 <= offset < base.nbytes:
+        raise with_location(TraceError(f"ptx.addr: offset {offset} is outside shared array {base.symbol} "
+                                       f"({base.nbytes} bytes)"), user_location())
     symbol = getattr(base, "__ptx_symbol__", None)
     if symbol is not None:
         base = symbol()

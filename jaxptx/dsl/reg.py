@@ -43,7 +43,8 @@ def scalar(dtype: Any, init: Any = None, *, name: str | None = None) -> Reg:
         name: optional register name (``%name``) instead of a numbered one.
     """
     t = _type(dtype, "reg.scalar dtype")
-    r = Reg(current().new_register(t, name)[0], t)
+    trace = current()
+    r = Reg(trace.new_register(t, name)[0], t, trace.scope)
     if init is not None:
         r.set(init)
     return r
@@ -55,8 +56,8 @@ def array(dtype: Any, count: int, *, name: str | None = None) -> RegArray:
     t = _type(dtype, "reg.array dtype")
     if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
         raise TraceError(f"reg.array count: expected a positive int, got {count!r}")
-    names = current().new_register(t, name, count)
-    return RegArray([Reg(n, t) for n in names])
+    trace = current()
+    return RegArray([Reg(n, t, trace.scope) for n in trace.new_register(t, name, count)])
 
 
 def from_(src: Any, dtype: Any) -> Reg:
@@ -77,13 +78,14 @@ def declare(dtype: Any, *names: str | tuple[str, int], vector: int | None = None
         raise TraceError("reg.declare: expected at least one register name")
     decl_names = tuple(ir.RegName(n, None) if isinstance(n, str) else ir.RegName(n[0], n[1])
                        for n in names)
-    current().declare_registers(ir.RegDecl(t.name, decl_names, vector), t)
+    trace = current()
+    trace.declare_registers(ir.RegDecl(t.name, decl_names, vector), t)
     out: list[Any] = []
     for n in decl_names:
         if n.count is None:
-            out.append(Reg(n.name, t))
+            out.append(Reg(n.name, t, trace.scope))
         else:
-            out.append(RegArray([Reg(f"{n.name}{i}", t) for i in range(n.count)]))
+            out.append(RegArray([Reg(f"{n.name}{i}", t, trace.scope) for i in range(n.count)]))
     return out[0] if len(out) == 1 else out
 
 

@@ -27,7 +27,7 @@ from ..errors import TraceError
 from ..types import PtxType, b64, from_dtype
 from ._core import Addr, Reg, emit_instruction
 from ._specs import Layout
-from ._trace import current
+from ._trace import current, user_location, with_location
 
 __all__ = ["SmemArray", "alloc", "wgmma_tile", "mbarrier", "matrix_descriptor_bits"]
 
@@ -78,20 +78,29 @@ class SmemArray:
         return emit_instruction("add", ("u32",), (r, self.offset)) if self.offset else r
 
     def __getitem__(self, index: Any) -> Addr:
+        """The address of element ``index`` (one int or u32 register per dim).
+
+        Raises:
+            TraceError: a wrong number of indices, or a constant index
+                outside the array, at the user's line.
+        """
         idx = index if isinstance(index, tuple) else (index,)
         if len(idx) != len(self.shape):
-            raise TraceError(f"shared array {self.symbol}: expected {len(self.shape)} indices, got {len(idx)}")
+            raise _error(f"shared array {self.symbol}: expected {len(self.shape)} indices, got {len(idx)}")
         strides = [math.prod(self.shape[k + 1:]) * self.dtype.nbytes for k in range(len(self.shape))]
         static = self.offset
         dynamic: Reg | None = None
-        for i, stride in zip(idx, strides):
+        for k, (i, stride) in enumerate(zip(idx, strides)):
             if isinstance(i, Reg):
                 term = emit_instruction("mul", ("lo", "u32"), (i, stride))
                 dynamic = term if dynamic is None else emit_instruction("add", ("u32",), (dynamic, term))
             elif isinstance(i, int) and not isinstance(i, bool):
+                if not 0 <= i < self.shape[k]:
+                    raise _error(f"shared array {self.symbol} of shape {self.shape}: index {i} of "
+                                 f"dim {k} is out of range 0..{self.shape[k] - 1}")
                 static += i * stride
             else:
-                raise TraceError(f"shared array {self.symbol} index: expected int or u32 register, got {i!r}")
+                raise _error(f"shared array {self.symbol} index: expected int or u32 register, got {i!r}")
         if dynamic is None:
             return Addr(self.symbol, static or None)
         return Addr(emit_instruction("add", ("u32",), (dynamic, self.base)), (static - self.offset) or None)
@@ -116,6 +125,10 @@ class SmemArray:
 
     def __repr__(self) -> str:
         return f"SmemArray({self.symbol}+{self.offset}, {self.dtype}, {self.shape})"
+
+
+def _error(message: str) -> TraceError:
+    return with_location(TraceError(message), user_location())
 
 
 def matrix_descriptor_bits(start: int, lbo: int, sbo: int, swizzle: int, base_offset: int = 0) -> int:
