@@ -104,3 +104,18 @@ def test_sibling_blocks_may_reuse_register_names():
     text = _kernel(body)
     ptxas(text, "sm_90a")
     assert _run(text) == 12
+
+
+def test_a_huge_register_range_costs_only_the_registers_used():
+    import time
+
+    from jaxptx import ir
+    from jaxptx.parse import parse
+    from jaxptx.sim.core.program import prepare
+    module = parse(_kernel(""))
+    decl = next(s for s in module.functions[0].body if isinstance(s, ir.RegDecl) and s.type == "b32")
+    decl.names = (ir.RegName("%r", 999_999_999),)     # .reg .b32 %r<999999999>;
+    start = time.perf_counter()
+    program = prepare(module, None, None)
+    assert time.perf_counter() - start < 1.0
+    assert [n for n in program.registers if n.startswith("%r") and not n.startswith("%rd")] == ["%r1"]

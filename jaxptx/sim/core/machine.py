@@ -27,7 +27,7 @@ from .registers import RegisterFile, SpecialRegisters
 
 __all__ = ["Machine", "MACHINE", "NO_OPS"]
 
-MACHINE = frozenset(["bra", "call", "ret", "exit", "bar_sync", "bar_red", "bar_arrive",
+MACHINE = frozenset(["bra", "brx_idx", "call", "ret", "exit", "trap", "bar_sync", "bar_red", "bar_arrive",
                      "barrier_cluster_arrive", "barrier_cluster_wait"])
 """``sim`` names the machine executes itself: they change program counters or
 thread states, so no semantics function can run them."""
@@ -235,6 +235,12 @@ class Machine:
         target = None
         if sim == "bra":
             target = self._label(ins.operands[0])
+        elif sim == "brx_idx":
+            target = self._indexed_target(Step(self, ins, r, taken))
+        elif sim == "trap":
+            if len(taken):
+                raise SimError(f"{self.program.name}: trap executed by {_threads(self, taken)}"
+                               f"{_where(ins)}")
         elif sim == "call":
             target = call(Step(self, ins, r, taken), pc)
         elif sim == "ret" and self.program.function_of[pc]:
@@ -273,7 +279,8 @@ class Machine:
             return None, None
         # next PCs
         if was_uniform and (len(taken) == len(threads) or len(taken) == 0) and \
-                sim not in ("ret", "exit", "barrier_cluster_wait", *_BARRIERS):
+                sim not in ("ret", "exit", "barrier_cluster_wait", *_BARRIERS) and \
+                not isinstance(target, np.ndarray):
             nxt = target if (target is not None and len(taken)) else pc + 1
             return nxt, threads
         self._set_pc(threads, pc + 1)
@@ -314,10 +321,48 @@ class Machine:
         else:
             self.pc[threads] = pc
 
+    def _indexed_target(self, s: Step) -> int | np.ndarray:
+        """``brx.idx index, tlist``: each thread's entry of the
+        ``.branchtargets`` list (PTX ISA, brx.idx: an index past the list's
+        end is undefined behaviour; the emulator faults)."""
+        op = s.ins.operands[1]
+        table = self.program.branch_tables.get(op.name) if isinstance(op, ir.Symbol) else None
+        if table is None:
+            raise SimError(f"{self.program.name}: brx.idx: {op!r} names no .branchtargets list")
+        index = s.src(0).astype(np.int64)
+        bad = index >= len(table)
+        if bad.any():
+            t = s.threads[np.flatnonzero(bad)[0]]
+            raise SimError(f"{self.program.name}: brx.idx index {index[bad][0]} is past the end of "
+                           f"{op.name} ({len(table)} targets), {_threads(self, np.array([t]))}")
+        targets = np.asarray(table, dtype=np.int64)[index]
+        return int(targets[0]) if (targets == targets[0]).all() else targets
+
     def _label(self, op: ir.Operand) -> int:
         if not isinstance(op, ir.Symbol) or op.name not in self.program.labels:
             raise SimError(f"{self.program.name}: branch to unknown label {op!r}")
         return self.program.labels[op.name]
+
+
+def _threads(m: Machine, threads: np.ndarray) -> str:
+    """``thread (x, y, z) of CTA (x, y, z)`` for the first of ``threads``, and
+    how many others."""
+    t = int(threads[0])
+    cta, tid = divmod(t, m.ntid)
+    bx, by, _ = m.block
+    gx, gy, _ = m.grid
+    where = (f"thread ({tid % bx}, {tid // bx % by}, {tid // (bx * by)}) of CTA "
+             f"({cta % gx}, {cta // gx % gy}, {cta // (gx * gy)})")
+    return where + (f" and {len(threads) - 1} other threads" if len(threads) > 1 else "")
+
+
+def _where(ins: ir.Instruction) -> str:
+    """`` [PTX line N]`` for parsed PTX, `` [file:line]`` for a traced kernel."""
+    if ins.loc and len(ins.loc) == 3:
+        return f" [PTX line {ins.loc[1]}]"
+    if ins.loc and len(ins.loc) == 2:
+        return f" [{ins.loc[0]}:{ins.loc[1]}]"
+    return ""
 
 
 def _located(e: SimError, ins: ir.Instruction) -> SimError:

@@ -56,6 +56,8 @@ class Program:
         extern_shared: name of the ``.extern .shared`` array, if any (it
             starts after the static shared variables).
         reqntid: the ``.reqntid`` directive's dims, if any.
+        branch_tables: ``label: .branchtargets L0, L1, ...`` lists (for
+            ``brx.idx``) by their scoped label name, as code indices.
     """
 
     name: str
@@ -75,6 +77,7 @@ class Program:
     functions: dict[str, "Callee"] = dataclasses.field(default_factory=dict)
     function_of: list[str] = dataclasses.field(default_factory=list)
     thread_params: set[str] = dataclasses.field(default_factory=set)
+    branch_tables: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,6 +163,42 @@ def _scoped(body: list[ir.Statement], scope: _Scope,
             yield from _scoped(s.body, _Scope(scope, str(counter[0])), counter)
         else:
             yield s, scope
+
+
+def _operand_registers(op: ir.Operand, out: set[str]) -> None:
+    if isinstance(op, ir.Register):
+        out.add(op.name.partition(".")[0])
+    elif isinstance(op, ir.Address):
+        for part in (op.base, op.extra):
+            if part is not None:
+                _operand_registers(part, out)
+    elif isinstance(op, (ir.Vector, ir.Parens)):
+        for x in op.items:
+            _operand_registers(x, out)
+    elif isinstance(op, ir.Pair):
+        _operand_registers(op.first, out)
+        _operand_registers(op.second, out)
+    elif isinstance(op, ir.Negated):
+        _operand_registers(op.operand, out)
+
+
+def _used_registers(body: list[ir.Statement]) -> dict[str, list[int]]:
+    """The numbered register names the instructions of ``body`` use, as
+    prefix → indices (``%r12`` → ``"%r": [12]``)."""
+    names: set[str] = set()
+    for s in ir.walk(body):
+        if isinstance(s, ir.Instruction):
+            for op in s.operands:
+                _operand_registers(op, names)
+            if s.guard is not None:
+                names.add(s.guard.register.name.partition(".")[0])
+    used: dict[str, list[int]] = {}
+    for name in sorted(names):
+        stem = name.rstrip("0123456789")
+        digits = name[len(stem):]
+        if digits and (digits == "0" or not digits.startswith("0")):
+            used.setdefault(stem, []).append(int(digits))
+    return used
 
 
 def _size(d: ir.VarDecl) -> int:
@@ -255,6 +294,7 @@ def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) ->
     labels: dict[str, int] = {}
     function_of: list[str] = []
     thread_params: set[str] = set()
+    tables: dict[str, tuple[str, ...]] = {}     # .branchtargets, by scoped label name
 
     def thread_param(d: ir.VarDecl, name: str) -> None:
         # A .param inside a function (call arguments, a .func's own params):
@@ -276,13 +316,19 @@ def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) ->
                     registers[root.declare(p.name, registers)] = TYPES[p.type]
                 else:
                     thread_param(p, root.declare(p.name, variables))
+        used = _used_registers(f.body or [])
+        last_label = None       # the label just before this statement, if any
         for s, scope in _scoped(f.body or [], root):
+            label_before, last_label = last_label, None
             if isinstance(s, ir.RegDecl):
                 t = TYPES.get(s.type)
                 if t is None:
                     raise SimError(f"registers of type .{s.type} are not supported by the emulator")
                 for n in s.names:
-                    names = [n.name] if n.count is None else [f"{n.name}{i}" for i in range(n.count)]
+                    # A range %r<N> declares N names; only those the code uses
+                    # need storage, so a huge N costs nothing.
+                    names = [n.name] if n.count is None else \
+                        [f"{n.name}{i}" for i in used.get(n.name, ()) if i < n.count]
                     for name in names:
                         name = scope.declare(name, registers)
                         if s.vector:
@@ -300,6 +346,11 @@ def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) ->
                     declare(s)
             elif isinstance(s, ir.Label):
                 labels[scope.lookup(s.name)] = len(code)
+                last_label = scope.lookup(s.name)
+            elif isinstance(s, ir.Directive) and s.name == "branchtargets":
+                if label_before is None:
+                    raise SimError(".branchtargets must follow the label that names it")
+                tables[label_before] = tuple(scope.lookup(a) for a in s.args if a != ",")
             elif isinstance(s, ir.Instruction):
                 code.append(normalize(scope.rename(s), registers, vectors, keep_offsets=True))
                 function_of.append(f.name if prefix else "")
@@ -314,11 +365,17 @@ def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) ->
                                        tuple(f"{f.name}::{p.name}" for p in f.params),
                                        tuple(f"{f.name}::{p.name}" for p in f.returns or []))
     resolved = [_resolve(ins, registers) for ins in code]
+    branch_tables = {}
+    for name, targets in tables.items():
+        missing = [t for t in targets if t not in labels]
+        if missing:
+            raise SimError(f".branchtargets {name}: unknown label {missing[0]}")
+        branch_tables[name] = tuple(labels[t] for t in targets)
     reqntid = next((tuple(int(x) for x in d.values) for d in func.directives if d.name == "reqntid"), None)
     return Program(func.name, code, resolved, labels, registers, params, variables,
                    layouts["shared"].size, layouts["local"].size, layouts["const"].size,
                    layouts["param"].size, extern_shared, reqntid, global_vars, functions,
-                   function_of, thread_params)
+                   function_of, thread_params, branch_tables)
 
 
 def _resolve(ins: ir.Instruction, registers: dict[str, PtxType]) -> isa.Resolved | None:

@@ -27,8 +27,6 @@ SEMANTICS: dict[str, Callable] = {}
 
 
 UNSUPPORTED: dict[str, str] = {
-    "brx_idx": "indirect branches (brx.idx) are not emulated yet",
-    "trap": "trap is not emulated yet",
     **{name: "Blackwell tensor memory (tcgen05) is not emulated yet"
        for name in ("tcgen05_alloc", "tcgen05_dealloc", "tcgen05_relinquish", "tcgen05_ld", "tcgen05_st",
                     "tcgen05_wait", "tcgen05_fence", "tcgen05_commit", "tcgen05_cp", "tcgen05_shift",
