@@ -266,9 +266,12 @@ def _owned(r: Reg) -> ir.Register:
     if r.owner is not None:
         scope = current().scope
         if r.owner is not scope:
+            if isinstance(scope, ir.Function):
+                rule = "a register belongs to the function that made it"
+            else:
+                rule = "registers cannot cross traces (each kernel, and each specialisation of one, is its own trace)"
             raise TraceError(f"register {r.name} belongs to {_scope_name(r.owner, scope)}, not to "
-                             f"{_scope_name(scope)}; registers cannot cross traces (each kernel, and "
-                             "each specialisation of one, is its own trace): make the value here")
+                             f"{_scope_name(scope)}; {rule}: make the value here")
     return ir.Register(r.name)
 
 
@@ -276,6 +279,14 @@ def _scope_name(scope: Any, other: Any = None) -> str:
     kind = "function" if isinstance(scope, ir.Function) else "kernel"
     same = other is not None and getattr(other, "name", None) == scope.name
     return f"{'another trace of ' if same else ''}{kind} {scope.name}"
+
+
+def _short(value: int | float) -> str:
+    """A number for a message: huge integers in scientific notation."""
+    if isinstance(value, int) and abs(value) >= 10**20:
+        digits = str(abs(value))
+        return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:6]}e+{len(digits) - 1}"
+    return repr(value)
 
 
 def to_immediate(value: int | float, want: PtxType | None, where: Any) -> ir.Immediate:
@@ -290,7 +301,7 @@ def to_immediate(value: int | float, want: PtxType | None, where: Any) -> ir.Imm
                 struct.pack("<f", number)   # raises for finite values past the f32 range
         except OverflowError:
             largest = "3.4028235e+38" if form == "f32" else "1.7976931348623157e+308"
-            raise PtxOperandError(f"{where}: immediate {value!r} does not fit .{form} (largest "
+            raise PtxOperandError(f"{where}: immediate {_short(value)} does not fit .{form} (largest "
                                   f"finite .{form}: {largest})") from None
         return ir.Immediate(number, form)
     if want is not None and want.is_float:
@@ -304,9 +315,9 @@ def to_immediate(value: int | float, want: PtxType | None, where: Any) -> ir.Imm
         lo = -(1 << (want.bits - 1))
         hi = (1 << want.bits) - 1 if want.kind in "bu" else (1 << (want.bits - 1)) - 1
         if not lo <= value <= hi:
-            raise PtxOperandError(f"{where}: immediate {value} does not fit .{want.name}")
+            raise PtxOperandError(f"{where}: immediate {_short(value)} does not fit .{want.name}")
     if want is None and not -(1 << 63) <= value < (1 << 64):
-        raise PtxOperandError(f"{where}: immediate {value} does not fit 64 bits")
+        raise PtxOperandError(f"{where}: immediate {_short(value)} does not fit 64 bits")
     if want is not None and want.kind == "b" and value >= 256:
         return ir.Immediate(int(value), "hex")  # bit patterns read better in hex
     return ir.Immediate(int(value))

@@ -6,13 +6,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .. import ir
-from ..errors import SpecError, TraceError
+from .. import ir, isa
+from ..errors import PtxError, SpecError, TraceError
 from ..types import PtxType
 from ._core import Reg, emit_instruction
 from ._specs import Tile
 from ._tma import describe_tma
-from ._trace import current
+from ._trace import current, user_location, with_location
 
 __all__ = ["TensorArg", "UnboundDim", "param", "global_ptrs", "batch_ptrs", "comment"]
 
@@ -80,7 +80,7 @@ class TensorArg:
     @property
     def batch_ptr(self) -> Reg:
         """The address of this launch's batch element of the tensor:
-        ``ptr + %ctaid.z * batch_stride`` (emitted once).
+        ``ptr + %ctaid.z * batch_stride`` (emitted once, at the kernel's start).
 
         For kernels declared with ``batch="z"``: under ``jax.vmap`` the batch
         runs as grid z, one problem per z index; called without vmap, the
@@ -104,7 +104,8 @@ class TensorArg:
 
     @property
     def ptr(self) -> Reg:
-        """The tensor's global address in a u64 register (loaded once)."""
+        """The tensor's global address in a u64 register (loaded once, at the
+        kernel's start, so a first use inside runtime control flow is fine)."""
         return current().materialise(("ptr", self.name), self._ptr)
 
     def _ptr(self) -> Reg:
@@ -123,11 +124,17 @@ class TensorArg:
 
         Raises:
             SpecError: the descriptor cannot be built from the spec.
+            PtxTargetError: the target has no TMA (before sm_90).
         """
         return current().materialise(("tma", self.name), self._tma_desc)
 
     def _tma_desc(self) -> Reg:
         trace = current()
+        try:  # a descriptor is only of use to TMA copies: the target must have them
+            isa.BY_OPCODE["cp.async.bulk.tensor"][0].requires.check(
+                f"{self.name}.tma_desc() (a TMA descriptor)", trace.target, trace.version)
+        except PtxError as e:
+            raise with_location(e, user_location()) from None
         symbol = trace.new_symbol(f"{self.name}_tma")
         desc = describe_tma(self.name, self.index, self.spec, self.shape, symbol, trace.name)
         trace.params.append(ir.VarDecl("param", "b8", symbol, align=64, dims=(128,)))
