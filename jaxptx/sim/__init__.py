@@ -2,9 +2,17 @@
 
 ``launch(ptx_or_module_or_kernel, *arrays, grid=..., block=...)`` runs a
 kernel; numpy arrays passed for pointer parameters are updated in place.
+:class:`Device` is the driver-shaped form: device memory that persists
+between launches, parameters as bytes or numbers (``cuLaunchKernelEx``).
+Both refuse, before running, PTX that ptxas would reject or that the
+emulator cannot run (:class:`PrecheckError`).
 """
 
 from .launch import launch as launch
+from .device import Device as Device
+from .device import ParamInfo as ParamInfo
+from .precheck import PrecheckError as PrecheckError
+from .precheck import Problem as Problem
 from .errors import SimError as SimError
 from .core.sanitizer import SanitizerError as SanitizerError
 from .core.step import Step as Step

@@ -34,12 +34,12 @@ def elementwise(ins: str, srcs: Sequence[tuple[str, np.ndarray]], dst: str, *, d
     names = "abc"
     params = ", ".join([".param .u64 pd"] + [f".param .u64 p{k}" for k in range(len(srcs))])
     lines = [".version 8.7", ".target sm_100a", ".address_size 64", f".visible .entry k({params})", "{",
-             " .reg .u32 %tx, %cx;", " .reg .u64 %i, %c, %o, %ad, %pd;",
+             " .reg .u32 %tx, %cx;", " .reg .u64 %i, %ci, %o, %ad, %pd;",
              *[f" .reg .u64 %p{k}; .reg .{t} %{names[k]};" for k, (t, _) in enumerate(srcs)],
              f" .reg .{dst} %d;", decl,
              " mov.u32 %tx, %tid.x; mov.u32 %cx, %ctaid.x;",
-             " cvt.u64.u32 %i, %tx; cvt.u64.u32 %c, %cx;",
-             *[" add.u64 %c, %c, %c;"] * int(math.log2(BLOCK)), " add.u64 %i, %i, %c;",
+             " cvt.u64.u32 %i, %tx; cvt.u64.u32 %ci, %cx;",
+             *[" add.u64 %ci, %ci, %ci;"] * int(math.log2(BLOCK)), " add.u64 %i, %i, %ci;",
              " ld.param.u64 %pd, [pd];"]
 
     def address(base: str, size: int) -> list[str]:

@@ -14,7 +14,7 @@ from jaxptx.sim import SimError
 from jaxptx.sim.memory.spaces import GLOBAL_SHIFT
 from jaxptx.sim.memory.tensormap import decode
 
-HEAD = ".version 8.5\n.target sm_90a\n.address_size 64\n"
+HEAD = ".version 8.6\n.target sm_90a\n.address_size 64\n"
 REGS = """
     .reg .b16 %h<8>; .reg .b32 %r<40>; .reg .b64 %rd<40>; .reg .f32 %f<8>; .reg .pred %p<8>;
 """
@@ -520,7 +520,7 @@ def test_distributed_shared_memory_through_mapa() -> None:
     mapa.u64 %rd6, %rd5, %r3;
     add.u32 %r11, %r7, 5000;
     st.u32 [%rd6], %r11;
-    getctarank.u32 %r12, %rd6;
+    getctarank.u64 %r12, %rd6;
     barrier.cluster.arrive;
     barrier.cluster.wait;
     ld.shared.u32 %r13, [%r5];

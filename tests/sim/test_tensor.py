@@ -34,7 +34,7 @@ RNG = np.random.default_rng(1234)
 
 def _lane_pointer(reg: str, param: str, nbytes: int) -> str:
     """``reg = param + tid * nbytes`` with mov/add (shift-and-add)."""
-    lines = [f"ld.param.u64 {reg}, [{param}];", "mov.u64 %off, %tid.x;"]
+    lines = [f"ld.param.u64 {reg}, [{param}];", "cvt.u64.u32 %off, %tid.x;"]
     for bit in range(nbytes.bit_length()):
         if nbytes >> bit & 1:
             lines.append(f"add.u64 {reg}, {reg}, %off;")
@@ -526,7 +526,7 @@ def test_golden_mma_s8_interleave() -> None:
 def _shift(reg: str, nbytes: int) -> str:
     """``reg = tid * nbytes``."""
     doubling = [f"add.u64 {reg}, {reg}, {reg};"] * (nbytes.bit_length() - 1)
-    return "\n    ".join([f"mov.u64 {reg}, %tid.x;"] + doubling)
+    return "\n    ".join([f"cvt.u64.u32 {reg}, %tid.x;"] + doubling)
 
 
 def ldmatrix_ptx(num: int, trans: bool, generic: bool = False) -> str:
@@ -1060,7 +1060,7 @@ def test_wgmma_needs_uniform_descriptors_and_a_whole_warpgroup() -> None:
     .shared .align 1024 .b8 smem[4096];
     .reg .u64 %da, %db;
     .reg .f32 d<4>;
-    mov.u64 %da, %tid.x;
+    cvt.u64.u32 %da, %tid.x;
     mov.u64 %db, 0;
     wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {d0, d1, d2, d3}, %da, %db, 1, 1, 1, 0, 0;
     ret;

@@ -1,0 +1,460 @@
+"""``jaxptx.sim.Device``: the emulator as a device with memory, driven the
+way the CUDA driver API drives a GPU.
+
+==============================  ======================================
+``Device``                      ``cuCtxCreate`` (``arch=``: the target)
+``alloc(nbytes)``               ``cuMemAlloc`` (zero-filled here)
+``free(address)``               ``cuMemFree``
+``write(address, data)``        ``cuMemcpyHtoD``
+``read(address, nbytes)``       ``cuMemcpyDtoH``
+``copy(dst, src, nbytes)``      ``cuMemcpyDtoD``
+``memset(address, byte, n)``    ``cuMemsetD8``
+``load(ptx)``                   ``cuModuleLoadData`` (checked, see below)
+``global_address(ptx, name)``   ``cuModuleGetGlobal``
+``param_info(ptx, kernel)``     ``cuFuncGetParamInfo``
+``launch(ptx, params, ...)``    ``cuLaunchKernelEx``
+==============================  ======================================
+
+plus ``to_device(array)`` (alloc + write) and ``from_device(address,
+like=array)`` (read into a new array). Memory persists between launches: one
+kernel's output feeds the next. Device addresses are ints; allocation ``k``
+starts at ``(k + 1) << 36`` (:mod:`.memory.spaces`), so any address inside
+an allocation may be passed to a kernel, packed into a struct parameter or
+put in a tensor map (:func:`jaxptx.sim.tensor_map`).
+
+Never silently wrong: before a kernel first runs, its module is checked
+against the target as :func:`jaxptx.check` checks it, and every instruction
+the emulator cannot run is listed (:mod:`.precheck`); either refuses the
+launch with each offending PTX line. Parsing and checks happen once per
+module (PTX text is cached by its text, a module by its identity).
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .. import ir, isa
+from ..dsl._options import check_dim3
+from ..errors import PtxError, TraceError
+from ..parse import parse
+from ..types import TYPES
+from .core.host import tune_allocator
+from .core.machine import Machine
+from .core.program import Program, prepare
+from .errors import SimError
+from .memory.spaces import GLOBAL_SHIFT, SHARED_WINDOW, Memory
+from .numerics.values import to_bits
+from .params import pack_params
+from .precheck import PrecheckError, module_problems, program_problems
+from .semantics import SEMANTICS
+
+__all__ = ["Device", "ParamInfo"]
+
+_OFFSET_MASK = (1 << GLOBAL_SHIFT) - 1
+_MAX_ALLOCATIONS = (SHARED_WINDOW >> GLOBAL_SHIFT) - 1      # addresses stay below the shared window
+_CACHE_SIZE = 32
+
+
+class ParamInfo(NamedTuple):
+    """One ``.param`` of a kernel: its name, PTX type, byte offset in the
+    parameter space and size in bytes (what ``launch`` wants for it)."""
+
+    name: str
+    type: str
+    offset: int
+    size: int
+
+
+def _padded(nbytes: int) -> np.ndarray:
+    return np.zeros(max(16, -(-nbytes // 16) * 16), dtype=np.uint8)
+
+
+class Device:
+    """An emulated GPU: memory that persists, and kernel launches on it.
+
+    Args:
+        arch: the target every module is checked and run for (``"sm_90a"``);
+            default: each module's own ``.target``.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxptx import sim
+        >>> ptx = '''.version 8.5
+        ... .target sm_90a
+        ... .address_size 64
+        ... .visible .entry scale(.param .u64 x, .param .f32 k)
+        ... {
+        ...     .reg .b32 %r<3>; .reg .b64 %rd<4>; .reg .f32 %f<3>;
+        ...     ld.param.u64 %rd1, [x];
+        ...     ld.param.f32 %f1, [k];
+        ...     mov.u32 %r1, %tid.x;
+        ...     mul.wide.u32 %rd2, %r1, 4;
+        ...     add.u64 %rd3, %rd1, %rd2;
+        ...     ld.global.f32 %f2, [%rd3];
+        ...     mul.f32 %f2, %f2, %f1;
+        ...     st.global.f32 [%rd3], %f2;
+        ...     ret;
+        ... }'''
+        >>> dev = sim.Device()
+        >>> x = dev.to_device(np.arange(4, dtype=np.float32))
+        >>> dev.launch(ptx, [x, 2.0], block=4)
+        >>> dev.launch(ptx, [x, 10.0], block=4)       # memory persists
+        >>> dev.from_device(x, like=np.zeros(4, np.float32))
+        array([ 0., 20., 40., 60.], dtype=float32)
+    """
+
+    def __init__(self, arch: str | None = None) -> None:
+        if arch is not None:
+            try:
+                isa.parse_target(arch)
+            except PtxError as e:
+                raise SimError(f"Device: {e}") from None
+        self.arch = arch
+        self._buffers: list[np.ndarray] = []
+        self._sizes: list[int] = []
+        self._owners: list[str | None] = []       # "alloc", "module" or None (freed)
+        self._free_slots: list[int] = []
+        self._modules: dict[int, tuple[ir.Module, dict[str, int]]] = {}
+
+    # memory --------------------------------------------------------------------
+    def alloc(self, nbytes: int) -> int:
+        """Allocate ``nbytes`` of zero-filled device memory (``cuMemAlloc``).
+
+        Returns:
+            The device address of the first byte (16-byte aligned).
+
+        Raises:
+            SimError: ``nbytes`` is not an int in ``0 .. 2**36``, or the
+                device has no address range left (1791 live allocations).
+        """
+        if not _is_int(nbytes) or not 0 <= int(nbytes) <= 1 << GLOBAL_SHIFT:
+            raise SimError(f"alloc: nbytes must be an int in 0..2**{GLOBAL_SHIFT}, got {nbytes!r}")
+        return self._allocate(int(nbytes), "alloc")
+
+    def _allocate(self, nbytes: int, owner: str) -> int:
+        if self._free_slots:
+            k = heapq.heappop(self._free_slots)
+            self._buffers[k], self._sizes[k], self._owners[k] = _padded(nbytes), nbytes, owner
+        else:
+            k = len(self._buffers)
+            if k >= _MAX_ALLOCATIONS:
+                raise SimError(f"alloc: the device has {k} live allocations, the most it can address")
+            self._buffers.append(_padded(nbytes))
+            self._sizes.append(nbytes)
+            self._owners.append(owner)
+        return (k + 1) << GLOBAL_SHIFT
+
+    def free(self, address: int) -> None:
+        """Free the allocation that starts at ``address`` (``cuMemFree``).
+
+        Raises:
+            SimError: ``address`` is not the start of a live allocation made
+                by :meth:`alloc` or :meth:`to_device`.
+        """
+        k, offset = self._locate(address, 0, "free")
+        if offset:
+            base = (k + 1) << GLOBAL_SHIFT
+            raise SimError(f"free: {int(address):#x} is inside the allocation at {base:#x}, not its start")
+        if self._owners[k] != "alloc":
+            raise SimError(f"free: {int(address):#x} holds a module's global variables; it is not freed "
+                           "by free()")
+        self._buffers[k], self._sizes[k], self._owners[k] = _padded(0), 0, None
+        heapq.heappush(self._free_slots, k)
+
+    def _locate(self, address: Any, nbytes: int, what: str) -> tuple[int, int]:
+        """``(allocation index, offset)`` of ``nbytes`` at ``address``."""
+        if not _is_int(address):
+            raise SimError(f"{what}: expected a device address (an int), got {type(address).__name__} "
+                           f"{address!r:.60}")
+        address = int(address)
+        k, offset = (address >> GLOBAL_SHIFT) - 1, address & _OFFSET_MASK
+        if address < 0 or not 0 <= k < len(self._owners) or self._owners[k] is None:
+            raise SimError(f"{what}: {address:#x} is not an address on this device (it is in no live "
+                           "allocation)")
+        if offset + nbytes > self._sizes[k]:
+            base = (k + 1) << GLOBAL_SHIFT
+            raise SimError(f"{what}: {nbytes} bytes at {address:#x} go past the end of the allocation at "
+                           f"{base:#x} ({self._sizes[k]} bytes; the access starts at offset {offset})")
+        return k, offset
+
+    def _bytes(self, address: Any, nbytes: int, what: str) -> np.ndarray:
+        """A writable uint8 view of ``nbytes`` of device memory."""
+        k, offset = self._locate(address, nbytes, what)
+        return self._buffers[k][offset:offset + nbytes]
+
+    def write(self, address: int, data: Any) -> None:
+        """Copy host bytes (``bytes``-like or a numpy array's contents) to
+        ``address`` (``cuMemcpyHtoD``).
+
+        Raises:
+            SimError: the bytes do not fit in the allocation at ``address``.
+        """
+        raw = _host_bytes(data, "write")
+        self._bytes(address, len(raw), "write")[:] = raw
+
+    def read(self, address: int, nbytes: int) -> bytes:
+        """``nbytes`` of device memory at ``address`` (``cuMemcpyDtoH``).
+
+        Raises:
+            SimError: the range is not inside one allocation.
+        """
+        if not _is_int(nbytes) or int(nbytes) < 0:
+            raise SimError(f"read: nbytes must be an int >= 0, got {nbytes!r}")
+        return self._bytes(address, int(nbytes), "read").tobytes()
+
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        """Copy ``nbytes`` from device address ``src`` to ``dst`` (``cuMemcpyDtoD``)."""
+        if not _is_int(nbytes) or int(nbytes) < 0:
+            raise SimError(f"copy: nbytes must be an int >= 0, got {nbytes!r}")
+        data = self._bytes(src, int(nbytes), "copy source").copy()
+        self._bytes(dst, int(nbytes), "copy destination")[:] = data
+
+    def memset(self, address: int, value: int, nbytes: int) -> None:
+        """Set ``nbytes`` bytes at ``address`` to ``value`` (``cuMemsetD8``)."""
+        if not _is_int(value) or not 0 <= int(value) <= 255:
+            raise SimError(f"memset: value must be a byte 0..255, got {value!r}")
+        if not _is_int(nbytes) or int(nbytes) < 0:
+            raise SimError(f"memset: nbytes must be an int >= 0, got {nbytes!r}")
+        self._bytes(address, int(nbytes), "memset")[:] = int(value)
+
+    def to_device(self, array: Any) -> int:
+        """Allocate device memory for ``array`` (a numpy array or bytes) and
+        copy it in; returns its device address."""
+        raw = _host_bytes(array, "to_device")
+        address = self._allocate(len(raw), "alloc")
+        self._bytes(address, len(raw), "to_device")[:] = raw
+        return address
+
+    def from_device(self, address: int, like: Any) -> np.ndarray:
+        """A new array shaped and typed like ``like`` (anything with
+        ``shape`` and ``dtype``), filled from device memory at ``address``.
+
+        Raises:
+            SimError: ``like`` has no shape/dtype, or its size runs past the
+                allocation at ``address``.
+        """
+        try:
+            shape, dtype = tuple(like.shape), np.dtype(like.dtype)
+        except (AttributeError, TypeError):
+            raise SimError(f"from_device: like must have a shape and a dtype (a numpy array), "
+                           f"got {type(like).__name__}") from None
+        if dtype.hasobject:
+            raise SimError(f"from_device: like has dtype {dtype}, which holds Python objects, not bytes")
+        out = np.empty(shape, dtype)
+        out.reshape(-1).view(np.uint8)[:] = self._bytes(address, out.nbytes, "from_device")
+        return out
+
+    # modules -------------------------------------------------------------------
+    def load(self, source: str | ir.Module) -> ir.Module:
+        """Parse PTX text (once per text) and check it against the target
+        (once per module), as ``cuModuleLoadData`` does.
+
+        Returns:
+            The module (pass it, or the same text, to :meth:`launch`).
+
+        Raises:
+            ParseError: text that does not parse.
+            PrecheckError: PTX that ptxas would reject, each problem with
+                its line.
+        """
+        module = _module(source)
+        problems = module_problems(module, self.arch)
+        if problems:
+            raise PrecheckError(_module_name(module), problems)
+        return module
+
+    def _entry(self, source: str | ir.Module, kernel: str | None) -> tuple[ir.Module, Program, dict[str, int]]:
+        """The checked module, its prepared kernel and the addresses of the
+        global variables it uses (allocated on this device on first use)."""
+        module = _module(source)
+        problems = module_problems(module, self.arch)
+        try:
+            program = _prepared(module, kernel, self.arch)
+        except SimError:
+            if problems:
+                raise PrecheckError(_module_name(module, kernel), problems) from None
+            raise
+        problems = problems + program_problems(module, program)
+        if problems:
+            raise PrecheckError(program.name, problems)
+        return module, program, self._globals(module, program)
+
+    def _globals(self, module: ir.Module, program: Program) -> dict[str, int]:
+        held = self._modules.get(id(module))
+        if held is None or held[0] is not module:
+            held = self._modules[id(module)] = (module, {})
+        bases = held[1]
+        new = [v for v in program.global_vars if v.name not in bases]
+        for v in new:
+            bases[v.name] = self._allocate(max(v.size, 1), "module")
+        for v in new:
+            if v.init:
+                data = _initial_bytes(v.type, [_address(program, bases, x) for x in v.init], v.size)
+                self._buffers[(bases[v.name] >> GLOBAL_SHIFT) - 1][:len(data)] = data
+        return {v.name: bases[v.name] for v in program.global_vars}
+
+    def global_address(self, source: str | ir.Module, name: str, kernel: str | None = None) -> int:
+        """The device address of global variable ``name`` of a module
+        (``cuModuleGetGlobal``); the module's globals are allocated (and
+        initialised) on first use, and keep their values across launches.
+
+        Raises:
+            SimError: no ``.global`` variable ``name`` in the kernel's module.
+        """
+        _, program, bases = self._entry(source, kernel)
+        if name not in bases:
+            names = ", ".join(sorted(bases)) or "none"
+            raise SimError(f"global_address: {program.name}'s module has no .global variable {name!r} "
+                           f"(it has: {names})")
+        return bases[name]
+
+    def param_info(self, source: str | ir.Module, kernel: str | None = None) -> list[ParamInfo]:
+        """The parameters of ``kernel`` (the only entry when None), in
+        order: what :meth:`launch` expects for each (``cuFuncGetParamInfo``)."""
+        _, program, _ = self._entry(source, kernel)
+        return [ParamInfo(p.name, p.type, p.offset, p.size) for p in program.params]
+
+    # launch --------------------------------------------------------------------
+    def launch(self, source: str | ir.Module, params: Sequence[Any], *, grid: Any = (1, 1, 1),
+               block: Any = (1, 1, 1), cluster: Any = (1, 1, 1), smem: int = 0, kernel: str | None = None,
+               check: bool = False, max_steps: int | None = None) -> None:
+        """Run a kernel on the device's memory (``cuLaunchKernelEx``).
+
+        Args:
+            source: PTX text or a module (parsed or traced).
+            params: one item per ``.param`` of the entry, in order: ``bytes``
+                of exactly the parameter's size (a packed struct holding
+                device addresses, a 128-byte tensor map), or an int/float for
+                a scalar parameter (range- and kind-checked; a device address
+                for a ``.u64`` pointer).
+            grid, block, cluster: launch shape, 1 to 3 ints each.
+            smem: bytes of dynamic shared memory.
+            kernel: the ``.entry`` to run when the module has several.
+            check: run the sanitizer (uninitialised reads, shared-memory
+                races); its first finding raises ``SanitizerError``.
+            max_steps: a bound on the emulator's steps (default: the
+                machine's own).
+
+        Raises:
+            PrecheckError: PTX that ptxas would reject, or instructions the
+                emulator cannot run (each listed with its line).
+            SimError: a bad launch (parameters, shape) before anything
+                runs, or a fault while running.
+        """
+        module, program, bases = self._entry(source, kernel)
+        grid, block, cluster = _launch_shape(program, grid, block, cluster, smem)
+        raw = pack_params(program.name, program.params, params)
+        options: dict[str, Any] = {}
+        if max_steps is not None:
+            if not _is_int(max_steps) or int(max_steps) < 1:
+                raise SimError(f"launch max_steps: expected an int >= 1, got {max_steps!r}")
+            options["max_steps"] = int(max_steps)
+        nctas = grid[0] * grid[1] * grid[2]
+        ntid = block[0] * block[1] * block[2]
+        shared = -(-program.shared_size // 16) * 16 + smem
+        memory = Memory(nctas, ntid, shared, program.local_size, program.param_size, program.const_size)
+        memory.globals, memory.sizes = self._buffers, self._sizes
+        for p, data in zip(program.params, raw):
+            memory.param[p.offset:p.offset + len(data)] = np.frombuffer(data, np.uint8)
+        for v in program.variables.values():
+            if v.space == "const" and v.init:
+                data = _initial_bytes(v.type, [_address(program, bases, x) for x in v.init], v.size)
+                memory.const[v.offset:v.offset + len(data)] = data
+        tune_allocator()
+        machine = Machine(program, grid, block, memory, SEMANTICS, cluster=cluster, dynamic_smem=smem,
+                          global_bases=bases, check=check, **options)
+        try:
+            machine.run()
+        finally:
+            machine.close()
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _host_bytes(data: Any, what: str) -> np.ndarray:
+    """The bytes of host data as a uint8 array."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return np.frombuffer(data, np.uint8)
+    if isinstance(data, np.ndarray) and not data.dtype.hasobject:
+        return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    raise SimError(f"{what}: expected a numpy array or bytes, got {type(data).__name__}")
+
+
+def _launch_shape(program: Program, grid: Any, block: Any, cluster: Any, smem: Any):
+    try:
+        grid = check_dim3(grid, "launch grid", limit=2**31 - 1)
+        block = check_dim3(block, "launch block", limit=1024)
+        cluster = check_dim3(cluster, "launch cluster", limit=16)
+    except TraceError as e:
+        raise SimError(str(e)) from None
+    if program.reqntid is not None and tuple(program.reqntid) + (1,) * (3 - len(program.reqntid)) != block:
+        raise SimError(f"launch block {block} does not match {program.name}'s .reqntid {program.reqntid}")
+    if not _is_int(smem) or smem < 0:
+        raise SimError(f"launch smem: expected a byte count >= 0, got {smem!r}")
+    return grid, block, cluster
+
+
+def _address(program: Program, bases: dict[str, int], name: Any) -> Any:
+    """An initialiser item: a number, or the address a variable name stands for."""
+    if not isinstance(name, str):
+        return name
+    v = program.variables.get(name)
+    if v is None:
+        raise SimError(f"initialiser names {name!r}, which is not a variable of the module")
+    return bases[name] if v.space == "global" else v.offset
+
+
+def _initial_bytes(type_name: str, values: list, size: int) -> np.ndarray:
+    t = TYPES[type_name]
+    bits = to_bits(t, np.asarray(values), max(8, t.bits))
+    return np.ascontiguousarray(bits).view(np.uint8)[:size]
+
+
+def _module_name(module: ir.Module, kernel: str | None = None) -> str:
+    entries = [f.name for f in module.functions if f.kind == "entry" and f.body is not None]
+    return kernel or (entries[0] if len(entries) == 1 else "module")
+
+
+_TEXTS: "collections.OrderedDict[str, ir.Module]" = collections.OrderedDict()
+_PREPARED: "collections.OrderedDict[tuple[int, str | None, str | None], tuple[ir.Module, Program]]" = \
+    collections.OrderedDict()
+
+
+def _module(source: Any) -> ir.Module:
+    """A module from PTX text (parsed once per text) or a module."""
+    if isinstance(source, ir.Module):
+        return source
+    if not isinstance(source, str):
+        raise SimError(f"expected PTX text or a jaxptx.ir.Module, got {type(source).__name__} "
+                       "(for a traced kernel pass kernel.module(...))")
+    module = _TEXTS.get(source)
+    if module is None:
+        module = _TEXTS[source] = parse(source)
+        if len(_TEXTS) > _CACHE_SIZE:
+            _TEXTS.popitem(last=False)
+    else:
+        _TEXTS.move_to_end(source)
+    return module
+
+
+def _prepared(module: ir.Module, kernel: str | None, arch: str | None) -> Program:
+    # Preparing a kernel (flattening, resolving every instruction) costs more
+    # than a short run; a kernel launched again reuses it. Keyed by the
+    # module's identity, which the entry keeps alive; a few dozen at most.
+    key = (id(module), kernel, arch)
+    hit = _PREPARED.get(key)
+    if hit is not None and hit[0] is module:
+        _PREPARED.move_to_end(key)
+        return hit[1]
+    program = prepare(module, kernel, isa.parse_target(arch) if arch else None)
+    _PREPARED[key] = (module, program)
+    if len(_PREPARED) > _CACHE_SIZE:
+        _PREPARED.popitem(last=False)
+    return program
