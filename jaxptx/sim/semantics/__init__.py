@@ -17,6 +17,7 @@ module          instructions
 ``warp``        shfl, vote, redux, match, elect, activemask
 ``mma``         mma.sync, ldmatrix, stmatrix (fragments in ``fragments``)
 ``wgmma``       wgmma.mma_async and its fence / commit / wait
+``wmma``        wmma.load, wmma.store, wmma.mma
 ``mbarrier``    mbarrier.*, cp.async.mbarrier.arrive, mapa, getctarank
 ``bulk_copy``   cp.async.bulk, cp.async.bulk.tensor (TMA), tensormap.*
 ``video``       the scalar and SIMD video instructions
@@ -24,7 +25,7 @@ module          instructions
 """
 
 from . import (approx, arith, atomics, bulk_copy, compare, convert, float_arith, logic, mbarrier,  # noqa: F401
-               memory, mma, video, warp, wgmma)
+               memory, mma, video, warp, wgmma, wmma)
 from .registry import MACHINE, NO_OPS, SEMANTICS, UNSUPPORTED
 
 __all__ = ["SEMANTICS", "MACHINE", "NO_OPS", "UNSUPPORTED"]
