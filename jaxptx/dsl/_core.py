@@ -194,6 +194,14 @@ class RegArray(Sequence[Reg]):
             return RegArray(self._regs[i])
         return self._regs[i]
 
+    def __setitem__(self, i: int, value: Any) -> None:
+        # `frag[i] += x` updates frag[i] in place, then assigns it back: allow
+        # exactly that; anything else would silently rebind a Python name.
+        if value is not self._regs[i]:
+            raise with_location(TraceError(
+                f"register array element {i}: assigning {value!r} would replace the register, "
+                f"not write it; use arr[{i}].set(value) to move a value into it"), user_location())
+
     def __len__(self) -> int:
         return len(self._regs)
 
@@ -333,8 +341,8 @@ def to_operand(value: Any, o: isa.Operand | None, want: PtxType | None, where: A
     if isinstance(value, Reg):
         if kinds == ("mem",):
             return ir.Address(_owned(value))
-        if "vec" in kinds and "reg" not in kinds:
-            return ir.Vector((_owned(value),))   # a one-element vector, {%r1}
+        if "vec" in kinds and "reg" not in kinds and value.name not in current().vectors:
+            return ir.Vector((_owned(value),))   # a scalar register as a one-element vector, {%r1}
         return _owned(value)
     if isinstance(value, NegPred):
         return ir.Negated(_owned(value.reg))

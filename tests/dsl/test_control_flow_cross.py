@@ -281,6 +281,28 @@ def test_shift_left_four_times_in_a_loop_gives_16() -> None:
     assert "shl.b32 %r1, %r1, 1;" in text
 
 
+def test_register_array_elements_update_in_place() -> None:
+    """``frag[i] += x`` writes the element itself (the accumulator idiom)."""
+    @kernel(arch="sm_80", block=(THREADS, 1, 1), out_specs=(Tile(THREADS, 4, u32),))
+    def k(y):
+        tid = ptx.special.tid.x()
+        frag = reg.array(u32, 4)
+        for j in range(4):
+            frag[j].set(j + 1)
+        for i in ptx.range_(0, tid, dtype=u32):
+            frag[0] += i
+            frag[1] *= 2
+            frag[2] ^= tid
+            frag[3] <<= 1
+        row = y.ptr + ptx.mul.wide.u32(tid, 16)
+        ptx.st.global_.v4.u32(ptx.addr(row), frag)
+
+    y = np.zeros((THREADS, 4), np.uint32)
+    assemble_and_run(k, y)
+    for t in range(THREADS):
+        assert y[t].tolist() == [1 + sum(range(t)), 2 * 2**t, 3 ^ (t if t % 2 else 0), 4 << t], t
+
+
 # --- bit-typed registers ------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["range", "nested"])

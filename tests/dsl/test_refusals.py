@@ -205,6 +205,19 @@ def test_register_of_another_function_as_guard() -> None:
                            r"belongs to the function that made it", lines)
 
 
+def test_assigning_over_a_register_array_element() -> None:
+    lines = []
+
+    @kernel(arch="sm_80")
+    def k():
+        frag = reg.array(u32, 2)
+        frag[0] += 1                      # in place: fine
+        lines.append(here())
+        frag[1] = frag[0] + 1
+    refused(k, TraceError, r"register array element 1: assigning Reg\(%r3: .u32\) would replace the "
+                           r"register, not write it; use arr\[1\].set\(value\)", lines)
+
+
 # --- features the target lacks -----------------------------------------------
 
 def test_instruction_the_target_lacks() -> None:
