@@ -11,6 +11,11 @@ these emit runtime control flow on register values::
         ...
     for _ in ptx.while_(lambda: x < limit):
         ...
+
+Each construct must be used as shown and finished: one made and never put
+in a ``with``/``for``, a ``with`` entered and never left, or a Python loop
+over ``range_``/``while_`` left early (``break``/``return``; use
+``ptx.break_()``) is an error at the end of the trace, at the user's line.
 """
 
 from __future__ import annotations

@@ -207,6 +207,9 @@ class Kernel:
 
         Raises:
             SpecError: unknown keyword, bad dim value or missing template value.
+            TraceError: the body left control flow unfinished, or
+                ``jaxptx.check`` found a problem in the traced module (both at
+                the user's line).
         """
         return self.specialize_for(self.resolve_arch(), **kwargs)
 
