@@ -10,12 +10,39 @@ something it should not have, and neither may pass silently.
 
 from __future__ import annotations
 
+import os
+import re
+
 from .. import ir
 from ..check import Diagnostic, check
-from ..errors import TraceError
-from ._trace import Trace, with_location
+from ..errors import PtxError, TraceError
+from ._trace import PACKAGE_DIR, Trace, with_location
 
-__all__ = ["check_module"]
+__all__ = ["check_module", "at_user_line"]
+
+_LOCATED = re.compile(r", at [^,]+:\d+$")
+
+
+def at_user_line(err: PtxError) -> PtxError:
+    """``err`` with ``, at file:line`` of the innermost user frame of its
+    traceback appended (unchanged if it already names one, or if no frame
+    outside jaxptx raised it); keeps the traceback."""
+    if _LOCATED.search(str(err)):
+        return err
+    loc = None
+    tb = err.__traceback__
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename
+        if not os.path.abspath(path).startswith(PACKAGE_DIR):
+            loc = (path, tb.tb_lineno)
+        tb = tb.tb_next
+    if loc is None:
+        return err
+    try:
+        located = with_location(err, loc)
+    except TypeError:   # an error class whose constructor takes more than a message
+        return err
+    return located.with_traceback(err.__traceback__)
 
 
 def check_module(module: ir.Module, trace: Trace) -> None:

@@ -17,11 +17,11 @@ from typing import Any
 
 from .. import ir, isa
 from ..emit import emit
-from ..errors import PtxVersionError, SpecError, TraceError
+from ..errors import PtxError, PtxVersionError, SpecError, TraceError
 from ..runtime import Resources, compile_cubin, detect_arch, resources, sass
 from ._options import check_dim3, check_raw_directives, check_raw_params, check_specs
 from ._core import emit_instruction
-from ._finish import check_module
+from ._finish import at_user_line, check_module
 from ._params import TensorArg, UnboundDim
 from ._specs import Tile
 from ._tma import TmaDescriptor
@@ -323,7 +323,7 @@ class Kernel:
         trace = Trace(self.name, target, version, self._extern, self._validate, self._module)
         if self._module:
             with active(trace), _no_gc():
-                self.fn(**dict(template))
+                _run_body(self.fn, (), template)
                 trace.check_closed()
             module = ir.Module(trace.items)
             check_module(module, trace)
@@ -341,7 +341,7 @@ class Kernel:
             trace.params.append(ir.VarDecl("param", ptype.name, trace.new_symbol(pname)))
         trace.cache["raw_params"] = {n: t for t, n in self._raw_params}
         with active(trace), _no_gc():
-            self.fn(*args, **dict(template))
+            _run_body(self.fn, args, template)
             trace.check_closed()
             if not _ends_in_exit(trace.body):
                 emit_instruction("ret", (), ())
@@ -364,6 +364,14 @@ class Kernel:
                             f"{', '.join(m + '=...' for m in missing)} to .ptx()")
         return check_dim3(self._grid(**{p: env[p] for p in params}),
                           f"kernel {self.name} grid", limit=2**31 - 1)
+
+
+def _run_body(fn: Callable[..., Any], args: Sequence[Any], template: tuple) -> None:
+    """Run the kernel body; a jaxptx error raised in it names the user's line."""
+    try:
+        fn(*args, **dict(template))
+    except PtxError as e:
+        raise at_user_line(e) from e.__cause__
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ from ._tma import TmaDescriptor
 __all__ = ["Trace", "OpenConstruct", "current", "active", "user_location", "with_location"]
 
 _ACTIVE: contextvars.ContextVar["Trace | None"] = contextvars.ContextVar("jaxptx_trace", default=None)
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Declared register class of each logical type: (prefix, declared type).
 _REG_CLASS = {
@@ -38,7 +38,7 @@ def user_location() -> tuple[str, int] | None:
     frame = sys._getframe(1)
     while frame is not None:
         path = frame.f_code.co_filename
-        if not path.startswith(_PACKAGE_DIR):
+        if not path.startswith(PACKAGE_DIR):
             return path, frame.f_lineno
         frame = frame.f_back
     return None

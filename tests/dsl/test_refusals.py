@@ -370,3 +370,25 @@ def test_unvalidated_kernels_are_not_checked() -> None:
     def k():
         ptx.bra("nowhere")
     assert "bra nowhere;" in k.ptx()
+
+
+# --- any jaxptx error raised in the body --------------------------------------------
+
+def test_every_error_in_the_body_names_the_users_line() -> None:
+    lines = []
+
+    def helper():
+        lines.append(here())
+        reg.array(u32, 0)
+
+    @kernel(arch="sm_80")
+    def k():
+        helper()
+    refused(k, TraceError, r"reg.array count: expected a positive int, got 0", lines)
+
+    @kernel(arch="sm_80")
+    def twice():
+        ptx.label("x")
+        lines.append(here())
+        ptx.label("x")
+    refused(twice, TraceError, r"name 'x' is already used in kernel twice", lines)
