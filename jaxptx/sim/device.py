@@ -346,7 +346,12 @@ class Device:
             SimError: a bad launch (parameters, shape) before anything
                 runs, or a fault while running.
         """
-        module, program, bases = self._entry(source, kernel)
+        _, program, bases = self._entry(source, kernel)
+        self._run(program, bases, params, grid, block, cluster, smem, check, max_steps)
+
+    def _run(self, program: Program, bases: dict[str, int], params: Sequence[Any], grid: Any, block: Any,
+             cluster: Any, smem: Any, check: bool, max_steps: int | None) -> None:
+        """:meth:`launch` once the kernel is prepared and checked."""
         grid, block, cluster = _launch_shape(program, grid, block, cluster, smem)
         raw = pack_params(program.name, program.params, params)
         options: dict[str, Any] = {}

@@ -15,6 +15,7 @@ import numpy as np
 from .. import ir
 from ..dsl import Kernel
 from ..dsl._specs import bind_specs
+from .core.program import Variable
 from .device import Device
 from .errors import SimError
 from .memory.tensormap import SIZE as TENSOR_MAP_SIZE
@@ -59,10 +60,9 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
     device = Device()
     # Placing the kernel first allocates the module's global variables, so
     # the arrays get the addresses they always had (after the globals).
-    program = device._entry(source, kernel)[1]
-    params, outputs = _params(device, program.name, device.param_info(source, kernel), args)
-    device.launch(source, params, grid=grid or (1, 1, 1), block=block or (1, 1, 1), cluster=cluster,
-                  smem=smem, kernel=kernel, check=check, max_steps=max_steps)
+    _, program, bases = device._entry(source, kernel)
+    params, outputs = _params(device, program.name, program.params, args)
+    device._run(program, bases, params, grid or (1, 1, 1), block or (1, 1, 1), cluster, smem, check, max_steps)
     for array, address in outputs:
         array.reshape(-1).view(np.uint8)[:] = np.frombuffer(device.read(address, array.nbytes), np.uint8)
 
@@ -77,7 +77,7 @@ def _from_kernel(k: Kernel, args: tuple, grid: Any, block: Any, smem: int, templ
     return spec.module, grid or spec.grid, block or spec.block, smem or spec.smem
 
 
-def _params(device: Device, name: str, info: list, args: tuple) -> tuple[list, list[tuple[np.ndarray, int]]]:
+def _params(device: Device, name: str, info: list[Variable], args: tuple) -> tuple[list, list[tuple[np.ndarray, int]]]:
     """The device launch's params for ``args``, and the arrays to copy back."""
     if len(args) != len(info):
         names = ", ".join(f".{p.type} {p.name}" for p in info) or "none"

@@ -108,16 +108,16 @@ def test_packed_struct_params_and_a_tensor_map_at_device_addresses() -> None:
     dev = Device()
     a = np.arange(48 * 64, dtype=np.float32).reshape(48, 64)
     a_dev = dev.to_device(a)
-    work = dev.alloc(4096 + 1024)                   # [0, 1024): first tile; [1024, 2048): the scale
+    work = dev.alloc(4096)                   # [1024, 1028): the scale; [2048, 3072): the first tile
     dev.write(work + 1024, np.float32([3.0]))
-    args = struct.pack("<QQII", work, work + 1024, 8, 4)     # out, scale, col, row
+    args = struct.pack("<QQII", work + 2048, work + 1024, 8, 4)     # out, scale, col, row
     tmap = sim.tensor_map(a_dev, a.shape, a.dtype, (16, 16))
     dev.launch(TILE, [args, tmap], block=256)
-    first = dev.from_device(work, like=np.zeros((16, 16), np.float32))
+    first = dev.from_device(work + 2048, like=np.zeros((16, 16), np.float32))
     np.testing.assert_array_equal(first, a[4:20, 8:24] * 3)
-    # second launch: a tensor map over the first launch's 16x16 output
+    # second launch: a tensor map over the first launch's 16x16 output, inside an allocation
     out2 = dev.alloc(1024)
-    tmap2 = sim.tensor_map(work, (16, 16), np.float32, (16, 16))
+    tmap2 = sim.tensor_map(work + 2048, (16, 16), np.float32, (16, 16))
     dev.launch(TILE, [struct.pack("<QQII", out2, work + 1024, 0, 0), tmap2], block=256)
     np.testing.assert_array_equal(dev.from_device(out2, like=first), a[4:20, 8:24] * 9)
     assert [p.size for p in dev.param_info(TILE)] == [24, 128]
