@@ -9,13 +9,13 @@ and appends. Nothing here branches on an opcode name.
 
 from __future__ import annotations
 
-import math
-import struct
 from typing import Any, Sequence
 
 from .. import ir, isa
 from ..errors import PtxError, PtxOperandError, PtxTypeError, TraceError
 from ..types import TYPES, PtxType, pred
+from ._immediates import INTEGER_DIVISION, check_divisor
+from ._immediates import to_immediate as to_immediate
 from ._trace import current, user_location, with_location
 
 __all__ = ["Reg", "NegPred", "RegArray", "Addr", "Label", "SINK", "emit_instruction",
@@ -289,48 +289,6 @@ def _scope_name(scope: Any, other: Any = None) -> str:
     return f"{'another trace of ' if same else ''}{kind} {scope.name}"
 
 
-def _short(value: int | float) -> str:
-    """A number for a message: huge integers in scientific notation."""
-    if isinstance(value, int) and abs(value) >= 10**20:
-        digits = str(abs(value))
-        return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:6]}e+{len(digits) - 1}"
-    return repr(value)
-
-
-def to_immediate(value: int | float, want: PtxType | None, where: Any) -> ir.Immediate:
-    """The immediate the DSL writes for a Python number where ``want`` is expected."""
-    if isinstance(value, bool):
-        raise PtxOperandError(f"{where}: expected a register or number, got {value!r}")
-    if want is not None and want.name in ("f32", "f64") or (want is None and isinstance(value, float)):
-        form = "f64" if want is not None and want.name == "f64" else "f32"
-        try:
-            number = float(value)
-            if form == "f32":
-                struct.pack("<f", number)   # raises for finite values past the f32 range
-        except OverflowError:
-            largest = "3.4028235e+38" if form == "f32" else "1.7976931348623157e+308"
-            raise PtxOperandError(f"{where}: immediate {_short(value)} does not fit .{form} (largest "
-                                  f"finite .{form}: {largest})") from None
-        return ir.Immediate(number, form)
-    if want is not None and want.is_float:
-        raise PtxOperandError(
-            f"{where}: PTX has no .{want.name} immediates; mov the bits into a register first")
-    if isinstance(value, float):
-        if not value.is_integer() or not math.isfinite(value):
-            raise PtxOperandError(f"{where}: expected an integer immediate for .{want.name}, got {value!r}")
-        value = int(value)
-    if want is not None and want.kind in "bus" and want.bits <= 64:
-        lo = -(1 << (want.bits - 1))
-        hi = (1 << want.bits) - 1 if want.kind in "bu" else (1 << (want.bits - 1)) - 1
-        if not lo <= value <= hi:
-            raise PtxOperandError(f"{where}: immediate {_short(value)} does not fit .{want.name}")
-    if want is None and not -(1 << 63) <= value < (1 << 64):
-        raise PtxOperandError(f"{where}: immediate {_short(value)} does not fit 64 bits")
-    if want is not None and want.kind == "b" and value >= 256:
-        return ir.Immediate(int(value), "hex")  # bit patterns read better in hex
-    return ir.Immediate(int(value))
-
-
 def to_operand(value: Any, o: isa.Operand | None, want: PtxType | None, where: Any) -> ir.Operand:
     """Convert a Python argument to an IR operand for table operand ``o``."""
     kinds = o.kinds if o is not None else ()
@@ -421,25 +379,13 @@ def emit_instruction(opcode: str, mods: tuple[str, ...], args: tuple[Any, ...],
             o = operands[i] if i < len(operands) else None
             where.operand = o.name if o is not None else str(i)
             converted.append(to_operand(value, o, types[i] if o is not None else None, where))
-        if opcode in _INTEGER_DIVISION:
-            _check_divisor(converted, types, where)
+        if opcode in INTEGER_DIVISION:
+            check_divisor(converted, types, where)
         guard = _guard(pred)
     except PtxError as e:
         raise with_location(e, loc) from None
     trace.emit(ir.Instruction(opcode, mods, tuple(converted), guard, loc=loc))
     return args[0] if operands and operands[0].out else None
-
-
-# PTX ISA, "div", "rem": an integer divisor of zero gives an unspecified
-# value, so a constant zero divisor is always a bug (a float one is IEEE's inf).
-_INTEGER_DIVISION = frozenset({"div", "rem"})
-
-
-def _check_divisor(operands: list[ir.Operand], types: tuple[PtxType | None, ...], where: "_Where") -> None:
-    divisor, want = operands[-1], types[len(operands) - 1] if len(types) >= len(operands) else None
-    if isinstance(divisor, ir.Immediate) and divisor.value == 0 and want is not None and want.kind != "f":
-        where.operand = "b"
-        raise PtxOperandError(f"{where}: division by the constant 0 (the result is unspecified)")
 
 
 def _kind(value: Any) -> str:
