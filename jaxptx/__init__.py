@@ -18,6 +18,7 @@ from importlib.metadata import version as _version
 from . import errors as errors
 from . import ir as ir
 from . import isa as isa
+from . import specs as specs
 from . import types as types
 from .dsl import Kernel as Kernel
 from .dsl import Layout as Layout
@@ -39,9 +40,23 @@ from .jax import custom_vjp as custom_vjp
 
 # Explicit, so that ``from jaxptx import *`` does not bind ``jax`` to the
 # jaxptx.jax subpackage over the user's ``import jax``.
-__all__ = ["errors", "ir", "isa", "types", "Kernel", "Layout", "Specialization", "Tile",
+__all__ = ["errors", "ir", "isa", "specs", "types", "Kernel", "Layout", "Specialization", "Tile",
            "kernel", "ptx", "reg", "smem", "unify_envs", "Diagnostic", "check", "emit",
            "ParseError", "PtxError", "parse", "custom_vjp"]
+
+# Subpackages loaded on first attribute access (PEP 562), so that a plain
+# ``import jaxptx`` reaches ``jaxptx.sim`` without paying for the emulator's
+# import (~150 ms) in processes that never use it.
+_LAZY_SUBPACKAGES = ("sim", "codegen", "runtime")
+
+
+def __getattr__(name: str):
+    """``jaxptx.sim``, ``jaxptx.codegen``, ``jaxptx.runtime``: imported on first use."""
+    if name in _LAZY_SUBPACKAGES:
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 try:
     __version__ = _version("jaxptx")

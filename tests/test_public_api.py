@@ -15,11 +15,12 @@ from jaxptx.dsl import ptx, reg, smem
 
 import jaxptx.codegen  # noqa: E402
 import jaxptx.parse  # noqa: E402
+import jaxptx.specs  # noqa: E402
 
 emit = sys.modules["jaxptx.emit"]   # the package exports the function of that name
 check = sys.modules["jaxptx.check"]
 MODULES = [jaxptx, dsl, ir, isa, runtime, types, emit, errors, validate, ptx, reg, smem,
-           jaxptx.parse, check, jaxptx.codegen]
+           jaxptx.parse, check, jaxptx.codegen, jaxptx.specs]
 
 
 def _public(module):
@@ -42,9 +43,34 @@ def test_import_needs_no_gpu_and_arch_auto_is_lazy() -> None:
     assert k.arch == "auto"
 
 
-@pytest.mark.parametrize("module", [jaxptx, types, emit, reg, smem, jaxptx.dsl._kernel, check],
+@pytest.mark.parametrize("module", [jaxptx, types, emit, reg, smem, jaxptx.dsl._kernel, check,
+                                    jaxptx.specs],
                          ids=lambda m: m.__name__)
 def test_docstring_examples_run(module) -> None:
     import doctest
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+def _fresh(code: str) -> str:
+    import subprocess
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    return run.stdout.strip()
+
+
+def test_a_plain_import_reaches_the_emulator_without_loading_it_first() -> None:
+    out = _fresh("import sys, jaxptx; print('jaxptx.sim' in sys.modules, 'jax' in sys.modules); "
+                 "print(jaxptx.sim.launch.__module__, jaxptx.codegen.__name__)")
+    assert out.splitlines() == ["False False", "jaxptx.sim.launch jaxptx.codegen"]
+
+
+def test_the_seed_module_path_for_specs() -> None:
+    out = _fresh("from jaxptx.specs import Layout, Tile, unify_envs; import jaxptx; "
+                 "print(Tile is jaxptx.Tile, Layout is jaxptx.Layout, unify_envs is jaxptx.unify_envs)")
+    assert out == "True True True"
+
+
+def test_an_unknown_attribute_is_still_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="module 'jaxptx' has no attribute 'nope'"):
+        jaxptx.nope  # noqa: B018
