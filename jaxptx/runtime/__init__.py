@@ -1,6 +1,7 @@
 """Runtime support: the CUDA toolchain (ptxas, nvJitLink, nvdisasm) and devices."""
 
 from ._cache import cache_dir as cache_dir
+from ._cache import cache_max_bytes as cache_max_bytes
 from ._toolchain import PtxasDiagnostic as PtxasDiagnostic
 from ._toolchain import PtxasResult as PtxasResult
 from ._toolchain import Resources as Resources
