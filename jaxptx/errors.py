@@ -10,7 +10,7 @@ from __future__ import annotations
 __all__ = [
     "PtxError", "PtxTypeError", "PtxModifierError", "PtxOperandError",
     "PtxTargetError", "PtxVersionError", "SpecError", "ToolchainError",
-    "PtxasError", "TraceError", "ParseError",
+    "PtxasError", "TraceError", "ParseError", "LaunchError",
 ]
 
 
@@ -44,6 +44,11 @@ class SpecError(PtxError, ValueError):
 
 class TraceError(PtxError, RuntimeError):
     """The kernel body misused the tracing API (no active trace, bad nesting)."""
+
+
+class LaunchError(PtxError, ValueError):
+    """A launch (grid, block, cluster, shared memory) outside CUDA's limits
+    for the target (see :mod:`jaxptx.launch`)."""
 
 
 class ToolchainError(PtxError, RuntimeError):

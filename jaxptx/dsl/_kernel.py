@@ -17,9 +17,11 @@ from typing import Any
 
 from .. import ir, isa
 from ..emit import emit
-from ..errors import PtxError, PtxVersionError, SpecError, TraceError
+from ..errors import LaunchError, PtxError, PtxVersionError, SpecError, TraceError
+from ..launch import Launch, dim3, validate_launch
 from ..runtime import Resources, compile_cubin, detect_arch, resources, sass
-from ._options import check_dim3, check_raw_directives, check_raw_params, check_specs
+from ..types import TYPES
+from ._options import check_raw_directives, check_raw_params, check_specs
 from ._core import emit_instruction
 from ._finish import at_user_line, check_module
 from ._params import TensorArg, UnboundDim
@@ -51,8 +53,10 @@ class Specialization:
     Attributes:
         module: the IR module; ``ptx`` its text.
         target, version: what it was traced for.
-        grid, block, cluster: launch shape (grid resolved from the dims).
-        smem: dynamic shared memory bytes to launch with.
+        launch: grid (resolved from the dims), block, cluster and dynamic
+            shared memory, validated for ``target`` with the module's static
+            shared memory (``grid``, ``block``, ``cluster`` and ``smem``
+            read it).
         dims: the bound symbolic dims; template: the template values.
         tma: the TMA descriptors the runtime passes after the other
             parameters, in their order (see ``TensorArg.tma_desc``).
@@ -62,13 +66,30 @@ class Specialization:
     ptx: str
     target: isa.Target
     version: tuple[int, int]
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    cluster: tuple[int, int, int]
-    smem: int
+    launch: Launch
     dims: tuple[tuple[str, int], ...]
     template: tuple[tuple[str, Any], ...]
     tma: tuple[TmaDescriptor, ...] = ()
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        """Blocks per grid (``launch.grid``)."""
+        return self.launch.grid
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        """Threads per block (``launch.block``)."""
+        return self.launch.block
+
+    @property
+    def cluster(self) -> tuple[int, int, int]:
+        """Blocks per cluster (``launch.cluster``)."""
+        return self.launch.cluster
+
+    @property
+    def smem(self) -> int:
+        """Dynamic shared memory bytes to launch with (``launch.smem``)."""
+        return self.launch.smem
 
 
 class Kernel:
@@ -77,7 +98,7 @@ class Kernel:
     def __init__(self, fn: Callable[..., Any], *, arch: str = "sm_90a",
                  version: tuple[int, int] | str | None = None,
                  in_specs: Sequence[Tile] | None = None, out_specs: Sequence[Tile] | None = None,
-                 grid: Any = None, block: Any = (1, 1, 1), cluster: Any = (1, 1, 1), smem: int = 0,
+                 grid: Any = None, block: Any = None, cluster: Any = (1, 1, 1), smem: int = 0,
                  raw_params: Sequence[tuple[str, str]] | None = None, extern_smem: bool | str = False,
                  reqntid: Any = None, raw_directives: Sequence[tuple[str, tuple]] | None = None,
                  name: str | None = None, module: bool = False, validate: bool = True,
@@ -90,15 +111,10 @@ class Kernel:
         self._version = isa.parse_version(version)
         self._in_specs = check_specs(in_specs, f"{where} in_specs")
         self._out_specs = check_specs(out_specs, f"{where} out_specs")
-        self._block = check_dim3(block, f"{where} block", limit=1024)
-        self._cluster = check_dim3(cluster, f"{where} cluster", limit=16)
-        self._reqntid = None if reqntid is None else check_dim3(reqntid, f"{where} reqntid", limit=1024)
-        if not callable(grid) and grid is not None:
-            grid = check_dim3(grid, f"{where} grid", limit=2**31 - 1)
-        self._grid = grid
-        if not isinstance(smem, int) or isinstance(smem, bool) or smem < 0:
-            raise TraceError(f"{where} smem: expected a byte count >= 0, got {smem!r}")
-        self._smem = smem
+        self._reqntid = None if reqntid is None else dim3(reqntid, "reqntid", where)
+        self._grid = grid if grid is None or callable(grid) else dim3(grid, "grid", where)
+        self._launch = _decoration_launch(where, self._arch, self._grid, block, cluster, smem,
+                                          self._reqntid)
         self._raw_params = check_raw_params(raw_params, where)
         self._raw_directives = check_raw_directives(raw_directives, where)
         if extern_smem not in (True, False) and not (isinstance(extern_smem, str) and extern_smem.isidentifier()):
@@ -151,18 +167,20 @@ class Kernel:
 
     @property
     def block(self) -> tuple[int, int, int]:
-        """Static CUDA block dimensions for the kernel."""
-        return self._block
+        """Static CUDA block dimensions for the kernel (``reqntid`` when
+        only that is given)."""
+        return self._launch.block
 
     @property
     def cluster(self) -> tuple[int, int, int]:
         """CTA cluster dimensions used at launch time."""
-        return self._cluster
+        return self._launch.cluster
 
     @property
     def smem(self) -> int:
-        """Requested dynamic shared memory in bytes."""
-        return self._smem
+        """Requested dynamic shared memory in bytes (a trace launches with
+        at least what ``extern_smem`` carving uses)."""
+        return self._launch.smem
 
     @property
     def batch(self) -> str | None:
@@ -327,8 +345,8 @@ class Kernel:
                 trace.check_closed()
             module = ir.Module(trace.items)
             check_module(module, trace)
-            return Specialization(module, emit(module), target, version, (1, 1, 1), self._block,
-                                  self._cluster, self._smem, dims, template)
+            launch = self._launch_for(target, self._launch.smem, module, {**env, **dict(template)})
+            return Specialization(module, emit(module), target, version, launch, dims, template)
         args = []
         specs = self._in_specs + self._out_specs
         for i, pname in enumerate(self._tensors):
@@ -345,16 +363,25 @@ class Kernel:
             trace.check_closed()
             if not _ends_in_exit(trace.body):
                 emit_instruction("ret", (), ())
-        grid = self._resolve_grid({**env, **dict(template)})
-        smem = max(self._smem, trace.smem_offset)
+        smem = max(self._launch.smem, trace.smem_offset)
         module = _build_module(self, trace, target, version)
         check_module(module, trace)
-        return Specialization(module, emit(module), target, version, grid, self._block,
-                              self._cluster, smem, dims, template, tuple(trace.tma))
+        launch = self._launch_for(target, smem, module, {**env, **dict(template)})
+        return Specialization(module, emit(module), target, version, launch, dims, template,
+                              tuple(trace.tma))
+
+    def _launch_for(self, target: isa.Target, smem: int, module: ir.Module,
+                    env: dict[str, Any]) -> Launch:
+        """The specialisation's launch: the grid for ``env`` (dims and
+        template values), validated for ``target`` with the module's static
+        shared memory."""
+        grid, where = self._resolve_grid(env), self._grid_where(env)
+        return validate_launch(grid, self._launch.block, self._launch.cluster, smem,
+                               _static_shared_bytes(module), target, where=where)
 
     def _resolve_grid(self, env: dict[str, Any]) -> tuple[int, int, int]:
-        if self._grid is None:
-            return (1, 1, 1)
+        if self._grid is None:  # one cluster (one block without a cluster)
+            return self._launch.cluster
         if not callable(self._grid):
             return self._grid
         params = inspect.signature(self._grid).parameters
@@ -362,8 +389,15 @@ class Kernel:
         if missing:
             raise SpecError(f"kernel {self.name}: grid needs {missing}; pass "
                             f"{', '.join(m + '=...' for m in missing)} to .ptx()")
-        return check_dim3(self._grid(**{p: env[p] for p in params}),
-                          f"kernel {self.name} grid", limit=2**31 - 1)
+        return dim3(self._grid(**{p: env[p] for p in params}), "grid", self._grid_where(env))
+
+    def _grid_where(self, env: dict[str, Any]) -> str:
+        """What launch errors name: ``kernel k``, and for a grid function
+        the values it was given (``kernel k (grid for N=4096)``)."""
+        if not callable(self._grid):
+            return f"kernel {self.name}"
+        given = [f"{p}={env[p]!r}" for p in inspect.signature(self._grid).parameters if p in env]
+        return f"kernel {self.name} (grid for {', '.join(given)})"
 
 
 def _run_body(fn: Callable[..., Any], args: Sequence[Any], template: tuple) -> None:
@@ -409,10 +443,10 @@ def _build_module(k: Kernel, trace: Trace, target: isa.Target, version: tuple[in
     directives = []
     if k._reqntid is not None:
         directives.append(_dim_directive("reqntid", k._reqntid))
-    elif k._block != (1, 1, 1):
-        directives.append(_dim_directive("maxntid", k._block))
-    if k._cluster != (1, 1, 1):
-        directives.append(_dim_directive("reqnctapercluster", k._cluster))
+    elif k.block != (1, 1, 1):
+        directives.append(_dim_directive("maxntid", k.block))
+    if k.cluster != (1, 1, 1):
+        directives.append(_dim_directive("reqnctapercluster", k.cluster))
     directives.extend(ir.Directive.listing(n, *a) for n, a in k._raw_directives)
     shared = list(trace.shared)
     if trace.extern_smem is not None:
@@ -431,13 +465,51 @@ def _dim_directive(name: str, dims: tuple[int, int, int]) -> ir.Directive:
     return ir.Directive.listing(name, *dims)
 
 
+def _decoration_launch(where: str, arch: str, grid: Any, block: Any, cluster: Any, smem: Any,
+                       reqntid: tuple[int, int, int] | None) -> Launch:
+    """The launch as far as decoration knows it, checked now so a bad option
+    fails where the kernel is defined. A grid function's grid is known only
+    at trace; until then the smallest grid the cluster allows stands in, and
+    it is the grid of a kernel given none. ``block`` defaults to ``reqntid``,
+    and must equal it when both are given."""
+    cluster = dim3(cluster, "cluster", where)
+    block = dim3((reqntid or (1, 1, 1)) if block is None else block, "block", where)
+    launch = Launch(cluster if grid is None or callable(grid) else grid, block, cluster, smem,
+                    where=where)
+    if reqntid is not None and block != reqntid:
+        raise LaunchError(f"{where}: block = {block} differs from reqntid = {reqntid}; a launch "
+                          "with another block than .reqntid fails (give one of them)")
+    if arch != "auto":
+        launch.check_target(arch)
+    return launch
+
+
+def _static_shared_bytes(module: ir.Module) -> int:
+    """Bytes of the module's statically sized ``.shared`` variables (module
+    scope and function bodies), each at its alignment; an ``.extern`` array
+    is dynamic shared memory."""
+    items = [*module.items, *(s for f in module.functions for s in f.body)]
+    total = 0
+    for item in items:
+        if not (isinstance(item, ir.VarDecl) and item.space == "shared") or "extern" in item.linkage:
+            continue
+        element = TYPES[item.type].bits // 8 * (item.vector or 1)
+        count = 1
+        for d in item.dims:
+            count *= max(d, 0)
+        align = max(item.align or 1, element)
+        total = -(-total // align) * align + element * count
+    return total
+
+
 def kernel(fn: Callable[..., Any] | None = None, **options: Any) -> Kernel | Callable[[Callable[..., Any]], Kernel]:
     """Decorator that makes a Python function a PTX kernel.
 
     Usable bare (``@kernel``) or with options (``@kernel(arch="sm_100a")``).
     Options: ``arch`` (``"sm_XX[a]"`` or ``"auto"``, resolved at trace time),
     ``version``, ``in_specs``, ``out_specs``, ``grid`` (tuple or callable of
-    dims), ``block``, ``cluster``, ``smem``, ``raw_params``,
+    dims; default: one cluster), ``block`` (default: ``reqntid``, else one
+    thread), ``cluster``, ``smem``, ``raw_params``,
     ``extern_smem``, ``reqntid``, ``raw_directives``, ``name``,
     ``target_options`` (``("debug",)``), ``address_size`` (64, 32 or None),
     ``batch`` (``"z"``: a ``jax.vmap`` of the kernel is one launch with the
@@ -446,6 +518,12 @@ def kernel(fn: Callable[..., Any] | None = None, **options: Any) -> Kernel | Cal
     slices are independent: sharded inputs run per shard under ``jax.jit``),
     ``validate`` (check each instruction against the table; default True) and
     ``module`` (the body builds a whole module with ``ptx.function`` ...).
+
+    grid, block, cluster and smem form one :class:`jaxptx.launch.Launch`,
+    checked against CUDA's limits for the target: at decoration for the
+    values given there (the target's limits when ``arch`` is not
+    ``"auto"``), at trace for a grid function's grid and the module's static
+    shared memory; a bad launch raises ``LaunchError``.
 
     Example:
         >>> from jaxptx import kernel, reg, ptx

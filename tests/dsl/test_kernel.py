@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from jaxptx import Layout, Tile, kernel, ptx, reg, smem
-from jaxptx.errors import (PtxModifierError, PtxTargetError, PtxTypeError, PtxVersionError,
+from jaxptx.errors import (LaunchError, PtxModifierError, PtxTargetError, PtxTypeError, PtxVersionError,
                            SpecError, TraceError)
 from jaxptx.runtime import ptxas
 from jaxptx.types import bf16, f32, s32, u32, u64
@@ -124,7 +124,7 @@ def test_spec_count_must_match_parameters() -> None:
 
 @pytest.mark.parametrize("option, value, message", [
     ("block", (0, 1, 1), r"block: expected 1 to 3 positive ints"),
-    ("block", (1024, 2, 1), r"block: \(1024, 2, 1\) has 2048 elements, more than the limit 1024"),
+    ("block", (1024, 2, 1), r"block = \(1024, 2, 1\) has 2048 threads, over CUDA's limit of 1024"),
     ("arch", "sm90", r"arch: expected a target like 'sm_80'"),
     ("arch", "sm_91", r"arch: unknown target 'sm_91'"),
     ("version", "eight", r"version: expected a PTX ISA version"),
@@ -135,7 +135,8 @@ def test_spec_count_must_match_parameters() -> None:
     ("batch", "y", r"batch: expected None or 'z' \(a vmapped call runs the batch as grid z\)"),
 ])
 def test_bad_options_fail_at_decoration(option, value, message) -> None:
-    with pytest.raises((TraceError, SpecError, PtxTargetError, PtxVersionError), match=message):
+    with pytest.raises((LaunchError, TraceError, SpecError, PtxTargetError, PtxVersionError),
+                       match=message):
         kernel(**{option: value})(lambda: None)
 
 
