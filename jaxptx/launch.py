@@ -210,6 +210,28 @@ class Launch:
                 f"({limit // KB} KB) per block")
         return self
 
+    def attributes(self) -> dict[str, Any]:
+        """The launch as a custom call's typed-FFI attributes: ``grid``,
+        ``block``, ``cluster`` (int32 arrays of 3) and ``smem`` (int64)."""
+        return dict(grid=np.array(self.grid, np.int32), block=np.array(self.block, np.int32),
+                    cluster=np.array(self.cluster, np.int32), smem=np.int64(self.smem))
+
+    @classmethod
+    def from_attributes(cls, grid: Any, block: Any, cluster: Any, smem: Any,
+                        where: str = "launch attributes") -> Launch:
+        """The launch a custom call's attributes describe (the inverse of
+        :meth:`attributes`); each dim must have exactly 3 entries.
+
+        Raises:
+            LaunchError: a dim of another length, or a launch out of limits.
+        """
+        dims = []
+        for name, value in (("grid", grid), ("block", block), ("cluster", cluster)):
+            if not (isinstance(value, (tuple, list, np.ndarray)) and len(value) == 3):
+                raise LaunchError(f"{where}: {name}: expected 3 ints, got {value!r}")
+            dims.append(tuple(value))
+        return cls(*dims, smem, where=where)
+
 
 def validate_launch(grid: Any, block: Any, cluster: Any, smem: Any, static_smem: int,
                     target: isa.Target | str | None, *, where: str = "launch") -> Launch:

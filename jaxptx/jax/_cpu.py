@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import ir, sim
+from ..launch import Launch
 from ..types import TYPES
 from ..parse import parse
 from . import _registry, _tma
@@ -37,6 +38,9 @@ def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryvi
         tma: Sequence[int] = ()) -> str | None:
     """Run kernel ``kernel_id``; return None, or the error for XLA to raise.
 
+    ``grid``, ``block``, ``cluster`` and ``smem`` are the call's
+    :class:`~jaxptx.launch.Launch` attributes, checked again here (a
+    deserialised call was validated by no one in this process).
     ``scalars`` holds a ``(bytes, bits)`` pair per raw scalar param; ``tma``
     the call's TMA descriptor records (``_tma``), which the emulator encodes
     with the addresses it gives the buffers.
@@ -46,6 +50,7 @@ def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryvi
     """
     name = f"{entry} (id {kernel_id})"
     try:
+        launch = Launch.from_attributes(grid, block, cluster, smem)
         registered = _registry.find(kernel_id)
         if registered is not None:
             module = registered.spec.module
@@ -65,8 +70,8 @@ def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryvi
         values = _scalar_values(module, entry, len(ins) + len(outs), scalars)
         maps = _tma.sim_maps(tma)
         with _LAUNCH_LOCK:
-            sim.launch(module, *ins, *outs, *values, *maps, kernel=entry, grid=grid, block=block,
-                       cluster=cluster, smem=smem)
+            sim.launch(module, *ins, *outs, *values, *maps, kernel=entry, grid=launch.grid,
+                       block=launch.block, cluster=launch.cluster, smem=launch.smem)
         del ins, outs  # no view may outlive the call
         return None
     except BaseException as e:  # noqa: BLE001 - every failure becomes an FFI error

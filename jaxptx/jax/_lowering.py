@@ -2,7 +2,8 @@
 
 Both calls carry the same attributes: ``kernel_id`` (int64), ``ptx`` and
 ``entry`` (strings), ``grid``, ``block``, ``cluster`` (int32 arrays of 3),
-``smem`` (int64), ``scalars`` (int64 array: a ``(bytes, bits)`` pair per
+``smem`` (int64): the call's :class:`~jaxptx.launch.Launch`
+(``Launch.attributes``), ``scalars`` (int64 array: a ``(bytes, bits)`` pair per
 raw scalar param, the values of this call) and ``tma`` (int64 array: the
 kernel's TMA descriptors but for their addresses, see ``_tma``). A call is self-contained: a serialised
 export runs with no registry, in a process that never traced the kernel.
@@ -31,6 +32,7 @@ from jax.interpreters import mlir
 from .. import _ffi, isa
 from ..dsl import Kernel
 from ..errors import SpecError
+from ..launch import Launch
 from ..runtime import arch_from_capability, compile_cubin
 from . import _cpu, _partition, _registry, _tma
 
@@ -53,9 +55,9 @@ _cuda_call = jax.ffi.ffi_lowering(CUDA_TARGET)
 
 
 def _entry(kernel: Kernel, ctx: Any, target: isa.Target, template: tuple, sizes: tuple,
-           grid: tuple, shared: tuple) -> _registry.Entry:
+           launch: Launch, shared: tuple) -> _registry.Entry:
     names = [kernel._tensors[i] for i in shared]
-    return _registry.register(kernel, target, template, sizes, grid,
+    return _registry.register(kernel, target, template, sizes, launch,
                               [_registry.buffer_type(a) for a in ctx.avals_in],
                               [_registry.buffer_type(a) for a in ctx.avals_out], names)
 
@@ -113,9 +115,7 @@ def _attributes(entry: _registry.Entry, scalars: tuple) -> dict[str, Any]:
     spec = entry.spec
     tma = _tma.records(spec.tma, entry.kernel.name, entry.inputs + entry.outputs)
     return dict(kernel_id=np.int64(entry.kernel_id), ptx=spec.ptx, entry=entry.entry,
-                grid=np.array(entry.grid, np.int32), block=np.array(spec.block, np.int32),
-                cluster=np.array(spec.cluster, np.int32), smem=np.int64(spec.smem),
-                scalars=scalar_records(entry.kernel, scalars), tma=tma)
+                **entry.launch.attributes(), scalars=scalar_records(entry.kernel, scalars), tma=tma)
 
 
 def scalar_records(kernel: Kernel, values: Sequence[Any]) -> np.ndarray:
@@ -133,16 +133,16 @@ def scalar_records(kernel: Kernel, values: Sequence[Any]) -> np.ndarray:
 
 
 def kernel_lowering_cpu(kernel: Kernel, ctx: Any, *args: Any, template: tuple, sizes: tuple,
-                        grid: tuple, batch: int, shared: tuple, scalars: tuple) -> Any:
+                        launch: Launch, batch: int, shared: tuple, scalars: tuple) -> Any:
     """The emulator's custom call."""
-    entry = _entry(kernel, ctx, kernel.resolve_arch(), template, sizes, grid, shared)
+    entry = _entry(kernel, ctx, kernel.resolve_arch(), template, sizes, launch, shared)
     return _cpu_call(ctx, *args, **_attributes(entry, scalars))
 
 
 def kernel_lowering_cuda(kernel: Kernel, ctx: Any, *args: Any, template: tuple, sizes: tuple,
-                         grid: tuple, batch: int, shared: tuple, scalars: tuple) -> Any:
+                         launch: Launch, batch: int, shared: tuple, scalars: tuple) -> Any:
     """The GPU launch's custom call."""
-    entry = _entry(kernel, ctx, cuda_target(kernel, ctx), template, sizes, grid, shared)
+    entry = _entry(kernel, ctx, cuda_target(kernel, ctx), template, sizes, launch, shared)
     _register_cubin(kernel, ctx, entry)
     return _cuda_call(ctx, *args, **_attributes(entry, scalars))
 

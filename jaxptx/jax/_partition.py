@@ -18,6 +18,7 @@ batching rule of its own).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from collections.abc import Sequence
@@ -124,8 +125,8 @@ def _local_launch(prim: Any, kernel: Kernel, params: dict[str, Any], *xs: jax.Ar
     env = bind_specs(kernel.in_specs, shapes, kernel._tensors[:len(kernel.in_specs)])
     template = params["template"]
     sizes = tuple(sorted({**dict(params["sizes"]), **env}.items()))
-    grid = kernel._resolve_grid({**dict(sizes), **dict(template)})
+    launch = kernel.specialize(**dict(template), **dict(sizes)).launch
     if batch:
-        grid = (grid[0], grid[1], local_batch)
-    return tuple(prim.bind(*xs, template=template, sizes=sizes, grid=grid, batch=local_batch,
+        launch = dataclasses.replace(launch, grid=(*launch.grid[:2], local_batch))
+    return tuple(prim.bind(*xs, template=template, sizes=sizes, launch=launch, batch=local_batch,
                            shared=shared, scalars=params["scalars"]))

@@ -2,8 +2,10 @@
 
 The primitive of a kernel is created on its first call and kept on the
 kernel. Its parameters: ``template`` and ``sizes`` (sorted ``(name, value)``
-pairs: the template values and every symbolic dim), ``grid`` (the launch
-grid they give), ``batch`` (0, or the size of a batch folded into grid z),
+pairs: the template values and every symbolic dim), ``launch`` (the
+:class:`~jaxptx.launch.Launch` of their specialisation: grid, block, cluster,
+dynamic shared memory, validated for the target), ``batch`` (0, or the size
+of a batch folded into grid z),
 ``shared`` (indices of the inputs a batched launch shares) and ``scalars``
 (the values of the kernel's raw scalar params, in their order). Lowerings
 live in ``_lowering``; the rules here are shared by all kernels and take the
@@ -12,6 +14,7 @@ kernel as their first argument.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -27,6 +30,7 @@ from jax.interpreters import batching, xla
 from ..dsl import Kernel, Tile
 from ..dsl._specs import bind_specs
 from ..errors import SpecError
+from ..launch import MAX_GRID, Launch
 from . import _lowering
 
 __all__ = ["call", "primitive"]
@@ -43,8 +47,8 @@ def call(kernel: Kernel, args: tuple, kwargs: dict) -> Any:
     """``kernel(*args, **kwargs)``: check, bind the primitive, unpack."""
     scalars, kwargs = _scalar_arguments(kernel, kwargs)
     template, dims = _bind_arguments(kernel, args, kwargs)
-    grid = kernel._resolve_grid({**dict(dims), **dict(template)})
-    outs = primitive(kernel).bind(*args, template=template, sizes=dims, grid=grid, batch=0,
+    launch = kernel.specialize(**dict(template), **dict(dims)).launch
+    outs = primitive(kernel).bind(*args, template=template, sizes=dims, launch=launch, batch=0,
                                   shared=(), scalars=scalars)
     return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -136,7 +140,7 @@ def _out_dtype(kernel: Kernel, spec: Tile) -> np.dtype:
 
 
 def kernel_abstract_eval(kernel: Kernel, *avals: Any, template: tuple, sizes: tuple,
-                         grid: tuple, batch: int, shared: tuple,
+                         launch: Launch, batch: int, shared: tuple,
                          scalars: tuple) -> list[jax.core.ShapedArray]:
     """Output avals from ``out_specs`` (with a leading ``batch`` dim when
     batched); re-checks the inputs against the dims."""
@@ -184,8 +188,8 @@ def _shaped_array(shape: tuple, dtype: Any, vma: frozenset) -> jax.core.ShapedAr
     return jax.core.ShapedArray(shape, dtype, sharding=sharding, vma=vma)
 
 
-# CUDA's limit on gridDim.z.
-GRID_Z_LIMIT = 65535
+# The largest batch folded into grid z: CUDA's limit on gridDim.z.
+GRID_Z_LIMIT = MAX_GRID[2]
 
 
 def kernel_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], **params: Any):
@@ -202,7 +206,7 @@ def kernel_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], **par
 
 
 def _tma_of_batched(kernel: Kernel, axes: Sequence[Any], *, template: tuple, sizes: tuple,
-                    grid: tuple, batch: int, shared: tuple, scalars: tuple) -> bool:
+                    launch: Launch, batch: int, shared: tuple, scalars: tuple) -> bool:
     """Whether the kernel asks for a TMA descriptor of a tensor that the
     folded launch would batch (any output, or an input batched now or before)."""
     spec = kernel.specialize(**dict(template), **dict(sizes))
@@ -211,7 +215,7 @@ def _tma_of_batched(kernel: Kernel, axes: Sequence[Any], *, template: tuple, siz
 
 
 def fold_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], size: int, *,
-               template: tuple, sizes: tuple, grid: tuple, batch: int, shared: tuple,
+               template: tuple, sizes: tuple, launch: Launch, batch: int, shared: tuple,
                scalars: tuple):
     """One launch for the whole batch: grid z runs over it.
 
@@ -219,9 +223,9 @@ def fold_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], size: i
     two: element ``(i, j)`` is ``i * batch + j``. Inputs batched at one level
     only are broadcast over the other; inputs batched at neither stay shared.
     """
-    if grid[2] != 1 and not batch:
+    if launch.grid[2] != 1 and not batch:
         raise SpecError(f"kernel {kernel.name}: batch='z' folds a vmap into grid z, but its "
-                        f"grid is {grid}; a batch='z' kernel launches with grid z = 1")
+                        f"grid is {launch.grid}; a batch='z' kernel launches with grid z = 1")
     new_args, new_shared = [], []
     for i, (x, ax) in enumerate(zip(args, axes)):
         inner = bool(batch) and i not in shared  # batched by the call being batched again
@@ -236,8 +240,9 @@ def fold_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], size: i
             x = x.reshape((size * batch, *x.shape[2:]))
         new_args.append(x)
     total = size * (batch or 1)
+    folded = dataclasses.replace(launch, grid=(*launch.grid[:2], total))
     outs = primitive(kernel).bind(*new_args, template=template, sizes=sizes,
-                                  grid=(grid[0], grid[1], total), batch=total,
+                                  launch=folded, batch=total,
                                   shared=tuple(new_shared), scalars=scalars)
     if batch:
         outs = [o.reshape((size, batch, *o.shape[1:])) for o in outs]

@@ -24,6 +24,7 @@ import numpy as np
 from .. import isa
 from ..dsl import Kernel, Specialization
 from ..errors import SpecError
+from ..launch import Launch
 
 __all__ = ["Entry", "register", "find", "lookup", "kernels_in"]
 
@@ -40,7 +41,9 @@ class Entry:
     Attributes:
         kernel_id: the id in the HLO.
         kernel: the kernel; spec: its specialisation (PTX, IR module).
-        entry: the ``.entry`` name; grid: the launch grid.
+        entry: the ``.entry`` name; launch: the launch (the
+            specialisation's, with the call's grid: a vmap folded into grid z
+            changes it).
         inputs, outputs: ``(shape, numpy dtype)`` of each buffer.
     """
 
@@ -48,16 +51,15 @@ class Entry:
     kernel: Kernel
     spec: Specialization
     entry: str
-    grid: tuple[int, int, int]
+    launch: Launch
     inputs: tuple[BufferType, ...]
     outputs: tuple[BufferType, ...]
 
     def content(self) -> bytes:
         """What the id hashes: everything that decides what a launch does."""
         s = self.spec
-        launch = (self.entry, self.grid, s.block, s.cluster, s.smem, self.inputs, self.outputs,
-                  s.tma)
-        return s.ptx.encode() + b"\0" + repr(launch).encode()
+        what = (self.entry, self.launch, self.inputs, self.outputs, s.tma)
+        return s.ptx.encode() + b"\0" + repr(what).encode()
 
 
 _LOCK = threading.Lock()
@@ -65,19 +67,25 @@ _ENTRIES: dict[int, Entry] = {}
 
 
 def register(kernel: Kernel, target: isa.Target, template: tuple, dims: tuple,
-             grid: tuple[int, int, int], inputs: Sequence[BufferType],
+             launch: Launch, inputs: Sequence[BufferType],
              outputs: Sequence[BufferType], shared: Sequence[str] = ()) -> Entry:
     """Specialise ``kernel`` for ``target`` and register the launch; return its entry.
 
+    ``launch`` is the call's (the primitive's parameter); but for its grid it
+    must be the specialisation's, which was validated for ``target``.
     ``shared`` names the inputs a batched launch shares across its batch.
 
     Raises:
         SpecError: the kernel's parameters are not one pointer per tensor,
-            then its raw scalar params, then its TMA descriptors.
+            then its raw scalar params, then its TMA descriptors; or the
+            call's launch is not the specialisation's.
     """
     spec = kernel.specialize_for(target, shared=shared, **dict(template), **dict(dims))
     entry_fn = _entry_function(kernel, spec, len(inputs) + len(outputs))
-    entry = Entry(0, kernel, spec, entry_fn, tuple(grid), tuple(inputs), tuple(outputs))
+    if launch != dataclasses.replace(spec.launch, grid=launch.grid):
+        raise SpecError(f"kernel {kernel.name}: the call launches {launch}, but its "
+                        f"{target.name} specialisation launches {spec.launch}")
+    entry = Entry(0, kernel, spec, entry_fn, launch, tuple(inputs), tuple(outputs))
     content = entry.content()
     digest = hashlib.blake2b(content, digest_size=8).digest()
     kernel_id = int.from_bytes(digest, "little") >> (64 - ID_BITS)

@@ -38,7 +38,8 @@ def test_eager_and_jit_calls_compute_the_kernel():
 
 def test_jaxpr_shows_the_primitive_with_its_params():
     text = " ".join(str(jax.make_jaxpr(lambda x, w: axpy_index(x, w, scale=0.5))(X, X)).split())
-    assert ("axpy_index[ batch=0 grid=(2, 1, 1) scalars=() shared=() sizes=(('N', 256),) "
+    assert ("axpy_index[ batch=0 launch=Launch(grid=(2, 1, 1), block=(128, 1, 1), "
+            "cluster=(1, 1, 1), smem=0) scalars=() shared=() sizes=(('N', 256),) "
             "template=(('scale', 0.5),) ] a b"
             in text)
 
