@@ -127,6 +127,7 @@ def _mma_forms(opcode: str, sparse: bool) -> tuple[Inst, ...]:
     block-scaled kinds."""
     what = "sparse " if sparse else ""
     sec = _SEC + opcode
+    sim = "tcgen05_mma_sp" if sparse else "tcgen05_mma"
     # Block-scaled sparse MMA on fp4 data exists only on the ``a`` targets.
     sp_kinds = {"kind::mxf4": ONLY_A, "kind::mxf4nvf4": Requires(ptx=(8, 7), only=A_TARGETS)}
     bs_kind = slot("kind", "kind::mxf8f6f4 kind::mxf4 kind::mxf4nvf4",
@@ -141,15 +142,15 @@ def _mma_forms(opcode: str, sparse: bool) -> tuple[Inst, ...]:
         src = "A in tensor memory, rows shifted" if ashift else "A by descriptor or in TMEM"
         for kind, tail, req, note in TAILS:
             out.append(Inst(opcode, (CTA, kind, *shift), (*_mma_head(ashift, sparse), *tail),
-                            requires=req, section=sec, sim="tcgen05_mma",
+                            requires=req, section=sec, sim="tcgen05_mma_ashift" if ashift else sim,
                             summary=f"{what}tensor-core MMA into tensor memory, {src}{note}"))
     out.append(Inst(opcode, (CTA, bs_kind, BLOCK_SCALE, SCALE_VEC, COLLECTOR_A),
                     (*head, *scale_tmem, ENABLE_D), requires=TC05, rules=SCALE_RULES,
-                    section=sec, sim="tcgen05_mma",
+                    section=sec, sim=sim,
                     summary=f"block-scaled {what}MMA into tensor memory"))
     out.append(Inst(opcode, (CTA, bs_default_kind, BLOCK_SCALE, COLLECTOR_A),
                     (*head, *scale_tmem, ENABLE_D), requires=TC05_PTX88,
-                    section=sec, sim="tcgen05_mma",
+                    section=sec, sim=sim,
                     summary=f"block-scaled {what}MMA, default 32-element scale blocks"))
     return tuple(out)
 
@@ -159,7 +160,7 @@ def _mma_ws(opcode: str, sparse: bool) -> Inst:
     return Inst(opcode, (slot("cta_group", "cta_group::1"), MMA_KIND, COLLECTOR_B),
                 (*_mma_head(False, sparse), ENABLE_D,
                  op("zero_column_mask_desc", "reg imm", "b64", optional=True)),
-                requires=TC05, section=_SEC + opcode, sim="tcgen05_mma",
+                requires=TC05, section=_SEC + opcode, sim="tcgen05_mma_sp" if sparse else "tcgen05_mma",
                 summary=f"warp-specialised {'sparse ' if sparse else ''}MMA into tensor memory")
 
 

@@ -15,9 +15,12 @@ module          instructions
 ``memory``      ld, st, cp.async, createpolicy
 ``atomics``     atom, atom.cas, red
 ``warp``        shfl, vote, redux, match, elect, activemask
-``mma``         mma.sync, ldmatrix, stmatrix (fragments in ``fragments``)
+``mma``         mma.sync (fragments in ``fragments``)
+``matrix_ldst`` ldmatrix, stmatrix (every shape and source format)
 ``wgmma``       wgmma.mma_async and its fence / commit / wait
 ``wmma``        wmma.load, wmma.store, wmma.mma
+``tcgen05_mma`` tcgen05.mma{.ws} (descriptors in ``tcgen05_idesc``/``tcgen05_smem``,
+                operands and layouts in ``tcgen05_operands``)
 ``mbarrier``    mbarrier.*, cp.async.mbarrier.arrive, mapa, getctarank
 ``bulk_copy``   cp.async.bulk, cp.async.bulk.tensor (TMA), tensormap.*
 ``video``       the scalar and SIMD video instructions
@@ -25,7 +28,7 @@ module          instructions
 """
 
 from . import (approx, arith, atomics, bulk_copy, compare, convert, float_arith, logic, mbarrier,  # noqa: F401
-               memory, mma, video, warp, wgmma, wmma)
+               matrix_ldst, memory, mma, tcgen05_mma, video, warp, wgmma, wmma)
 from .registry import MACHINE, NO_OPS, SEMANTICS, UNSUPPORTED
 
 __all__ = ["SEMANTICS", "MACHINE", "NO_OPS", "UNSUPPORTED"]

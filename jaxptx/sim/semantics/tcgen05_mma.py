@@ -1,0 +1,247 @@
+"""Emulator semantics: ``tcgen05.mma`` and ``tcgen05.mma.ws`` (PTX ISA
+9.7.16.10, "TensorCore 5th Generation Matrix Multiply and accumulate
+Operations").
+
+``tcgen05.mma`` has single-thread semantics: every executing thread issues
+one whole ``D = A*B (+ D)`` (in thread order). The emulator completes it at
+issue, so the ``tcgen05.commit`` and mbarrier wait that follow find it done.
+
+- A is M x K, from shared memory (a descriptor, :mod:`.tcgen05_smem`) or
+  tensor memory (``[a-tmem]``: row ``i`` in the lane of the data path that
+  computes row ``i`` of D, its K elements packed into 32-bit columns from the
+  address's column: 2 a word for 16-bit types, 4 for 8-bit containers, 8 for
+  ``mxf4``). B is K x N from shared memory. D is M x N in tensor memory.
+- The instruction descriptor (:mod:`.tcgen05_idesc`) gives the types, M, N,
+  negation and the major-ness of A and B.
+- D's place in tensor memory is PTX ISA 9.7.16.10.5 "Data Path Layout
+  Organization" (:func:`.tcgen05_operands.d_layout`): row ``i``, column ``j``
+  of the CTA's rows is at lane ``i + R * (j / (N/f))``, column ``j % (N/f)``
+  (``R`` rows a CTA, N folded ``f`` times: Layouts A and D f = 1; B and E
+  f = 2; G f = 4), or for M = 64 without ``.ws`` (Layout F) at lane
+  ``(i % 16) + 32 * (i / 16)``, plus the address's lane (0, or 16 for F).
+  16-bit D elements take the low half of a 32-bit word (9.7.16.10.4.1).
+- ``.cta_group::2``: the CTA pair (cluster ranks ``2p``, ``2p+1``) computes
+  one MMA: the even CTA's shared memory holds A rows ``0..M/2-1`` and B
+  columns ``0..N/2-1``, the odd CTA's the rest, both at the descriptors'
+  addresses; each CTA's tensor memory holds its own M/2 rows of A (when in
+  tensor memory) and of D (all N columns) at the instruction's addresses.
+  The 8-word ``disable-output-lane`` mask gives the even CTA's 128 lanes in
+  words 0-3 and the odd CTA's in words 4-7.
+- Block scaling (``.kind::mxf8f6f4``, ``mxf4``, ``mxf4nvf4``):
+  ``(A * scale_A) * (B * scale_B)``, factors in tensor memory
+  (:func:`.tcgen05_operands.scales`).
+- ``.ws`` with a zero-column mask descriptor: masked columns of B are zero,
+  and B is read from column ``shift`` on (PTX ISA 9.7.16.4.3).
+
+Arithmetic: elements decoded exactly, negated per the descriptor, products
+exact and summed in float64, D added (times ``2^-scale-input-d``) and the
+sum rounded once to f32/f16 — the ISA does not specify the hardware's
+internal accumulation order or precision, so the last bit may differ from a
+GPU. ``.kind::i8`` is exact with s32 wrap-around, or clamping with the
+descriptor's saturate bit. Collector qualifiers only permit reuse (the ISA
+requires the operands to stay unchanged), so operands are always read anew.
+
+Refused with an error: sparse A (``.sp``, or the descriptor's sparsity bit),
+``.ashift``, K = 96 and the absolute leading-dimension mode (sm_103a only).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import ir
+from ...types import TYPES
+from ..core.step import Step
+from ..errors import SimError
+from .mma import decode as decode_bits
+from .mma import encode
+from .registry import semantics
+from .tcgen05_idesc import BLOCK_SCALED, InstrDesc, decode_idesc
+from .tcgen05_operands import d_layout, scale_blocks, scaled, scales, smem_operand, tmem_a, tmem_read, tmem_write
+
+__all__ = ["tcgen05_mma", "zero_column_mask"]
+
+_U32, _U64, _S32 = TYPES["u32"], TYPES["u64"], TYPES["s32"]
+
+
+def zero_column_mask(word: int, m: int, n: int) -> tuple[np.ndarray, int]:
+    """PTX ISA 9.7.16.4.3 "Zero-Column Mask Descriptor": ``(mask (N,) bool,
+    column shift)``; a set mask bit makes that column of B zero.
+
+    Each sub-mask (1, 2 or 4 for M = 128, 64, 32, each over its share of N)
+    alternates runs of columns used (``use span + 1``, bits 48-55) and zeroed
+    (``skip span + 1``, bits 40-47), starting with a zeroed run when its
+    first-span bit is set, and drops its first ``start count`` columns of
+    that pattern. The field descriptions of the ISA's table swap the two
+    spans; its worked examples (followed here) fix which is which.
+    """
+    word = int(word)
+    shift = (word >> 56) & 0x3F
+    if not (word >> 39) & 1:
+        return np.zeros(n, dtype=bool), shift
+    zeroed, used = ((word >> 40) & 0xFF) + 1, ((word >> 48) & 0xFF) + 1
+    parts = {128: 1, 64: 2, 32: 4}[m]
+    width = n // parts
+    out = []
+    for p in range(parts):
+        start, first_zero = (word >> (8 * p)) & 0xFF, bool((word >> (32 + p)) & 1)
+        period = np.array([first_zero] * (zeroed if first_zero else used) +
+                          [not first_zero] * (used if first_zero else zeroed))
+        out.append(np.resize(period, start + width)[start:])
+    return np.concatenate(out), shift
+
+
+def _address(s: Step, k: int) -> np.ndarray:
+    """The tensor-memory address (lane << 16 | column) of ``[reg+off]`` operand ``k``."""
+    return (s.address(k)[1].astype(np.uint64) & np.uint64(0xFFFF_FFFF)).astype(np.int64)
+
+
+@semantics("tcgen05_mma")
+def tcgen05_mma(s: Step) -> None:
+    """``tcgen05.mma{.ws}``: one MMA per executing thread (module docstring)."""
+    name, ops = s.ins.name, s.ins.operands
+    if s.ins.opcode.endswith(".sp"):
+        raise SimError(f"{name}: sparse A (tcgen05.mma.sp) is not emulated yet")
+    if s.mod("ashift") is not None:
+        raise SimError(f"{name}: .ashift is not emulated yet (its row shift at the tensor-memory edge is "
+                       "not specified exactly enough in the ISA to reproduce)")
+    ws = s.ins.opcode.endswith(".ws")
+    kind = s.mod("kind")
+    cta_group = 2 if s.mod("cta_group") == "cta_group::2" else 1
+    a_in_tmem = isinstance(ops[1], ir.Address)
+    args = dict(d=_address(s, 0), a=_address(s, 1) if a_in_tmem else s.src(1, _U64).astype(np.uint64),
+                b=s.src(2, _U64).astype(np.uint64), idesc=s.src(3, _U32))
+    lanes_off = enable = None
+    scale_d = 0
+    if kind in BLOCK_SCALED:
+        args.update(sfa=_address(s, 4), sfb=_address(s, 5))
+        enable = s.pred(6)
+    elif ws:
+        enable = s.pred(4)
+        if len(ops) > 5:
+            args["zcm"] = s.src(5, _U64).astype(np.uint64)
+    else:
+        tail = list(ops[4:])
+        k = 4
+        if isinstance(tail[0], ir.Vector):
+            lanes_off = s.src(4, _U32).reshape(s.n, -1)
+            k = 5
+        enable = s.pred(k)
+        if len(ops) > k + 1:
+            scale_d = int(s.immediate(k + 1, _S32))
+            if not 0 <= scale_d <= 15:
+                raise SimError(f"{name}: scale-input-d must be in [0, 15], got {scale_d}")
+    for i, thread in enumerate(s.threads):
+        one = {key: int(v[i]) for key, v in args.items()}
+        mask = None if lanes_off is None else lanes_off[i]
+        _issue(s, int(thread), one, bool(enable[i]), mask, scale_d, kind, cta_group, ws, a_in_tmem)
+
+
+def _pair(s: Step, thread: int, cta_group: int) -> list[int]:
+    """The CTAs of the MMA: the issuing CTA, or its CTA pair (even rank first)."""
+    cta = thread // s.m.ntid
+    if cta_group == 1:
+        return [cta]
+    size = int(np.prod(s.m.cluster))
+    rank = int(s.m.cluster_register("cluster_ctarank", 0, np.array([cta]))[0])
+    if size < 2 or (rank | 1) >= size:
+        raise SimError(f"{s.ins.name}: .cta_group::2 needs the CTA pair of cluster ranks {rank & ~1} and "
+                       f"{rank | 1}, but the cluster has {size} CTA(s) (launch with a cluster of 2 or more)")
+    ranks = np.array([rank & ~1, rank | 1])
+    return [int(c) for c in s.m.cluster_cta(np.array([cta, cta]), ranks)]
+
+
+def _issue(s: Step, thread: int, args: dict, enable: bool, lanes_off: np.ndarray | None, scale_d: int,
+           kind: str, cta_group: int, ws: bool, a_in_tmem: bool) -> None:
+    """One MMA issued by ``thread``."""
+    name = s.ins.name
+    d = decode_idesc(args["idesc"], kind, cta_group=cta_group, ws=ws, what=name)
+    if d.sparse:
+        raise SimError(f"{name}: the instruction descriptor sets the sparsity bit (2), but the instruction "
+                       "is not tcgen05.mma.sp")
+    ctas = _pair(s, thread, cta_group)
+    layout, rows, lane_off, col_off = d_layout(d.m, d.n, cta_group, ws)
+    base_lane = args["d"] >> 16
+    if base_lane not in ((0, 16) if layout == "F" else (0,)):
+        raise SimError(f"{name}: [d-tmem] lane {base_lane} is not aligned for data path Layout {layout} "
+                       f"(M = {d.m}); expected lane {'0 or 16' if layout == 'F' else '0'} (PTX ISA "
+                       "'Data Path Layout Organization')")
+    mask, shift = (np.zeros(d.n, dtype=bool), 0) if "zcm" not in args else zero_column_mask(args["zcm"], d.m, d.n)
+    if shift > (16 if d.m == 32 else 32):
+        raise SimError(f"{name}: zero-column mask shift {shift} exceeds {16 if d.m == 32 else 32} for M = {d.m}")
+    cols_per_cta = (d.n + shift) // cta_group
+    B = np.concatenate([smem_operand(s, args["b"], c, cols_per_cta, d, d.btype, d.mn_major_b, "B")
+                        for c in ctas], axis=0)[shift:shift + d.n].T          # (K, N)
+    B = np.where(mask[None, :], 0, B)
+    if d.negate_b:
+        B = -B
+    blocks = scale_blocks(s, d) if kind in BLOCK_SCALED else 0
+    fold = d.n // (col_off.max() + 1)
+    width = d.n // fold
+    for q, cta in enumerate(ctas):
+        D = np.zeros((rows, d.n))
+        for h in range(fold):
+            cols = slice(h * width, (h + 1) * width)
+            lanes = lane_off[:, h * width]
+            if a_in_tmem:
+                A = tmem_a(s, cta, args["a"], lanes, d)
+            else:
+                A = smem_operand(s, args["a"], cta, rows, d, d.atype, d.mn_major_a, "A")
+            if d.negate_a:
+                A = -A
+            Bh = B[:, cols]
+            if blocks:
+                A, Bh = _block_scaled(s, cta, args, A, Bh, lanes, lane_off[:, cols], h * width, blocks, d)
+            D[:, cols] = _product(A, Bh, d)
+        _accumulate(s, cta, args["d"], D, lane_off, col_off, enable, scale_d, d,
+                    None if lanes_off is None else lanes_off[4 * q:4 * q + 4])
+
+
+def _block_scaled(s: Step, cta: int, args: dict, A: np.ndarray, B: np.ndarray, lanes: np.ndarray,
+                  d_lanes: np.ndarray, first_col: int, blocks: int, d: InstrDesc) -> tuple[np.ndarray, np.ndarray]:
+    """A and B times their scale factors. Each row's factors are read in its
+    data path's own 32-lane partition; B's factors in every partition the
+    columns' data paths use, which must agree (the ISA has them duplicated)."""
+    rows = np.arange(len(lanes))
+    sfa = scales(s, cta, args["sfa"], 32 * (lanes // 32) + rows % 32, rows, d.sfa_id, blocks, d, "A")
+    cols = first_col + np.arange(B.shape[1])
+    sfb = None
+    for part in np.unique(d_lanes // 32):
+        got = scales(s, cta, args["sfb"], 32 * part + cols % 32, cols, d.sfb_id, blocks, d, "B")
+        if sfb is not None and not np.array_equal(got, sfb, equal_nan=True):
+            raise SimError(f"{s.ins.name}: the scale factors of B differ between the 32-lane partitions of "
+                           "tensor memory; the ISA requires them duplicated in all four (PTX ISA 'Block "
+                           "Scaling for tcgen05.mma')")
+        sfb = got
+    return scaled(A, sfa, 1), scaled(B, sfb, 0)
+
+
+def _product(A: np.ndarray, B: np.ndarray, d: InstrDesc) -> np.ndarray:
+    """A @ B: float64 (exact products) or exact int64."""
+    if d.kind == "kind::i8":
+        return A.astype(np.int64) @ B.astype(np.int64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return A @ B
+
+
+def _accumulate(s: Step, cta: int, addr: int, AB: np.ndarray, lane_off: np.ndarray, col_off: np.ndarray,
+                enable: bool, scale_d: int, d: InstrDesc, disabled: np.ndarray | None) -> None:
+    """D = AB (+ D * 2^-scale_d) into CTA ``cta``'s tensor memory, skipping
+    lanes whose ``disable-output-lane`` bit is set."""
+    lanes = (addr >> 16) + lane_off
+    cols = (addr & 0xFFFF) + col_off
+    what = f"{s.ins.name} [d-tmem]"
+    if enable:
+        old = tmem_read(s, cta, lanes, cols, what)
+        if d.dtype == "f16":
+            C = decode_bits(old & np.uint32(0xFFFF), "f16")
+        else:
+            C = decode_bits(old, d.dtype)
+        with np.errstate(over="ignore", invalid="ignore"):
+            AB = AB + (C * 2.0 ** -scale_d if scale_d else C)
+    bits = encode(AB, d.dtype, d.saturate).astype(np.uint32)
+    keep = np.ones(lanes.shape, dtype=bool)
+    if disabled is not None:
+        words = disabled.astype(np.uint64)[lanes // 32]
+        keep = ((words >> (lanes % 32).astype(np.uint64)) & np.uint64(1)) == 0
+    tmem_write(s, cta, lanes[keep], cols[keep], bits[keep], what)

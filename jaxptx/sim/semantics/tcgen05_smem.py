@@ -1,0 +1,136 @@
+"""Reading ``tcgen05.mma`` operands from shared memory through sm_100
+shared-memory descriptors (PTX ISA 9.7.16.4.1 "Shared memory descriptor",
+9.7.16.3 "Canonical Layouts", 9.7.16.10.6 "Shared Memory Layout and
+Swizzling", 9.7.16.10.4 "Packing formats").
+
+Addresses are computed per 16-byte chunk ("128-bit element"), as the ISA
+normalises every layout: ``T`` elements share a chunk, contiguous along the
+major mode. With ``W`` the swizzle atom's row bytes (16 without swizzle):
+
+- K-major: row ``x`` = (r = x % 8, i = x / 8), K index ``y`` = (t = y % T,
+  c = y / T): chunk at ``start + r*W + i*SBO + c*(16 if swizzled else LBO)``;
+- MN-major: ``x`` = (t = x % T, c = (x / T) % (W/16), i = x / (T*W/16)),
+  ``y`` = (r = y % 8, j = y / 8): chunk at ``start + c*16 + r*W +
+  i*(LBO if swizzled else SBO) + j*(SBO if swizzled else LBO)``.
+
+Swizzling XORs the chunk address: 128/64/32-byte modes XOR bits [4, 4+b)
+with bits [7, 7+b) (b = 3/2/1), the 128-byte mode with 32-byte atomicity XORs
+bits [5, 7) with bits [7, 9); the descriptor's base offset is subtracted
+from bits [7, 10) first (it says where the repeating pattern starts).
+
+Element ``t`` of a chunk sits at bit ``t * bits`` of it: 16/32/8-bit types
+fill the chunk; for ``.kind::f8f6f4``/``mxf8f6f4`` a chunk holds 16 4-bit or
+6-bit elements packed in its low 8 or 12 bytes (the rest is padding); for
+``.kind::mxf4``/``mxf4nvf4`` 32 4-bit elements fill it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..errors import SimError
+
+__all__ = ["SmemDesc", "decode_smem_desc", "chunk_addresses", "read_matrix"]
+
+# Swizzle field (bits 61-63) -> (name, atom row bytes W, XOR granule bit, XOR width b).
+_SWIZZLES = {0: ("none", 16, 4, 0), 1: ("128B with 32B atomicity", 128, 5, 2), 2: ("128B", 128, 4, 3),
+             4: ("64B", 64, 4, 2), 6: ("32B", 32, 4, 1)}
+
+
+@dataclasses.dataclass(frozen=True)
+class SmemDesc:
+    """The fields of one sm_100 shared-memory descriptor, in bytes.
+
+    Attributes:
+        start: matrix start address (bits 0-13, << 4).
+        lbo: leading-dimension byte offset (bits 16-29, << 4).
+        sbo: stride-dimension byte offset (bits 32-45, << 4).
+        base: matrix base offset (bits 49-51).
+        swizzle: the swizzle field (bits 61-63): 0, 1 (128B, 32B atoms), 2, 4 or 6.
+    """
+
+    start: int
+    lbo: int
+    sbo: int
+    base: int
+    swizzle: int
+
+    @property
+    def swizzle_name(self) -> str:
+        """The swizzle mode in words."""
+        return _SWIZZLES[self.swizzle][0]
+
+
+def decode_smem_desc(word: int, what: str) -> SmemDesc:
+    """Decode and check a 64-bit sm_100 shared-memory descriptor.
+
+    Raises:
+        SimError: bits 46-48 are not the fixed 0b001, bits 53-60 are not
+            zero, the swizzle field is 3, 5 or 7, or bit 52 asks for the
+            absolute leading-dimension address mode (sm_103a only).
+    """
+    word = int(word) & 0xFFFF_FFFF_FFFF_FFFF
+    fixed = (word >> 46) & 7
+    if fixed != 1:
+        raise SimError(f"{what}: shared memory descriptor {word:#018x}: bits 46-48 must be the fixed value "
+                       f"0b001 of sm_100 descriptors, got {fixed:#05b} (a Hopper wgmma descriptor?)")
+    if (word >> 53) & 0xFF:
+        raise SimError(f"{what}: shared memory descriptor {word:#018x}: bits 53-60 must be 0")
+    if (word >> 52) & 1:
+        raise SimError(f"{what}: shared memory descriptor {word:#018x}: bit 52 selects the absolute "
+                       "leading-dimension address mode, which only sm_103a runs (K of 48 bytes)")
+    swizzle = (word >> 61) & 7
+    if swizzle not in _SWIZZLES:
+        raise SimError(f"{what}: shared memory descriptor {word:#018x}: swizzle mode (bits 61-63) must be "
+                       f"0, 1, 2, 4 or 6, got {swizzle}")
+    return SmemDesc(start=(word & 0x3FFF) << 4, lbo=((word >> 16) & 0x3FFF) << 4,
+                    sbo=((word >> 32) & 0x3FFF) << 4, base=(word >> 49) & 7, swizzle=swizzle)
+
+
+def chunk_addresses(d: SmemDesc, mn: int, k: int, per_chunk: int, mn_major: bool) -> np.ndarray:
+    """Byte address ``(mn, k)`` of the 16-byte chunk holding each element
+    ``[x, y]`` (x along M or N, y along K), ``per_chunk`` elements a chunk
+    (module docstring)."""
+    _, width, granule, b = _SWIZZLES[d.swizzle]
+    swizzled = d.swizzle != 0
+    x = np.arange(mn)[:, None]
+    y = np.arange(k)[None, :]
+    if mn_major:
+        chunks = width // 16
+        addr = (((x // per_chunk) % chunks) * 16 + (y % 8) * width
+                + (x // (per_chunk * chunks)) * (d.lbo if swizzled else d.sbo)
+                + (y // 8) * (d.sbo if swizzled else d.lbo))
+    else:
+        addr = (x % 8) * width + (x // 8) * d.sbo + (y // per_chunk) * (16 if swizzled else d.lbo)
+    addr = d.start + addr
+    if b:
+        phase = ((addr >> 7) - d.base) & ((1 << b) - 1)
+        addr = addr ^ (phase << granule)
+    return addr
+
+
+def read_matrix(load, d: SmemDesc, mn: int, k: int, bits: int, per_chunk: int, mn_major: bool) -> np.ndarray:
+    """The raw element bits ``(mn, k)`` (int64) of one operand.
+
+    Args:
+        load: ``load(addresses) -> uint8 bytes``: one CTA's shared memory.
+        d: the operand's descriptor.
+        mn, k: the operand's extent along M (or N) and K.
+        bits: bits of one element in shared memory (4, 6, 8, 16 or 32).
+        per_chunk: elements a 16-byte chunk holds.
+        mn_major: MN-major (transposed) rather than K-major.
+    """
+    base = chunk_addresses(d, mn, k, per_chunk, mn_major)
+    t = (np.arange(mn)[:, None] if mn_major else np.arange(k)[None, :]) % per_chunk
+    t = np.broadcast_to(t, base.shape)
+    first = (t * bits) // 8
+    shift = (t * bits) % 8
+    span = (bits + 7) // 8 + 1                 # bytes an element may straddle
+    raw = np.zeros(base.shape, dtype=np.int64)
+    for j in range(span):
+        inside = first + j < 16
+        byte = load((base + np.minimum(first + j, 15)).reshape(-1)).reshape(base.shape).astype(np.int64)
+        raw |= np.where(inside, byte, 0) << (8 * j)
+    return (raw >> shift) & ((1 << bits) - 1)
