@@ -1,12 +1,12 @@
-"""Emulator semantics: warp-level matrix instructions (``mma.sync``,
-``ldmatrix``, ``stmatrix``).
+"""Emulator semantics: the warp-level matrix multiply ``mma.sync`` and the
+register-element helpers the other matrix families share (``ldmatrix`` /
+``stmatrix`` are in :mod:`.matrix_ldst`).
 
 These are collective: one instruction computes with the registers of all 32
 lanes of a warp. Each semantics function gathers every executing warp's
 fragments into whole matrices (:mod:`.fragments`: per-lane index
 maps), computes, and scatters the results back into each lane's registers.
-The index maps are those of PTX ISA "Matrix Fragments for mma.m*n*k*" and
-"Warp-level matrix load instruction: ldmatrix".
+The index maps are those of PTX ISA "Matrix Fragments for mma.m*n*k*".
 
 A warp that executes one of these with fewer than 32 lanes (a divergent or
 partial warp) is undefined behaviour in PTX; the emulator raises.
@@ -15,7 +15,6 @@ partial warp) is undefined behaviour in PTX; the emulator raises.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np
@@ -246,79 +245,3 @@ def _checked(s: Step, k: int, type_name: str, layout: tuple[np.ndarray, ...]) ->
         raise SimError(f"{s.ins.name}: operand {k} holds {elems.shape[1]} elements of .{type_name}; "
                        f"the fragment has {layout[0].shape[1]}")
     return elems
-
-
-# --- ldmatrix / stmatrix -------------------------------------------------------------------
-
-_NUM = {"x1": 1, "x2": 2, "x4": 4}
-
-
-def _rows(s: Step, k: int, name: str) -> tuple[str, np.ndarray, np.ndarray, np.ndarray, int, int]:
-    """Shared setup: (space, row addresses, slot, rank, warps, matrices)."""
-    if s.mod("shape") != "m8n8" or s.mod("type", "b16") != "b16":
-        raise SimError(f"{s.ins.name}: the emulator runs {name} .m8n8 .b16 only")
-    slot, rank, count = groups(s)
-    space, addr = s.address(k)
-    return space, addr, slot, rank, count, _NUM[s.mod("num")]
-
-
-def _row_lanes(s: Step, addr: np.ndarray, rank: np.ndarray, nmat: int) -> np.ndarray:
-    """Which executing threads supply row addresses (lanes 0 .. 8*num-1);
-    raises when such an address is not 16-byte aligned."""
-    src = rank < 8 * nmat
-    bad = src & ((addr % np.uint64(16)) != 0)
-    if bad.any():
-        raise SimError(f"{s.ins.name}: row address {int(addr[bad][0]):#x} of lane {int(rank[bad][0])} "
-                       "is not 16-byte aligned")
-    return src
-
-
-@semantics('ldmatrix')
-def ldmatrix(s: Step) -> None:
-    """``ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.b16`` (PTX ISA
-    "ldmatrix"): lanes ``8j .. 8j+7`` give the addresses of the 16-byte rows
-    of matrix ``j``; lane ``l`` receives in register ``j`` row ``l / 4``,
-    columns ``2 * (l % 4)`` (low half) and ``+1`` (high half) of matrix ``j``
-    — of its transpose with ``.trans``. Addresses of other lanes are unused."""
-    space, addr, slot, rank, count, nmat = _rows(s, 1, "ldmatrix")
-    src = _row_lanes(s, addr, rank, nmat)
-    rows = np.zeros((count, 32, 8), dtype=np.uint16)
-    th, a = s.threads[src], addr[src]
-    halves = [s.m.memory.load(space, a + np.uint64(8 * h), th, 8, s.ins.name) for h in range(2)]
-    words = unpack(np.stack(halves, -1).view(np.uint32), 16) if len(th) else np.zeros((0, 8))
-    rows[slot[src], rank[src]] = words.astype(np.uint16)
-    q, r = rank % 4, rank // 4
-    regs = np.empty((s.n, nmat), dtype=np.uint32)
-    for j in range(nmat):
-        if s.mod("trans"):
-            lo, hi = rows[slot, 8 * j + 2 * q, r], rows[slot, 8 * j + 2 * q + 1, r]
-        else:
-            lo, hi = rows[slot, 8 * j + r, 2 * q], rows[slot, 8 * j + r, 2 * q + 1]
-        regs[:, j] = lo.astype(np.uint32) | (hi.astype(np.uint32) << np.uint32(16))
-    write_registers(s, 0, regs)
-
-
-@semantics('stmatrix')
-def stmatrix(s: Step) -> None:
-    """``stmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.b16`` (PTX ISA
-    "stmatrix"): the inverse of ``ldmatrix`` — lane ``l``'s register ``j``
-    holds row ``l / 4``, columns ``2 * (l % 4)``, ``+1`` of matrix ``j``,
-    and lanes ``8j .. 8j+7`` give the row addresses it is stored to (the
-    matrix is stored transposed with ``.trans``)."""
-    space, addr, slot, rank, count, nmat = _rows(s, 0, "stmatrix")
-    src = _row_lanes(s, addr, rank, nmat)
-    halves = unpack(registers(s, 1), 16).reshape(s.n, nmat, 2)
-    mats = np.zeros((count, nmat, 8, 8), dtype=np.uint16)
-    q, r = rank % 4, rank // 4
-    for j in range(nmat):
-        for e in range(2):
-            if s.mod("trans"):
-                mats[slot, j, 2 * q + e, r] = halves[:, j, e]
-            else:
-                mats[slot, j, r, 2 * q + e] = halves[:, j, e]
-    th, a = s.threads[src], addr[src]
-    lane = rank[src]
-    data = mats[slot[src], lane // 8, lane % 8]                 # (rows, 8) uint16
-    words = np.ascontiguousarray(data).view(np.uint64)          # two 8-byte words a row
-    for h in range(2):
-        s.m.memory.store(space, a + np.uint64(8 * h), th, words[:, h], 8, s.ins.name)
