@@ -14,7 +14,11 @@ __all__ = ["check_dim3", "check_specs", "check_raw_params", "check_raw_directive
 
 
 def check_dim3(value: Any, what: str, *, limit: int) -> tuple[int, int, int]:
-    """A 1–3 element tuple of positive ints (an int alone is allowed), padded with 1s."""
+    """A 1–3 element tuple of positive ints (an int alone is allowed), padded with 1s.
+
+    Kept only for ``jaxptx.sim.device`` until it takes its launch from
+    :func:`jaxptx.launch.validate_launch`; kernels use :class:`jaxptx.launch.Launch`.
+    """
     dims = (value,) if isinstance(value, int) and not isinstance(value, bool) else value
     ok = (isinstance(dims, (tuple, list)) and 1 <= len(dims) <= 3
           and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims))
