@@ -14,13 +14,14 @@ from jaxptx import dsl, errors, ir, isa, runtime, types, validate
 from jaxptx.dsl import ptx, reg, smem
 
 import jaxptx.codegen  # noqa: E402
+import jaxptx.launch  # noqa: E402
 import jaxptx.parse  # noqa: E402
 import jaxptx.specs  # noqa: E402
 
 emit = sys.modules["jaxptx.emit"]   # the package exports the function of that name
 check = sys.modules["jaxptx.check"]
 MODULES = [jaxptx, dsl, ir, isa, runtime, types, emit, errors, validate, ptx, reg, smem,
-           jaxptx.parse, check, jaxptx.codegen, jaxptx.specs]
+           jaxptx.parse, check, jaxptx.codegen, jaxptx.specs, jaxptx.launch]
 
 
 def _public(module):
@@ -44,7 +45,7 @@ def test_import_needs_no_gpu_and_arch_auto_is_lazy() -> None:
 
 
 @pytest.mark.parametrize("module", [jaxptx, types, emit, reg, smem, jaxptx.dsl._kernel, check,
-                                    jaxptx.specs],
+                                    jaxptx.specs, jaxptx.launch],
                          ids=lambda m: m.__name__)
 def test_docstring_examples_run(module) -> None:
     import doctest
