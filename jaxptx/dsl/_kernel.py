@@ -228,6 +228,8 @@ class Kernel:
             TraceError: the body left control flow unfinished, or
                 ``jaxptx.check`` found a problem in the traced module (both at
                 the user's line).
+            LaunchError: the launch (a grid function's grid, the module's
+                shared memory) is outside CUDA's limits for the target.
         """
         return self.specialize_for(self.resolve_arch(), **kwargs)
 
