@@ -98,25 +98,71 @@ def _cluster_size(s: Step) -> int:
 Target = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]
 
 
+def _ranks(s: Step, addr: np.ndarray) -> np.ndarray:
+    """``%cluster_ctarank`` of the CTA whose shared memory holds each
+    shared-space address: the rank a ``mapa`` address carries, else the
+    executing thread's own CTA's."""
+    own = s.m.cluster_register("cluster_ctarank", 0, s.threads // s.m.ntid).astype(np.int64)
+    tagged = (addr & np.uint64(CLUSTER_TAG)) != 0
+    return np.where(tagged, ((addr >> np.uint64(24)) & np.uint64(0x7F)).astype(np.int64), own)
+
+
+def _at_rank(rank: np.ndarray | int, addr: np.ndarray) -> np.ndarray:
+    """The shared::cluster address of ``addr``'s offset in the CTA of ``rank``."""
+    return np.uint64(CLUSTER_TAG) | (np.asarray(rank).astype(np.uint64) << np.uint64(24)) | (addr & _OFFSET)
+
+
+def _check_pair(s: Step, dst: np.ndarray, mbar: np.ndarray) -> None:
+    """The mbarrier of a unicast copy lies in the destination's CTA
+    (``.cta_group::1``, the default) or in that CTA or its peer, the CTA
+    whose ``%cluster_ctarank`` differs in bit 0 (``.cta_group::2``); a
+    remote mbarrier needs ``.dst`` = ``.shared::cluster`` (PTX ISA,
+    cp.async.bulk.tensor)."""
+    d, m = _ranks(s, dst), _ranks(s, mbar)
+    pair = s.mod("cta_group") == "cta_group::2"
+    bad = (m != d) & ~(pair & (m == (d ^ 1)))
+    if s.mod("dst") == "shared::cta":
+        bad |= m != s.m.cluster_register("cluster_ctarank", 0, s.threads // s.m.ntid)
+    if bad.any():
+        i = int(np.nonzero(bad)[0][0])
+        allowed = "that CTA or its peer (.cta_group::2)" if pair else "that CTA (.cta_group::1)"
+        if s.mod("dst") == "shared::cta":
+            allowed = "the executing CTA (.dst .shared::cta cannot signal a remote mbarrier)"
+        raise SimError(f"{s.ins.name}: the mbarrier is in the CTA of cluster rank {int(m[i])} and the "
+                       f"destination in rank {int(d[i])}; it must be in {allowed} (PTX: undefined behaviour)")
+
+
 def _targets(s: Step, dst: np.ndarray, mbar: np.ndarray | None) -> list[Target]:
     """``(thread positions, dst, mbar)`` per destination CTA: with
     ``.multicast::cluster`` the same CTA-relative offsets in each CTA whose
-    bit is set in ``ctaMask`` (bit r: the CTA of %cluster_ctarank r);
-    otherwise the addresses as given."""
+    bit is set in ``ctaMask`` (bit r: the CTA of %cluster_ctarank r), the
+    mbarrier signal going to that CTA (``.cta_group::1``) or, with
+    ``.cta_group::2``, to the CTA of its pair whose rank has the parity of
+    the CTA holding ``[mbar]``; otherwise the addresses as given."""
     k = present(s, "cta_mask")
     if k is None or not s.mod("multicast"):
+        if mbar is not None:
+            _check_pair(s, dst, mbar)
         return [(np.arange(s.n), dst, mbar)]
     mask = s.src(k, TYPES["u16"]).astype(np.int64)
     size = _cluster_size(s)
     if (mask >> size).any():
         raise SimError(f"{s.ins.name}: ctaMask {int(mask.max()):#x} names CTAs outside the cluster of {size}")
+    parity = None
+    if mbar is not None and s.mod("cta_group") == "cta_group::2":
+        parity = _ranks(s, mbar) & 1
     out = []
     for rank in range(size):
         pos = np.nonzero((mask >> rank) & 1)[0]
         if len(pos):
-            tag = np.uint64(CLUSTER_TAG | rank << 24)
-            bar = None if mbar is None else tag | (mbar[pos] & _OFFSET)
-            out.append((pos, tag | (dst[pos] & _OFFSET), bar))
+            bar = None
+            if mbar is not None:
+                signalled = rank if parity is None else (rank & ~1) | parity[pos]
+                if (np.asarray(signalled) >= size).any():
+                    raise SimError(f"{s.ins.name}: the peer of CTA rank {rank} is outside the cluster "
+                                   f"of {size} (.cta_group::2 needs CTA pairs)")
+                bar = _at_rank(signalled, mbar[pos])
+            out.append((pos, _at_rank(rank, dst[pos]), bar))
     return out
 
 
@@ -293,7 +339,10 @@ def cp_async_bulk_tensor(s: Step) -> None:
     tensor map, at signed element coordinates ``{c0, ...}`` (c0 innermost),
     global → shared (complete-tx of the box's bytes on ``[mbar]``;
     ``.multicast::cluster``: into each CTA of ``ctaMask`` at the same
-    offsets, signalling the mbarrier at the same offset in each) or
+    offsets, signalling the mbarrier at the same offset in each, or with
+    ``.cta_group::2`` in the CTA of each one's pair that has the parity of
+    ``[mbar]``'s CTA; unicast ``.cta_group::2`` may signal the peer CTA's
+    mbarrier, ``.cta_group::1`` only the destination CTA's) or
     shared::cta → global (bulk_group; out-of-bounds elements are not
     written). ``.tile`` copies need a tiled map; ``.im2col`` loads (with the
     ``im2colOffsets`` operand) and ``.im2col_no_offs`` stores (offsets 0)
