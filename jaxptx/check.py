@@ -211,8 +211,8 @@ def _narrow_addresses(ins: ir.Instruction, r: isa.Resolved, type_of) -> list[str
     """A 32-bit register as a generic or global address is 32-bit addressing,
     which CUDA 13 no longer compiles (shared, local, const, param and
     tensor-memory addresses may be 32-bit)."""
-    if _NARROW_ADDRESS_SPACES.intersection(ins.modifiers):
-        return []
+    if _NARROW_ADDRESS_SPACES.intersection(ins.modifiers) or ins.opcode.startswith("tcgen05.mma"):
+        return []           # tcgen05.mma's [a-tmem] shares an operand with the 64-bit a-desc
     problems = []
     for o, want, x in zip(r.operands, r.types, ins.operands):
         if isinstance(x, ir.Address) and isinstance(x.base, ir.Register):

@@ -130,7 +130,7 @@ def idesc_scaled(atype: int, btype: int, m: int, n: int, *, ue8m0=1, sfa=0, sfb=
             | (n >> 3) << 17 | ue8m0 << 23 | (m >> 7) << 27 | sfa << 29)
 
 
-def mma_kernel(lines: str, cols: int, smem: int, *, ctas: int = 1, params: str = "") -> str:
+def mma_kernel(lines: str, cols: int, smem: int, *, ctas: int = 1, params: str = "", head: str = HEAD) -> str:
     """The test kernel (module docstring). ``lines`` run in thread 0 (of the
     even CTA for a pair) with ``%taddr`` the allocated base, ``%rd20..`` /
     ``%r20..`` loaded from ``params``; ``cols`` words a lane go in and out."""
@@ -152,7 +152,7 @@ def mma_kernel(lines: str, cols: int, smem: int, *, ctas: int = 1, params: str =
               "[bar], %rs1;" if ctas == 2 else
               f"tcgen05.commit.{group}.mbarrier::arrive::one.shared::cluster.b64 [bar];")
     leader = "setp.eq.and.u32 %p1, %r11, 0, %p2;" if ctas == 2 else "mov.pred %p1, %p2;"
-    return HEAD + f""".visible .entry k(.param .u64 img, .param .u64 tin, .param .u64 tout{params})
+    return head + f""".visible .entry k(.param .u64 img, .param .u64 tin, .param .u64 tout{params})
 {{
     .shared .align 1024 .b8 smem[{smem}];
     .shared .align 8 .b64 bar;
@@ -231,13 +231,13 @@ WAIT:
 
 
 def run(lines: str, img: np.ndarray, tm: np.ndarray, *, ctas: int = 1, params: str = "",
-        args: tuple = (), assemble: bool = True) -> np.ndarray:
+        args: tuple = (), assemble: bool = True, head: str = HEAD) -> np.ndarray:
     """Run :func:`mma_kernel`; ``img`` (ctas, smem bytes), ``tm`` (ctas, 128,
     C) uint32 tensor memory in; returns tensor memory out."""
     img = np.asarray(img, np.uint8).reshape(ctas, -1)
     tm = np.asarray(tm, np.uint32).reshape(ctas, 128, -1)
     decls = "\n    .reg .b32 %taddr;"
-    text = mma_kernel(lines, tm.shape[2], img.shape[1], ctas=ctas, params=params)
+    text = mma_kernel(lines, tm.shape[2], img.shape[1], ctas=ctas, params=params, head=head)
     text = text.replace("    .reg .pred %p<8>;", "    .reg .pred %p<8>;" + decls)
     if assemble:
         ptxas(text, "sm_100a")
