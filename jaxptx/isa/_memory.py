@@ -95,9 +95,10 @@ def _cache_slots(cop: str | None, nc: bool, evict: bool, hint: bool, prefetch: b
 
 
 def _cache_rules(names: set[str], spaces: str) -> tuple[Rule, ...]:
-    """Caching hints exclude cache operators and apply to global memory only."""
-    rules = [Rule("cop", e, absent=True)
-             for e in ("evict1", "evict2") if "cop" in names and e in names]
+    """L1 eviction priorities exclude cache operators (the L2 ones of the
+    256-bit forms combine with them, as ptxas 13 accepts); caching hints
+    apply to global memory only."""
+    rules = [Rule("cop", "evict1", absent=True)] if {"cop", "evict1"} <= names else []
     local = tuple(s for s in spaces.split() if s != "global")
     if local:
         rules += [Rule("space", h, local, absent=True)

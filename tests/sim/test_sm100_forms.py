@@ -19,6 +19,7 @@ from jaxptx.runtime import ptxas
 from jaxptx.sim import SimError
 from jaxptx.sim.memory.spaces import GLOBAL_SHIFT
 
+RNG = np.random.default_rng(100)
 HEAD = ".version 8.8\n.target sm_100a\n.address_size 64\n"
 REGS = "    .reg .b16 %h<8>; .reg .b32 %r<40>; .reg .b64 %rd<40>; .reg .pred %p<8>;\n"
 
@@ -175,3 +176,62 @@ def test_multicast_mbarrier_signals_per_cta_group(group: str, expect: int, expec
     for rank in range(2):
         np.testing.assert_array_equal(boxes[rank], a[2:10, 4:20])
     np.testing.assert_array_equal(flags, [1, 1])
+
+
+# --- 256-bit loads and stores: ld/st .v8 (32-bit elements) and .v4 (64-bit elements) ------------
+
+_LD_FORMS = ["ld.global", "ld.global.L2::256B", "ld.global.L1::evict_last.L2::256B", "ld.global.cg.L2::evict_last.L2::256B", "ld.weak.global.cg",
+             "ld.global.cs.L2::evict_first", "ld.global.nc.cs.L2::evict_normal", "ld.volatile.global", "ld.volatile.global.L2::128B",
+             "ld.relaxed.gpu.global", "ld.acquire.cta.global.L2::256B", "ld.global.nc",
+             "ld.global.nc.L1::no_allocate.L2::256B"]
+_ST_FORMS = ["st.global", "st.weak.global.wt", "st.global.L1::no_allocate", "st.global.wb.L2::evict_first", "st.volatile.global",
+             "st.relaxed.cluster.global", "st.release.sys.global.L2::evict_last"]
+
+
+def _copy_256(ld: str, st: str, vec: str, etype: str) -> str:
+    width = 32 if vec == "v8" else 64
+    n = 8 if vec == "v8" else 4
+    regs = ", ".join(f"%v{i}" for i in range(n))
+    return _assembled(HEAD + f""".visible .entry k(.param .u64 inp, .param .u64 out)
+{{
+    .reg .{etype} %v<{n}>;
+    .reg .b64 %rd<6>;
+    .reg .b32 %r1;
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd3, %r1, 32;
+    ld.param.u64 %rd1, [inp];
+    ld.param.u64 %rd2, [out];
+    cvta.to.global.u64 %rd1, %rd1;
+    cvta.to.global.u64 %rd2, %rd2;
+    add.u64 %rd1, %rd1, %rd3;
+    add.u64 %rd2, %rd2, %rd3;
+    {ld}.{vec}.{etype} {{{regs}}}, [%rd1];
+    {st}.{vec}.{etype} [%rd2+0], {{{regs}}};
+    ret;
+}}
+""")
+
+
+@pytest.mark.parametrize("ld", _LD_FORMS)
+def test_ld_256_bit_forms_move_32_bytes(ld: str) -> None:
+    inp = RNG.integers(0, 2**32, size=64 * 8, dtype=np.uint64).astype(np.uint32)
+    for vec, etype in (("v8", "b32"), ("v8", "f32"), ("v4", "u64"), ("v4", "f64")):
+        out = np.zeros_like(inp)
+        sim.launch(_copy_256(ld, "st.global", vec, etype), inp, out, block=(64, 1, 1))
+        np.testing.assert_array_equal(out, inp)
+
+
+@pytest.mark.parametrize("st", _ST_FORMS)
+def test_st_256_bit_forms_move_32_bytes(st: str) -> None:
+    inp = RNG.integers(0, 2**32, size=64 * 8, dtype=np.uint64).astype(np.uint32)
+    for vec, etype in (("v8", "u32"), ("v8", "s32"), ("v4", "b64"), ("v4", "s64")):
+        out = np.zeros_like(inp)
+        sim.launch(_copy_256("ld.global", st, vec, etype), inp, out, block=(64, 1, 1))
+        np.testing.assert_array_equal(out, inp)
+
+
+def test_256_bit_access_must_be_32_byte_aligned() -> None:
+    text = _copy_256("ld.global", "st.global", "v8", "b32").replace("[%rd1]", "[%rd1+16]")
+    with pytest.raises(SimError, match="align"):
+        sim.launch(_assembled(text), np.zeros(64 * 8 + 8, np.uint32), np.zeros(64 * 8, np.uint32),
+                   block=(64, 1, 1))
