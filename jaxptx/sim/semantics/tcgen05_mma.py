@@ -166,6 +166,10 @@ def _issue(s: Step, thread: int, args: dict, enable: bool, lanes_off: np.ndarray
         raise SimError(f"{name}: [d-tmem] lane {base_lane} is not aligned for data path Layout {layout} "
                        f"(M = {d.m}); expected lane {'0 or 16' if layout == 'F' else '0'} (PTX ISA "
                        "'Data Path Layout Organization')")
+    if a_in_tmem and (args["a"] >> 16) != (base_lane if layout == "F" else 0):
+        raise SimError(f"{name}: [a-tmem] lane {args['a'] >> 16} must be {base_lane if layout == 'F' else 0}: "
+                       f"A and D use the same tensor-memory lane alignment (PTX ISA 'Data Path Layout "
+                       "Organization')")
     mask, shift = (np.zeros(d.n, dtype=bool), 0) if "zcm" not in args else zero_column_mask(args["zcm"], d.m, d.n)
     if shift > (16 if d.m == 32 else 32):
         raise SimError(f"{name}: zero-column mask shift {shift} exceeds {16 if d.m == 32 else 32} for M = {d.m}")
@@ -180,13 +184,13 @@ def _issue(s: Step, thread: int, args: dict, enable: bool, lanes_off: np.ndarray
     width = d.n // fold
     for q, cta in enumerate(ctas):
         D = np.zeros((rows, d.n))
+        if not a_in_tmem:
+            A_smem = smem_operand(s, args["a"], cta, rows, d, d.atype, d.mn_major_a, "A")
         for h in range(fold):
             cols = slice(h * width, (h + 1) * width)
             lanes = lane_off[:, h * width]
-            if a_in_tmem:
-                A = tmem_a(s, cta, args["a"], lanes, d)
-            else:
-                A = smem_operand(s, args["a"], cta, rows, d, d.atype, d.mn_major_a, "A")
+            # A in tensor memory: each block of D's lanes reads its own rows of A.
+            A = tmem_a(s, cta, args["a"], lanes, d) if a_in_tmem else A_smem
             if d.negate_a:
                 A = -A
             Bh = B[:, cols]
