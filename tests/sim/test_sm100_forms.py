@@ -7,10 +7,24 @@ emulator, each kernel assembled by ptxas for sm_100a:
   (ranks differing in bit 0), and a multicast signals, for each destination
   CTA, the CTA of its pair with the parity of the CTA holding ``[mbar]``
   (PTX ISA, cp.async.bulk.tensor);
+- 256-bit ``ld``/``st`` (``.v8`` of 32-bit types, ``.v4`` of 64-bit types)
+  in every form family of the table, with ``.L2::256B`` prefetch and L2
+  eviction priorities;
+- ``cp.async.bulk ... .cp_mask``;
+- ``tensormap.replace .swizzle_atomicity`` (16-byte atomicity runs; the
+  others are refused by the copy that would use them);
+- the sm_100 ``cvt`` forms (fp6/fp4 pairs and back, ue8m0x2, ``.rs`` pairs;
+  the four-value ``.rs`` forms are refused); their values are checked in
+  depth in ``test_convert.py``.
+
+``.f32x2`` arithmetic, three-input ``min``/``max`` and ``redux.sync .f32``
+are in ``test_sm100_arith.py``; ``ldmatrix``/``stmatrix`` in
+``test_ldmatrix_sm100.py``.
 """
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -235,3 +249,224 @@ def test_256_bit_access_must_be_32_byte_aligned() -> None:
     with pytest.raises(SimError, match="align"):
         sim.launch(_assembled(text), np.zeros(64 * 8 + 8, np.uint32), np.zeros(64 * 8, np.uint32),
                    block=(64, 1, 1))
+
+
+# --- cp.async.bulk .cp_mask ------------------------------------------------------------------
+
+@pytest.mark.parametrize("mask", [0xFFFF, 0x0000, 0x00FF, 0xA5C3, 0x8001])
+def test_cp_async_bulk_cp_mask_writes_only_masked_bytes(mask: int) -> None:
+    """shared::cta → global with ``.cp_mask``: byte j of every 16-byte chunk
+    is written only when bit j of the 16-bit mask is set (PTX ISA, cp.async.bulk)."""
+    text = _assembled(HEAD + f""".visible .entry k(.param .u64 inp, .param .u64 out)
+{{
+{REGS}    .shared .align 128 .b8 buf[256];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd3, %r1, 8;
+    ld.param.u64 %rd1, [inp];
+    add.u64 %rd1, %rd1, %rd3;
+    ld.global.b64 %rd4, [%rd1];
+    mov.u32 %r2, buf;
+    cvt.u32.u64 %r3, %rd3;
+    add.u32 %r2, %r2, %r3;
+    st.shared.b64 [%r2], %rd4;
+    fence.proxy.async.shared::cta;
+    bar.sync 0;
+    setp.eq.u32 %p1, %r1, 0;
+    ld.param.u64 %rd2, [out];
+    mov.u16 %h1, {mask};
+    @%p1 cp.async.bulk.global.shared::cta.bulk_group.cp_mask [%rd2+16], [buf+32], 192, %h1;
+    @%p1 cp.async.bulk.commit_group;
+    @%p1 cp.async.bulk.wait_group 0;
+    ret;
+}}
+""")
+    inp = RNG.integers(0, 256, size=256, dtype=np.uint8)
+    out = np.full(256, 0xEE, np.uint8)
+    sim.launch(text, inp, out, block=(32, 1, 1))
+    want = np.full(256, 0xEE, np.uint8)
+    keep = ((mask >> (np.arange(192) % 16)) & 1).astype(bool)
+    want[16:208][keep] = inp[32:224][keep]
+    np.testing.assert_array_equal(out, want)
+
+
+# --- tensormap.replace .swizzle_atomicity -------------------------------------------------------
+
+def _replace_atomicity_then_load(code: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Thread 0 sets the swizzle atomicity of a 128-byte-swizzled map in
+    global memory to ``code`` and TMA-loads an 8x32 f32 box through it."""
+    text = _assembled(HEAD + f""".visible .entry k(.param .u64 out, .param .u64 inp, .param .u64 tm)
+{{
+{REGS}    .shared .align 8 .b64 bar;
+    .shared .align 1024 .b8 buf[1024];
+    ld.param.u64 %rd1, [out];
+    ld.param.u64 %rd3, [tm];
+    mov.u32 %r1, %tid.x;
+    setp.eq.u32 %p1, %r1, 0;
+    @!%p1 bra END;
+    tensormap.replace.tile.swizzle_atomicity.global.b1024.b32 [%rd3], {code};
+    fence.proxy.tensormap::generic.release.gpu;
+    fence.proxy.tensormap::generic.acquire.gpu [%rd3], 128;
+    mbarrier.init.shared::cta.b64 [bar], 1;
+    mbarrier.arrive.expect_tx.shared::cta.b64 %rd4, [bar], 1024;
+    cp.async.bulk.tensor.2d.shared::cta.global.tile.mbarrier::complete_tx::bytes [buf], [%rd3, {{0, 0}}], [bar];
+WAIT:
+    mbarrier.try_wait.parity.shared::cta.b64 %p2, [bar], 0;
+    @!%p2 bra WAIT;
+    mov.u32 %r2, 0;
+DUMP:
+    mov.u32 %r3, buf;
+    add.u32 %r3, %r3, %r2;
+    ld.shared.b32 %r4, [%r3];
+    cvt.u64.u32 %rd5, %r2;
+    add.u64 %rd5, %rd1, %rd5;
+    st.global.b32 [%rd5], %r4;
+    add.u32 %r2, %r2, 4;
+    setp.lt.u32 %p3, %r2, 1024;
+    @%p3 bra DUMP;
+END:
+    ret;
+}}
+""")
+    a = np.arange(8 * 32, dtype=np.float32).reshape(8, 32)
+    out = np.zeros(256, np.float32)
+    tm = np.frombuffer(sim.tensor_map(_buffer(1), a.shape, a.dtype, (8, 32), swizzle=128), np.uint8).copy()
+    sim.launch(text, out, a, tm, block=(32, 1, 1))
+    return out, a, tm
+
+
+def test_tensormap_replace_swizzle_atomicity_16b_keeps_the_128b_swizzle() -> None:
+    """Code 0 (16-byte atomicity, the default): the box lands with the plain
+    128-byte swizzle (16-byte chunk c of 128-byte row r at chunk c ^ (r % 8))."""
+    out, a, _ = _replace_atomicity_then_load(0)
+    rows = out.reshape(8, 32)
+    for r in range(8):
+        for c in range(8):
+            s = c ^ (r % 8)
+            np.testing.assert_array_equal(rows[r, 4 * s:4 * s + 4], a[r, 4 * c:4 * c + 4])
+
+
+@pytest.mark.parametrize("code", [1, 2, 3])
+def test_tensormap_swizzle_atomicity_other_than_16b_is_refused_by_the_copy(code: int) -> None:
+    """32-byte / 32-byte+8-byte-flip / 64-byte atomicity: the field is
+    written, and the TMA copy refuses the map instead of swizzling 16-byte chunks."""
+    with pytest.raises(SimError, match=rf"atomicity/mode codes 3/0/0/{code}/0 are not supported by the emulator"):
+        _replace_atomicity_then_load(code)
+
+
+# --- the sm_100 cvt forms, assembled by ptxas (values in depth: test_convert.py) ------------------
+
+def _cvt(line: str, dreg: str, srcs: list[tuple[str, np.ndarray]]) -> np.ndarray:
+    """Run ``line`` (``%d``, ``%a``, ``%b``, ``%c``) once per element, one thread each."""
+    n = len(srcs[0][1])
+    names = "abc"
+    decl = "".join(f"    .reg .{t} %{names[k]};\n" for k, (t, _) in enumerate(srcs))
+    params = ", ".join([".param .u64 out"] + [f".param .u64 p{k}" for k in range(len(srcs))])
+    loads = "".join(f"""    ld.param.u64 %rd10, [p{k}];
+    mul.wide.u32 %rd11, %r1, {v.dtype.itemsize};
+    add.u64 %rd10, %rd10, %rd11;
+    ld.global.{t} %{names[k]}, [%rd10];
+""" for k, (t, v) in enumerate(srcs))
+    width = {"b8": 1, "b16": 2, "b32": 4}[dreg]
+    text = _assembled(HEAD + f""".visible .entry k({params})
+{{
+{REGS}{decl}    .reg .{dreg} %d;
+    mov.u32 %r1, %tid.x;
+{loads}    {line}
+    ld.param.u64 %rd1, [out];
+    mul.wide.u32 %rd2, %r1, {width};
+    add.u64 %rd1, %rd1, %rd2;
+    st.global.{dreg} [%rd1], %d;
+    ret;
+}}
+""")
+    out = np.zeros(n, f"u{width}")
+    sim.launch(text, out, *[v for _, v in srcs], block=(n, 1, 1))
+    return out
+
+
+_VALUES = np.float32([0.0, -0.0, 0.25, -0.5, 1.0, 1.5, -2.0, 3.0, 4.0, -6.0, 7.5, 0.125, 28.0, -0.0625, 100.0, -1e9])
+
+
+@pytest.mark.parametrize("relu", ["", ".relu"])
+@pytest.mark.parametrize("name, dtype, width", [("e2m3x2", ml_dtypes.float6_e2m3fn, 8),
+                                                ("e3m2x2", ml_dtypes.float6_e3m2fn, 8),
+                                                ("e2m1x2", ml_dtypes.float4_e2m1fn, 4)])
+def test_cvt_f32_pairs_to_fp6_fp4_and_back(name: str, dtype, width: int, relu: str) -> None:
+    a, b = _VALUES, _VALUES[::-1].copy()
+    dreg = "b8" if width == 4 else "b16"
+    got = _cvt(f"cvt.rn.satfinite{relu}.{name}.f32 %d, %a, %b;", dreg, [("f32", a), ("f32", b)])
+    top = float(ml_dtypes.finfo(dtype).max)
+
+    def code(v: np.ndarray) -> np.ndarray:
+        v = np.clip(v.astype(np.float64), -top, top)
+        if relu:
+            v = np.maximum(v, 0.0)
+        return v.astype(dtype).view(np.uint8).astype(np.uint32) & np.uint32((1 << width) - 1 if width == 4 else 0x3F)
+    np.testing.assert_array_equal(got, (code(a) << np.uint32(width)) | code(b))
+    back = _cvt(f"cvt.rn.f16x2.{name} %d, %a;", "b32", [(dreg, got)])
+    as_f16 = back.view(np.float16).reshape(-1, 2).astype(np.float64)
+    fields = [(got >> np.uint32(width)) & np.uint32((1 << width) - 1), got & np.uint32((1 << width) - 1)]
+    for half, f in zip((1, 0), fields):
+        np.testing.assert_array_equal(as_f16[:, half], f.astype(np.uint8).view(dtype).astype(np.float64))
+
+
+def test_cvt_ue8m0x2_forms() -> None:
+    a = np.float32([1.0, 3.0, 0.75, 2.0**-130, 1e38, 5.0])
+    b = np.float32([2.0, 0.5, 6.0, 1.0, 0.0, 2.0**100])
+    rz = _cvt("cvt.rz.satfinite.ue8m0x2.f32 %d, %a, %b;", "b16", [("f32", a), ("f32", b)])
+    rp = _cvt("cvt.rp.ue8m0x2.f32 %d, %a, %b;", "b16", [("f32", a), ("f32", b)])
+
+    def exp(v: np.ndarray, up: bool) -> np.ndarray:
+        e = np.floor(np.log2(np.maximum(v.astype(np.float64), 2.0**-200)))
+        e = np.where(up & (np.exp2(e) != v), e + 1, e)
+        return np.clip(e + 127, 0, 254).astype(np.uint32)
+    np.testing.assert_array_equal(rz, (exp(a, False) << np.uint32(8)) | exp(b, False))
+    np.testing.assert_array_equal(rp, (exp(a, True) << np.uint32(8)) | exp(b, True))
+    packed = (a.astype(ml_dtypes.bfloat16).view(np.uint16).astype(np.uint32) << np.uint32(16)) | \
+        b.astype(ml_dtypes.bfloat16).view(np.uint16).astype(np.uint32)
+    np.testing.assert_array_equal(_cvt("cvt.rz.satfinite.ue8m0x2.bf16x2 %d, %a;", "b16", [("b32", packed)]), rz)
+    back = _cvt("cvt.rn.bf16x2.ue8m0x2 %d, %a;", "b32", [("b16", rz.astype(np.uint16))])
+    want = np.exp2(np.stack([(rz >> 8).astype(np.float64), (rz & 0xFF).astype(np.float64)], 1) - 127)
+    np.testing.assert_array_equal(back.view(ml_dtypes.bfloat16).reshape(-1, 2)[:, ::-1].astype(np.float64), want)
+
+
+@pytest.mark.parametrize("name, dtype", [("f16x2", np.float16), ("bf16x2", ml_dtypes.bfloat16)])
+def test_cvt_rs_pairs_with_zero_random_bits_truncate(name: str, dtype) -> None:
+    """``cvt.rs`` with rbits 0 rounds toward zero; all-ones random bits round
+    any inexact value away from zero."""
+    a = np.float32([1.0 + 2.0**-20, -3.3, 1000.7, 0.1])
+    b = np.float32([-1.0 - 2.0**-20, 7.77, -0.3, 2.5])
+    zero = _cvt(f"cvt.rs.{name}.f32 %d, %a, %b, %c;", "b32", [("f32", a), ("f32", b), ("b32", np.zeros(4, np.uint32))])
+    ones = _cvt(f"cvt.rs.satfinite.{name}.f32 %d, %a, %b, %c;", "b32",
+                [("f32", a), ("f32", b), ("b32", np.full(4, 0xFFFFFFFF, np.uint32))])
+
+    def rz(v: np.ndarray) -> np.ndarray:
+        r = v.astype(dtype)
+        over = np.abs(r.astype(np.float64)) > np.abs(v.astype(np.float64))
+        return np.where(over, np.nextafter(r, np.zeros_like(r)), r).astype(dtype)
+
+    def away(v: np.ndarray) -> np.ndarray:
+        t = rz(v)
+        exact = t.astype(np.float64) == v.astype(np.float64)
+        return np.where(exact, t, np.nextafter(t, np.copysign(np.inf, v).astype(dtype))).astype(dtype)
+
+    def pack(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+        return (hi.view(np.uint16).astype(np.uint32) << np.uint32(16)) | lo.view(np.uint16).astype(np.uint32)
+    np.testing.assert_array_equal(zero, pack(rz(a), rz(b)))
+    np.testing.assert_array_equal(ones, pack(away(a), away(b)))
+
+
+def test_cvt_rs_four_value_forms_are_refused_not_guessed() -> None:
+    """The rbits layout of the .x4 forms is given only in the ISA's figures;
+    the emulator refuses them with a reason rather than guess."""
+    text = _assembled(HEAD + f""".visible .entry k(.param .u64 out)
+{{
+{REGS}    .reg .f32 %f<4>;
+    mov.f32 %f0, 0f3F800000; mov.f32 %f1, %f0; mov.f32 %f2, %f0; mov.f32 %f3, %f0;
+    mov.u32 %r1, 0;
+    cvt.rs.satfinite.e4m3x4.f32 %r2, {{%f0, %f1, %f2, %f3}}, %r1;
+    ret;
+}}
+""")
+    with pytest.raises(SimError, match="does not run the four-value .rs forms"):
+        sim.launch(text, np.zeros(1, np.uint32), block=(1, 1, 1))
