@@ -14,6 +14,7 @@ from .device import ParamInfo as ParamInfo
 from .precheck import PrecheckError as PrecheckError
 from .precheck import Problem as Problem
 from .errors import SimError as SimError
+from .errors import SimLaunchError as SimLaunchError
 from .core.sanitizer import SanitizerError as SanitizerError
 from .core.step import Step as Step
 from .memory.tensormap import ArgTensorMap as ArgTensorMap

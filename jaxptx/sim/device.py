@@ -32,6 +32,7 @@ module (PTX text is cached by its text, a module by its identity).
 from __future__ import annotations
 
 import collections
+import os
 import heapq
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -39,14 +40,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import ir, isa
-from ..dsl._options import check_dim3
-from ..errors import PtxError, TraceError
+from ..launch import validate_launch
+from ..errors import LaunchError, PtxError, TraceError
 from ..parse import parse
 from ..types import TYPES
 from .core.host import tune_allocator
 from .core.machine import Machine
 from .core.program import Program, prepare
-from .errors import SimError
+from .errors import SimError, SimLaunchError
 from .memory.spaces import GLOBAL_SHIFT, SHARED_WINDOW, Memory
 from .numerics.values import to_bits
 from .params import pack_params
@@ -362,6 +363,7 @@ class Device:
         nctas = grid[0] * grid[1] * grid[2]
         ntid = block[0] * block[1] * block[2]
         shared = -(-program.shared_size // 16) * 16 + smem
+        _check_host_memory(program, nctas, ntid, shared)
         memory = Memory(nctas, ntid, shared, program.local_size, program.param_size, program.const_size)
         memory.globals, memory.sizes = self._buffers, self._sizes
         for p, data in zip(program.params, raw):
@@ -392,18 +394,47 @@ def _host_bytes(data: Any, what: str) -> np.ndarray:
     raise SimError(f"{what}: expected a numpy array or bytes, got {type(data).__name__}")
 
 
-def _launch_shape(program: Program, grid: Any, block: Any, cluster: Any, smem: Any):
+# Per-thread bytes the machine keeps besides registers: PC, state, barrier
+# bookkeeping and the index arrays of a step (a generous bound).
+_THREAD_OVERHEAD = 64
+
+
+def _check_host_memory(program: Program, nctas: int, ntid: int, shared: int) -> None:
+    """Refuse, before anything is allocated, a launch whose per-thread state
+    cannot fit in this host's memory: every register of every thread, the
+    shared memory of every CTA and the local memory of every thread."""
+    nthreads = nctas * ntid
+    per_thread = _THREAD_OVERHEAD + program.local_size + \
+        sum(max(1, t.bits // 8) for t in program.registers.values())
+    need = nthreads * per_thread + nctas * shared
+    have = _host_memory()
+    if have and need > have:
+        raise SimLaunchError(
+            f"launch of {program.name}: {nthreads:,} threads ({nctas:,} CTAs of {ntid}) need about "
+            f"{need / 2**30:,.1f} GiB of emulator state ({per_thread} bytes a thread, {shared:,} bytes of "
+            f"shared memory a CTA); this host has {have / 2**30:,.1f} GiB. Launch fewer CTAs.")
+
+
+def _host_memory() -> int:
+    """Bytes of physical memory (0 where the host does not say)."""
     try:
-        grid = check_dim3(grid, "launch grid", limit=2**31 - 1)
-        block = check_dim3(block, "launch block", limit=1024)
-        cluster = check_dim3(cluster, "launch cluster", limit=16)
-    except TraceError as e:
-        raise SimError(str(e)) from None
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def _launch_shape(program: Program, grid: Any, block: Any, cluster: Any, smem: Any):
+    """The launch's (grid, block, cluster), checked once against CUDA's limits
+    for the program's target (:func:`jaxptx.launch.validate_launch`)."""
+    try:
+        launch = validate_launch(grid, block, cluster, smem, program.shared_size, program.target,
+                                 where=f"launch of {program.name}")
+    except LaunchError as e:
+        raise SimLaunchError(str(e)) from None
+    block = launch.block
     if program.reqntid is not None and tuple(program.reqntid) + (1,) * (3 - len(program.reqntid)) != block:
         raise SimError(f"launch block {block} does not match {program.name}'s .reqntid {program.reqntid}")
-    if not _is_int(smem) or smem < 0:
-        raise SimError(f"launch smem: expected a byte count >= 0, got {smem!r}")
-    return grid, block, cluster
+    return launch.grid, block, launch.cluster
 
 
 def _address(program: Program, bases: dict[str, int], name: Any) -> Any:

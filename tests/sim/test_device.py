@@ -270,9 +270,9 @@ def test_module_globals_persist_and_have_addresses() -> None:
 def test_bad_launch_arguments() -> None:
     dev = Device()
     acc, inp = dev.alloc(256), dev.alloc(256)
-    with pytest.raises(SimError, match=r"launch block: \(2048, 1, 1\) has 2048 elements"):
+    with pytest.raises(SimError, match=r"block\.x = 2048 exceeds CUDA.s limit of 1024"):
         dev.launch(ACCUMULATE, [acc, inp], block=2048)
-    with pytest.raises(SimError, match=r"launch smem: expected a byte count >= 0, got -4"):
+    with pytest.raises(SimError, match=r"smem: expected a byte count >= 0, got -4"):
         dev.launch(ACCUMULATE, [acc, inp], smem=-4)
     with pytest.raises(SimError, match=r"launch max_steps: expected an int >= 1, got 0"):
         dev.launch(ACCUMULATE, [acc, inp], max_steps=0)
@@ -284,3 +284,25 @@ def test_bad_launch_arguments() -> None:
         dev.launch(ACCUMULATE, [acc, inp], kernel="other")
     with pytest.raises(SimError, match=r"Device: arch: expected a target like 'sm_80'"):
         Device(arch="hopper")
+
+
+def test_launches_past_cuda_limits_or_host_memory_are_refused_before_running():
+    from jaxptx.errors import LaunchError
+    from jaxptx.sim import SimLaunchError
+    text = """.version 8.5
+.target sm_80
+.address_size 64
+.visible .entry k()
+{
+  ret;
+}
+"""
+    cases = [(dict(grid=(1, 70000, 1)), r"grid\.y = 70000 exceeds CUDA's limit of 65535"),
+             (dict(block=(1, 1, 128)), r"block\.z = 128 exceeds CUDA's limit of 64"),
+             (dict(grid=(2, 1, 1), cluster=(2, 1, 1)), r"cluster"),
+             (dict(smem=10**9), r"smem = 1000000000 bytes"),
+             (dict(grid=(2**31 - 1, 1, 1), block=(1024, 1, 1)), r"GiB of emulator state .* this host has")]
+    for kw, match in cases:
+        with pytest.raises(SimLaunchError, match=match) as info:
+            sim.Device().launch(text, [], **kw)
+        assert isinstance(info.value, LaunchError) and isinstance(info.value, sim.SimError)

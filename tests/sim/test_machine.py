@@ -127,7 +127,7 @@ def test_device_function_call_returns_values() -> None:
 @pytest.mark.parametrize("args, kw, message", [
     ((), {}, r"k takes 1 parameters \(.u64 out\), got 0 arguments"),
     (("x",), {}, r"parameter out \(.u64\): expected a numpy array or a number, got str"),
-    ((np.zeros(4, np.uint32),), {"block": (1025, 1, 1)}, r"launch block: \(1025, 1, 1\) has 1025 elements"),
+    ((np.zeros(4, np.uint32),), {"block": (1025, 1, 1)}, r"block\.x = 1025 exceeds CUDA.s limit of 1024"),
     ((np.zeros(4, np.uint32),), {"kernel": "other"}, r"no kernel 'other' in the module; kernels: k"),
 ])
 def test_bad_launches(args, kw, message) -> None:

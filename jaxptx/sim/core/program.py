@@ -58,6 +58,8 @@ class Program:
         reqntid: the ``.reqntid`` directive's dims, if any.
         branch_tables: ``label: .branchtargets L0, L1, ...`` lists (for
             ``brx.idx``) by their scoped label name, as code indices.
+        target: the target the program was prepared for (launch limits
+            are checked against it).
     """
 
     name: str
@@ -78,6 +80,7 @@ class Program:
     function_of: list[str] = dataclasses.field(default_factory=list)
     thread_params: set[str] = dataclasses.field(default_factory=set)
     branch_tables: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    target: isa.Target | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -375,7 +378,7 @@ def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) ->
     return Program(func.name, code, resolved, labels, registers, params, variables,
                    layouts["shared"].size, layouts["local"].size, layouts["const"].size,
                    layouts["param"].size, extern_shared, reqntid, global_vars, functions,
-                   function_of, thread_params, branch_tables)
+                   function_of, thread_params, branch_tables, target)
 
 
 def _resolve(ins: ir.Instruction, registers: dict[str, PtxType]) -> isa.Resolved | None:
