@@ -1,4 +1,4 @@
-// jaxptx_cpu: the CPU platform's FFI handler. It takes the GIL and calls the
+// jaxptx_cpu_v1: the CPU platform's FFI handler. It takes the GIL and calls the
 // Python callback registered by jaxptx.jax with the kernel id, zero-copy
 // memoryviews of the input and output buffers, and the call's own copy of
 // the kernel (its PTX, entry and launch shape, from the attributes), so a
@@ -11,7 +11,9 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
+#include "call_identity.h"
 #include "handlers.h"
 
 namespace nb = nanobind;
@@ -86,22 +88,70 @@ struct Launch {
   ffi::Span<const int32_t> grid, block, cluster;
   int64_t smem;
   ffi::Span<const int64_t> scalars, tma;
+  int64_t allow_unwritten;
 };
+
+// The numpy (or ml_dtypes) name of an XLA element type; "" for one numpy
+// cannot view (the callback then sees raw bytes).
+const char* numpy_name(ffi::DataType t) {
+  switch (t) {
+    case ffi::DataType::PRED: return "bool";
+    case ffi::DataType::S8: return "int8";
+    case ffi::DataType::S16: return "int16";
+    case ffi::DataType::S32: return "int32";
+    case ffi::DataType::S64: return "int64";
+    case ffi::DataType::U8: return "uint8";
+    case ffi::DataType::U16: return "uint16";
+    case ffi::DataType::U32: return "uint32";
+    case ffi::DataType::U64: return "uint64";
+    case ffi::DataType::F16: return "float16";
+    case ffi::DataType::F32: return "float32";
+    case ffi::DataType::F64: return "float64";
+    case ffi::DataType::BF16: return "bfloat16";
+    case ffi::DataType::C64: return "complex64";
+    case ffi::DataType::C128: return "complex128";
+    case ffi::DataType::F8E5M2: return "float8_e5m2";
+    case ffi::DataType::F8E4M3FN: return "float8_e4m3fn";
+    default: return "";
+  }
+}
+
+template <typename Buffer>
+nb::tuple buffer_type(const Buffer& b) {
+  nb::list dims;
+  for (int64_t d : b.dimensions()) dims.append(nb::int_(d));
+  return nb::make_tuple(nb::str(numpy_name(b.element_type())), nb::tuple(dims));
+}
 
 ffi::Error call_python(const Launch& k, ffi::RemainingArgs args, ffi::RemainingRets rets) {
   if (!g_cpu_callback) {
     return ffi::Error::Internal(
-        "jaxptx_cpu: no Python callback registered; import jaxptx.jax in this process");
+        "jaxptx_cpu_v1: no Python callback registered; call "
+        "jaxptx.jax.register_ffi_targets() in this process");
   }
-  nb::list ins, outs;
+  nb::list ins, outs, in_types, out_types;
+  std::vector<int64_t> in_bytes, out_bytes;
   for (size_t i = 0; i < args.size(); ++i) {
     auto buf = args.get<ffi::AnyBuffer>(i);
     if (!buf.has_value()) return buf.error();
-    ins.append(view(buf->untyped_data(), buf->size_bytes(), false));
+    in_bytes.push_back(static_cast<int64_t>(buf->size_bytes()));
+    in_types.append(buffer_type(*buf));
   }
   for (size_t i = 0; i < rets.size(); ++i) {
     auto buf = rets.get<ffi::AnyBuffer>(i);
     if (!buf.has_value()) return buf.error();
+    out_bytes.push_back(static_cast<int64_t>((*buf)->size_bytes()));
+    out_types.append(buffer_type(**buf));
+  }
+  std::string bad = jaxptx::check_call(jaxptx::kCpuTarget, k.kernel_id, k.ptx, k.entry, k.grid,
+                                       k.block, k.cluster, k.smem, k.tma, in_bytes, out_bytes);
+  if (!bad.empty()) return ffi::Error::InvalidArgument(bad);
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto buf = args.get<ffi::AnyBuffer>(i);
+    ins.append(view(buf->untyped_data(), buf->size_bytes(), false));
+  }
+  for (size_t i = 0; i < rets.size(); ++i) {
+    auto buf = rets.get<ffi::AnyBuffer>(i);
     outs.append(view((*buf)->untyped_data(), (*buf)->size_bytes(), true));
   }
   nb::object ptx = view(const_cast<char*>(k.ptx.data()), k.ptx.size(), false);
@@ -110,10 +160,11 @@ ffi::Error call_python(const Launch& k, ffi::RemainingArgs args, ffi::RemainingR
     nb::object result = nb::handle(g_cpu_callback)(
         k.kernel_id, nb::tuple(ins), nb::tuple(outs), ptx,
         nb::str(k.entry.data(), k.entry.size()), ints(k.grid), ints(k.block), ints(k.cluster),
-        k.smem, ints(k.scalars), ints(k.tma));
+        k.smem, ints(k.scalars), ints(k.tma), nb::tuple(in_types), nb::tuple(out_types),
+        k.allow_unwritten);
     if (!result.is_none()) message = nb::str(result).c_str();
   } catch (nb::python_error& e) {
-    message = "jaxptx_cpu: the Python callback raised: " + describe(e);
+    message = "jaxptx_cpu_v1: the Python callback raised: " + describe(e);
   }
   ins.append(ptx);
   release(ins);
@@ -126,26 +177,29 @@ ffi::Error cpu_impl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t ke
                     std::string_view ptx, std::string_view entry, ffi::Span<const int32_t> grid,
                     ffi::Span<const int32_t> block, ffi::Span<const int32_t> cluster,
                     int64_t smem, ffi::Span<const int64_t> scalars,
-                    ffi::Span<const int64_t> tma) {
+                    ffi::Span<const int64_t> tma, int64_t may_write_inputs,
+                    int64_t allow_unwritten) {
+  (void)may_write_inputs;  // the emulator always runs on copies of the inputs
   // Counted before the check, so cpu_shutdown either sees this call in
   // flight and waits for it, or this call sees the shutdown.
   InFlight guard;
   if (g_closing.load() || !Py_IsInitialized()) {
-    return ffi::Error::Internal("jaxptx_cpu: Python is shutting down; kernel not run");
+    return ffi::Error::Internal("jaxptx_cpu_v1: Python is shutting down; kernel not run");
   }
   // Every exception is caught while the GIL is still held: formatting and
   // destroying a Python error needs it.
   PyGILState_STATE gil = PyGILState_Ensure();
   ffi::Error result;
   try {
-    result = call_python(Launch{kernel_id, ptx, entry, grid, block, cluster, smem, scalars, tma},
+    result = call_python(Launch{kernel_id, ptx, entry, grid, block, cluster, smem, scalars, tma,
+                                allow_unwritten},
                          args, rets);
   } catch (nb::python_error& e) {
-    result = ffi::Error::Internal("jaxptx_cpu: " + describe(e));
+    result = ffi::Error::Internal("jaxptx_cpu_v1: " + describe(e));
   } catch (const std::exception& e) {
-    result = ffi::Error::Internal(std::string("jaxptx_cpu: ") + e.what());
+    result = ffi::Error::Internal(std::string("jaxptx_cpu_v1: ") + e.what());
   } catch (...) {
-    result = ffi::Error::Internal("jaxptx_cpu: unknown C++ exception");
+    result = ffi::Error::Internal("jaxptx_cpu_v1: unknown C++ exception");
   }
   PyGILState_Release(gil);
   return result;

@@ -23,6 +23,7 @@ using CUcontext = CUctx_st*;
 using CUmodule = CUmod_st*;
 using CUfunction = CUfunc_st*;
 using CUstream = CUstream_st*;
+using CUdeviceptr = unsigned long long;
 
 inline constexpr CUresult CUDA_SUCCESS = 0;
 // CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
@@ -82,6 +83,7 @@ struct Driver {
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
   CUresult (*cuLaunchKernelEx)(const LaunchConfig*, CUfunction, void**, void**);
+  CUresult (*cuMemcpyDtoDAsync_v2)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   // Optional (CUDA 12+; null when the driver lacks it). The enum arguments
   // (data type, interleave, swizzle, L2 promotion, OOB fill) are C enums.
   CUresult (*cuTensorMapEncodeTiled)(TensorMap*, int, uint32_t, void*, const uint64_t*,

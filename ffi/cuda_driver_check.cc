@@ -22,6 +22,7 @@ static_assert(jaxptx::cu::JIT_ERROR_LOG_BUFFER == CU_JIT_ERROR_LOG_BUFFER);
 static_assert(jaxptx::cu::JIT_ERROR_LOG_BUFFER_SIZE_BYTES == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES);
 static_assert(sizeof(CUjit_option) == sizeof(int) && sizeof(CUresult) == sizeof(int));
 static_assert(offsetof(CUlaunchAttributeValue, clusterDim) == 0);
+static_assert(sizeof(jaxptx::cu::CUdeviceptr) == sizeof(CUdeviceptr));
 static_assert(offsetof(jaxptx::cu::LaunchConfig, sharedMemBytes) ==
               offsetof(CUlaunchConfig, sharedMemBytes));
 static_assert(sizeof(jaxptx::cu::TensorMap) == sizeof(CUtensorMap));

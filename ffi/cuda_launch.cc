@@ -1,10 +1,15 @@
-// jaxptx_launch: the CUDA platform's FFI handler.
+// jaxptx_launch_v1: the CUDA platform's FFI handler.
 //
 // Every call carries its kernel's PTX and entry name as attributes, so a
 // deserialised export or a cached executable runs in a process that never
-// lowered the kernel: the first call of an id registers that PTX, which the
-// driver JIT-compiles. Python may register a cubin under the id first (at
-// lowering, from ptxas and the on-disk cache), and then that is loaded. At
+// lowered the kernel. Each call is first checked against its id, which is
+// derived from that content (call_identity.h): an edited call is refused,
+// never run as another kernel's code. The first call of an id registers its
+// PTX, which the driver JIT-compiles; Python may register a cubin for the
+// same PTX first (at lowering, from ptxas and the on-disk cache), and then
+// that is loaded. Inputs the kernel may store into (the may_write_inputs
+// attribute) and that no output aliases are copied to scratch memory first,
+// so a JAX array is never changed in place behind XLA's back. At
 // run time the handler loads the module once per CUDA context (the stream's),
 // opts in to more than 48 KiB of dynamic shared memory when asked, and
 // launches with cuLaunchKernelEx on XLA's stream, passing the device
@@ -20,12 +25,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "call_identity.h"
 #include "cuda_driver.h"
 #include "handlers.h"
 #include "tensor_maps.h"
@@ -70,6 +77,7 @@ Loaded open_driver() {
   bind(lib, "cuModuleGetFunction", d.cuModuleGetFunction, out.error);
   bind(lib, "cuFuncSetAttribute", d.cuFuncSetAttribute, out.error);
   bind(lib, "cuLaunchKernelEx", d.cuLaunchKernelEx, out.error);
+  bind(lib, "cuMemcpyDtoDAsync_v2", d.cuMemcpyDtoDAsync_v2, out.error);
   // Optional: only kernels with TMA descriptors need it.
   d.cuTensorMapEncodeTiled =
       reinterpret_cast<decltype(d.cuTensorMapEncodeTiled)>(dlsym(lib, "cuTensorMapEncodeTiled"));
@@ -101,6 +109,7 @@ struct Image {
   std::string data;  // PTX text (NUL-terminated) or cubin bytes
   std::string entry;
   int64_t num_params;
+  std::string ptx;   // the PTX the image was built from
 };
 
 struct Function {
@@ -148,73 +157,109 @@ ffi::Error load_function(const Driver& d, const Image& image, int64_t id, Functi
   CUmodule module = nullptr;
   CUresult rc = d.cuModuleLoadDataEx(&module, image.data.data(), 2, options, values);
   if (rc != CUDA_SUCCESS) {
-    return ffi::Error::Internal("jaxptx_launch: loading the module of kernel " + image.entry +
+    return ffi::Error::Internal("jaxptx_launch_v1: loading the module of kernel " + image.entry +
                                 " (id " + std::to_string(id) + ") failed: " + describe(d, rc) +
                                 (log[0] ? std::string("\n") + log : std::string()));
   }
   rc = d.cuModuleGetFunction(&out->fn, module, image.entry.c_str());
   if (rc != CUDA_SUCCESS) {
-    return ffi::Error::Internal("jaxptx_launch: the module of kernel id " + std::to_string(id) +
+    return ffi::Error::Internal("jaxptx_launch_v1: the module of kernel id " + std::to_string(id) +
                                 " has no entry " + image.entry + ": " + describe(d, rc));
   }
   return ffi::Error::Success();
 }
 
-ffi::Error check_dim3(ffi::Span<const int32_t> v, const char* what, const Image& image) {
-  bool ok = v.size() == 3;
-  for (size_t i = 0; ok && i < 3; ++i) ok = v[i] > 0;
-  if (ok) return ffi::Error::Success();
-  return ffi::Error::InvalidArgument(std::string("jaxptx_launch: kernel ") + image.entry +
-                                     ": attribute " + what + " must be 3 positive ints");
-}
-
 // PTX text must be NUL-terminated for cuModuleLoadData; a cubin ignores it.
 std::shared_ptr<const Image> make_image(std::string_view data, std::string_view entry,
-                                        int64_t num_params) {
+                                        int64_t num_params, std::string_view ptx) {
   auto img = std::make_shared<Image>();
   img->data = std::string(data);
   if (img->data.empty() || img->data.back() != '\0') img->data.push_back('\0');
   img->entry = std::string(entry);
   img->num_params = num_params;
+  img->ptx = std::string(ptx);
   return img;
 }
 
-// The image registered under `kernel_id`, registering the call's PTX first
-// when there is none.
+// The image registered under `kernel_id` (a verified call), registering the
+// call's PTX first when there is none. A cubin registered for other PTX than
+// the call's is an error (empty pointer, `error` set).
 std::shared_ptr<const Image> image_for(int64_t kernel_id, std::string_view ptx,
-                                       std::string_view entry, int64_t num_params) {
+                                       std::string_view entry, int64_t num_params,
+                                       std::string* error) {
   std::lock_guard<std::mutex> lock(g_mutex);
   auto it = g_images.find(kernel_id);
-  if (it != g_images.end()) return it->second;
-  return g_images.emplace(kernel_id, make_image(ptx, entry, num_params)).first->second;
+  if (it == g_images.end()) {
+    return g_images.emplace(kernel_id, make_image(ptx, entry, num_params, ptx)).first->second;
+  }
+  if (it->second->ptx != ptx || it->second->entry != entry) {
+    *error = "jaxptx_launch_v1: kernel " + std::string(entry) + " (id " +
+             std::to_string(kernel_id) + "): the module registered under this id was built "
+             "from other PTX or another entry than the call carries";
+    return nullptr;
+  }
+  return it->second;
 }
 
-ffi::Error launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
-                  int64_t kernel_id, std::string_view ptx, std::string_view entry,
-                  ffi::Span<const int32_t> grid,
+// Copies the inputs the kernel may write (and no output aliases) to scratch
+// memory on `stream`, pointing `pointers` at the copies.
+ffi::Error privatise_inputs(const Driver& d, CUstream stream, ffi::RemainingArgs args,
+                            ffi::RemainingRets rets, int64_t may_write_inputs,
+                            ffi::ScratchAllocator& scratch, std::vector<void*>& pointers) {
+  for (size_t i = 0; i < args.size() && i < 63; ++i) {
+    if (!((may_write_inputs >> i) & 1)) continue;
+    bool aliased = false;
+    for (size_t j = 0; j < rets.size(); ++j) aliased |= pointers[args.size() + j] == pointers[i];
+    size_t nbytes = args.get<ffi::AnyBuffer>(i)->size_bytes();
+    if (aliased || nbytes == 0) continue;
+    std::optional<void*> copy = scratch.Allocate(nbytes, 256);
+    if (!copy.has_value()) {
+      return ffi::Error(ffi::ErrorCode::kResourceExhausted,
+                        "jaxptx_launch_v1: no scratch memory for a private copy of input " +
+                            std::to_string(i));
+    }
+    CUresult rc = d.cuMemcpyDtoDAsync_v2(reinterpret_cast<CUdeviceptr>(*copy),
+                                         reinterpret_cast<CUdeviceptr>(pointers[i]), nbytes,
+                                         stream);
+    if (rc != CUDA_SUCCESS) {
+      return ffi::Error::Internal("jaxptx_launch_v1: copying input " + std::to_string(i) +
+                                  " failed: " + describe(d, rc));
+    }
+    pointers[i] = *copy;
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error launch(CUstream stream, ffi::ScratchAllocator& scratch, ffi::RemainingArgs args,
+                  ffi::RemainingRets rets, int64_t kernel_id, std::string_view ptx,
+                  std::string_view entry, ffi::Span<const int32_t> grid,
                   ffi::Span<const int32_t> block, ffi::Span<const int32_t> cluster,
                   int64_t smem, ffi::Span<const int64_t> scalars,
-                  ffi::Span<const int64_t> tma) {
+                  ffi::Span<const int64_t> tma, int64_t may_write_inputs) {
+  std::vector<int64_t> in_bytes, out_bytes;
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto buf = args.get<ffi::AnyBuffer>(i);
+    if (!buf.has_value()) return buf.error();
+    in_bytes.push_back(static_cast<int64_t>(buf->size_bytes()));
+  }
+  for (size_t i = 0; i < rets.size(); ++i) {
+    auto buf = rets.get<ffi::AnyBuffer>(i);
+    if (!buf.has_value()) return buf.error();
+    out_bytes.push_back(static_cast<int64_t>((*buf)->size_bytes()));
+  }
+  std::string bad = jaxptx::check_call(jaxptx::kCudaTarget, kernel_id, ptx, entry, grid, block,
+                                       cluster, smem, tma, in_bytes, out_bytes);
+  if (!bad.empty()) return ffi::Error::InvalidArgument(bad);
   const char* why = nullptr;
   const Driver* d = driver(&why);
-  if (!d) return ffi::Error::Internal(std::string("jaxptx_launch: ") + why);
-
-  if (ptx.empty() || entry.empty()) {
-    return ffi::Error::InvalidArgument("jaxptx_launch: kernel id " + std::to_string(kernel_id) +
-                                       ": the call has no ptx or entry attribute");
-  }
+  if (!d) return ffi::Error::Internal(std::string("jaxptx_launch_v1: ") + why);
   std::shared_ptr<const Image> image = image_for(
-      kernel_id, ptx, entry, static_cast<int64_t>(args.size() + rets.size()));
-  if (ffi::Error e = check_dim3(grid, "grid", *image); e.failure()) return e;
-  if (ffi::Error e = check_dim3(block, "block", *image); e.failure()) return e;
-  if (ffi::Error e = check_dim3(cluster, "cluster", *image); e.failure()) return e;
-  if (smem < 0 || smem > (int64_t{1} << 31)) {
-    return ffi::Error::InvalidArgument("jaxptx_launch: smem out of range");
-  }
+      kernel_id, ptx, entry, static_cast<int64_t>(args.size() + rets.size()), &bad);
+  if (!image) return ffi::Error::InvalidArgument(bad);
   size_t n = args.size() + rets.size();
   if (static_cast<int64_t>(n) != image->num_params) {
     return ffi::Error::InvalidArgument(
-        "jaxptx_launch: kernel " + image->entry + " takes " + std::to_string(image->num_params) +
+        "jaxptx_launch_v1: kernel " + image->entry + " takes " + std::to_string(image->num_params) +
         " pointer parameters, got " + std::to_string(n) + " buffers");
   }
   std::vector<void*> pointers(n);
@@ -228,15 +273,19 @@ ffi::Error launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets r
     if (!buf.has_value()) return buf.error();
     pointers[args.size() + i] = (*buf)->untyped_data();
   }
+  if (ffi::Error e = privatise_inputs(*d, stream, args, rets, may_write_inputs, scratch, pointers);
+      e.failure()) {
+    return e;
+  }
   std::vector<TensorMap> maps;
-  std::string bad = encode_tensor_maps(*d, tma, pointers, &maps);
+  bad = encode_tensor_maps(*d, tma, pointers, &maps);
   if (!bad.empty()) {
-    return ffi::Error::InvalidArgument("jaxptx_launch: kernel " + image->entry + ": " + bad);
+    return ffi::Error::InvalidArgument("jaxptx_launch_v1: kernel " + image->entry + ": " + bad);
   }
   // A raw param's value lies little-endian in the low bytes of its slot;
   // the driver copies as many bytes as the kernel's parameter has.
   if (scalars.size() % 2 != 0) {
-    return ffi::Error::InvalidArgument("jaxptx_launch: kernel " + image->entry +
+    return ffi::Error::InvalidArgument("jaxptx_launch_v1: kernel " + image->entry +
                                        ": the scalars attribute is not (bytes, bits) pairs");
   }
   std::vector<int64_t> values;
@@ -251,12 +300,12 @@ ffi::Error launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets r
   CUresult rc = d->cuStreamGetCtx(stream, &ctx);
   if (rc != CUDA_SUCCESS || !ctx) rc = d->cuCtxGetCurrent(&ctx);
   if (rc != CUDA_SUCCESS || !ctx) {
-    return ffi::Error::Internal("jaxptx_launch: no CUDA context for XLA's stream: " +
+    return ffi::Error::Internal("jaxptx_launch_v1: no CUDA context for XLA's stream: " +
                                 describe(*d, rc));
   }
   ScopedContext scope(*d, ctx);
   if (scope.rc() != CUDA_SUCCESS) {
-    return ffi::Error::Internal("jaxptx_launch: cuCtxPushCurrent failed: " +
+    return ffi::Error::Internal("jaxptx_launch_v1: cuCtxPushCurrent failed: " +
                                 describe(*d, scope.rc()));
   }
   CUfunction fn = nullptr;
@@ -273,7 +322,7 @@ ffi::Error launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets r
       rc = d->cuFuncSetAttribute(f.fn, FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                  static_cast<int>(smem));
       if (rc != CUDA_SUCCESS) {
-        return ffi::Error::Internal("jaxptx_launch: kernel " + image->entry + " cannot use " +
+        return ffi::Error::Internal("jaxptx_launch_v1: kernel " + image->entry + " cannot use " +
                                     std::to_string(smem) + " bytes of dynamic shared memory: " +
                                     describe(*d, rc));
       }
@@ -300,25 +349,27 @@ ffi::Error launch(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets r
   config.numAttrs = clustered ? 1 : 0;
   rc = d->cuLaunchKernelEx(&config, fn, params.data(), nullptr);
   if (rc != CUDA_SUCCESS) {
-    return ffi::Error::Internal("jaxptx_launch: launching kernel " + image->entry +
+    return ffi::Error::Internal("jaxptx_launch_v1: launching kernel " + image->entry +
                                 " failed: " + describe(*d, rc));
   }
   return ffi::Error::Success();
 }
 
-ffi::Error launch_impl(CUstream stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
-                       int64_t kernel_id, std::string_view ptx, std::string_view entry,
-                       ffi::Span<const int32_t> grid,
+ffi::Error launch_impl(CUstream stream, ffi::ScratchAllocator scratch, ffi::RemainingArgs args,
+                       ffi::RemainingRets rets, int64_t kernel_id, std::string_view ptx,
+                       std::string_view entry, ffi::Span<const int32_t> grid,
                        ffi::Span<const int32_t> block, ffi::Span<const int32_t> cluster,
                        int64_t smem, ffi::Span<const int64_t> scalars,
-                       ffi::Span<const int64_t> tma) {
+                       ffi::Span<const int64_t> tma, int64_t may_write_inputs,
+                       int64_t allow_unwritten) {
+  (void)allow_unwritten;  // only the CPU handler can see which bytes a kernel wrote
   try {
-    return launch(stream, args, rets, kernel_id, ptx, entry, grid, block, cluster, smem,
-                  scalars, tma);
+    return launch(stream, scratch, args, rets, kernel_id, ptx, entry, grid, block, cluster, smem,
+                  scalars, tma, may_write_inputs);
   } catch (const std::exception& e) {
-    return ffi::Error::Internal(std::string("jaxptx_launch: ") + e.what());
+    return ffi::Error::Internal(std::string("jaxptx_launch_v1: ") + e.what());
   } catch (...) {
-    return ffi::Error::Internal("jaxptx_launch: unknown C++ exception");
+    return ffi::Error::Internal("jaxptx_launch_v1: unknown C++ exception");
   }
 }
 
@@ -328,21 +379,23 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxptxLaunch, launch_impl,
                               jaxptx::bind_launch_attributes(
                                   ffi::Ffi::Bind()
                                       .Ctx<ffi::PlatformStream<CUstream>>()
+                                      .Ctx<ffi::ScratchAllocator>()
                                       .RemainingArgs()
                                       .RemainingRets()));
 
 namespace jaxptx {
 
-void cuda_register(int64_t kernel_id, const std::string& image, const std::string& entry,
-                   int64_t num_params) {
+void cuda_register(int64_t kernel_id, const std::string& image, const std::string& ptx,
+                   const std::string& entry, int64_t num_params) {
   if (image.empty()) throw nb::value_error("cuda_register: empty module image");
   if (num_params < 0) throw nb::value_error("cuda_register: num_params must be >= 0");
-  std::shared_ptr<const Image> img = make_image(image, entry, num_params);
+  std::shared_ptr<const Image> img = make_image(image, entry, num_params, ptx);
   std::lock_guard<std::mutex> lock(g_mutex);
   auto [it, inserted] = g_images.emplace(kernel_id, img);
   if (!inserted) {
     const Image& old = *it->second;
-    if (old.data != img->data || old.entry != entry || old.num_params != num_params) {
+    if (old.data != img->data || old.entry != entry || old.num_params != num_params ||
+        old.ptx != ptx) {
       throw nb::value_error(("cuda_register: kernel id " + std::to_string(kernel_id) +
                              " is already registered with different content")
                                 .c_str());

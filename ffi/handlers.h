@@ -20,10 +20,20 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxptxLaunch);
 
 namespace jaxptx {
 
+// The FFI target names. They carry a version: a change to the attributes
+// below makes a new name, so an artifact exported by another jaxptx fails
+// with "no handler" rather than misreading its attributes.
+inline constexpr const char* kCpuTarget = "jaxptx_cpu_v1";
+inline constexpr const char* kCudaTarget = "jaxptx_launch_v1";
+
 // The attributes every jaxptx custom call carries, in the order the handlers
-// take them: kernel_id, ptx, entry, grid, block, cluster, smem, scalars (a
-// (bytes, bits) pair per raw scalar param), tma (the kernel's TMA
-// descriptors but for their addresses; tensor_maps.h).
+// take them: kernel_id (derived from the content: call_identity.h), ptx,
+// entry, grid, block, cluster, smem, scalars (a (bytes, bits) pair per raw
+// scalar param), tma (the kernel's TMA descriptors but for their addresses;
+// tensor_maps.h), may_write_inputs (bit i: the kernel may store into input
+// i, which the CUDA handler then hands it as a private copy unless an
+// output aliases it), allow_unwritten (bit j: output j may keep bytes the
+// kernel never writes; the CPU handler reports them otherwise).
 template <typename Binding>
 auto bind_launch_attributes(Binding binding) {
   namespace ffi = xla::ffi;
@@ -36,15 +46,19 @@ auto bind_launch_attributes(Binding binding) {
       .template Attr<ffi::Span<const int32_t>>("cluster")
       .template Attr<int64_t>("smem")
       .template Attr<ffi::Span<const int64_t>>("scalars")
-      .template Attr<ffi::Span<const int64_t>>("tma");
+      .template Attr<ffi::Span<const int64_t>>("tma")
+      .template Attr<int64_t>("may_write_inputs")
+      .template Attr<int64_t>("allow_unwritten");
 }
 
 // Sets the callable the CPU handler calls as
 // ``fn(kernel_id, inputs, outputs, ptx, entry, grid, block, cluster, smem,
-// scalars, tma)``: tuples of memoryviews over the XLA buffers (outputs
-// writable), a memoryview of the call's PTX text, its entry name and launch
-// shape, and tuples of its raw scalar and TMA descriptor records.
-// It returns None on success or an error string.
+// scalars, tma, input_types, output_types, allow_unwritten)``: tuples of
+// memoryviews over the XLA buffers (outputs writable), a memoryview of the
+// call's PTX text, its entry name and launch shape, tuples of its raw
+// scalar and TMA descriptor records, a (numpy dtype name, shape) pair per
+// buffer, and the allow_unwritten mask. The handler has checked the call
+// against its id first. It returns None on success or an error string.
 void set_cpu_callback(nanobind::object fn);
 
 // Closes the CPU handler for good (later calls fail without touching
@@ -52,11 +66,12 @@ void set_cpu_callback(nanobind::object fn);
 // with atexit by jaxptx.jax.
 void cpu_shutdown();
 
-// Registers the module image (PTX text or cubin) of a kernel id for the CUDA
-// handler, which otherwise JIT-compiles the PTX each call carries. Raises
-// ValueError when the id already names different content.
-void cuda_register(int64_t kernel_id, const std::string& image, const std::string& entry,
-                   int64_t num_params);
+// Registers the module image (PTX text or cubin) built from `ptx` under a
+// kernel id for the CUDA handler, which otherwise JIT-compiles the PTX each
+// call carries; a call is served this image only when it carries that PTX.
+// Raises ValueError when the id already names different content.
+void cuda_register(int64_t kernel_id, const std::string& image, const std::string& ptx,
+                   const std::string& entry, int64_t num_params);
 
 // True when the id is registered for the CUDA handler.
 bool cuda_registered(int64_t kernel_id);

@@ -11,6 +11,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "call_identity.h"
 #include "handlers.h"
 #include "tensor_maps.h"
 
@@ -45,35 +46,52 @@ NB_MODULE(_ffi, m) {
 
   m.def("handlers", []() {
     nb::dict d;
-    d["jaxptx_cpu"] = nb::capsule(reinterpret_cast<void*>(&JaxptxCpu));
-    d["jaxptx_launch"] = nb::capsule(reinterpret_cast<void*>(&JaxptxLaunch));
+    d[jaxptx::kCpuTarget] = nb::capsule(reinterpret_cast<void*>(&JaxptxCpu));
+    d[jaxptx::kCudaTarget] = nb::capsule(reinterpret_cast<void*>(&JaxptxLaunch));
     return d;
   }, "The typed FFI handlers by target name, as capsules for "
-     "jax.ffi.register_ffi_target: jaxptx_cpu (platform cpu) and "
-     "jaxptx_launch (platform CUDA).");
+     "jax.ffi.register_ffi_target: jaxptx_cpu_v1 (platform cpu) and "
+     "jaxptx_launch_v1 (platform CUDA).");
 
   m.def("set_cpu_callback", &jaxptx::set_cpu_callback, nb::arg("fn").none(),
         "Set fn(kernel_id, inputs, outputs, ptx, entry, grid, block, cluster, "
-        "smem, scalars, tma) -> None | str, called by the CPU handler with "
-        "tuples of memoryviews (outputs writable), a memoryview of the PTX, "
-        "all valid only during the call, and tuples of the raw scalar and TMA "
-        "descriptor records; a returned string becomes the FFI error.");
+        "smem, scalars, tma, input_types, output_types, allow_unwritten) -> "
+        "None | str, called by the CPU handler (after checking the call "
+        "against its id) with tuples of memoryviews (outputs writable), a "
+        "memoryview of the PTX, all valid only during the call, tuples of the "
+        "raw scalar and TMA descriptor records, a (numpy dtype name, shape) "
+        "pair per buffer and the allow_unwritten mask; a returned string "
+        "becomes the FFI error.");
 
   m.def("cpu_shutdown", &jaxptx::cpu_shutdown,
         "Close the CPU handler for good and wait for the calls in flight (an "
         "atexit hook: XLA threads still running at exit must not take the GIL).");
 
   m.def("cuda_register",
-        [](int64_t kernel_id, nb::bytes image, const std::string& entry, int64_t num_params) {
-          jaxptx::cuda_register(kernel_id, std::string(image.c_str(), image.size()), entry,
+        [](int64_t kernel_id, nb::bytes image, const std::string& ptx, const std::string& entry,
+           int64_t num_params) {
+          jaxptx::cuda_register(kernel_id, std::string(image.c_str(), image.size()), ptx, entry,
                                 num_params);
         },
-        nb::arg("kernel_id"), nb::arg("image"),
+        nb::arg("kernel_id"), nb::arg("image"), nb::arg("ptx"),
         nb::arg("entry"), nb::arg("num_params"),
-        "Register a kernel's module image (PTX text or cubin bytes) and entry "
-        "name for the CUDA handler under kernel_id; it takes num_params "
-        "pointer parameters (inputs then outputs). Without it, the handler "
-        "JIT-compiles the PTX that each call carries.");
+        "Register a kernel's module image (PTX text or cubin bytes) built "
+        "from ptx, and its entry name, for the CUDA handler under kernel_id; "
+        "it takes num_params pointer parameters (inputs then outputs). A call "
+        "is served the image only when it carries that PTX. Without it, the "
+        "handler JIT-compiles the PTX that each call carries.");
+
+  m.def("content_id",
+        [](nb::bytes ptx, const std::string& entry, const std::vector<int64_t>& launch) {
+          return jaxptx::content_id(std::string_view(ptx.c_str(), ptx.size()), entry, launch);
+        },
+        nb::arg("ptx"), nb::arg("entry"), nb::arg("launch"),
+        "The kernel id the handlers derive from a call's PTX, entry and "
+        "launch integers (call_identity.h), for checking that Python agrees.");
+
+  m.def("target_names", []() {
+    return nb::make_tuple(jaxptx::kCpuTarget, jaxptx::kCudaTarget);
+  }, "The (CPU, CUDA) FFI target names, versioned with the attributes.");
 
   m.def("cuda_registered", &jaxptx::cuda_registered, nb::arg("kernel_id"),
         "Whether kernel_id is registered for the CUDA handler.");

@@ -3,9 +3,13 @@
 Calling a :class:`~jaxptx.Kernel` on arrays binds its primitive (one per
 kernel, named after it): shapes and dtypes are checked against the kernel's
 ``Tile`` specs, and the outputs come from ``out_specs``. The primitive lowers
-to a typed-FFI custom call: ``jaxptx_launch`` on CUDA (the PTX launched on
-XLA's stream by the ``jaxptx._ffi`` shim) and ``jaxptx_cpu`` on the CPU (the
-kernel run on the emulator, ``jaxptx.sim``). It batches under ``jax.vmap``
+to a typed-FFI custom call: ``jaxptx_launch_v1`` on CUDA (the PTX launched
+on XLA's stream by the ``jaxptx._ffi`` shim) and ``jaxptx_cpu_v1`` on the CPU
+(the kernel run on the emulator, ``jaxptx.sim``). Each call carries its
+kernel's PTX and launch, and a kernel id derived from them that the handlers
+check before running anything. On the CPU, output bytes a kernel never
+writes are an error (:func:`allow_unwritten` declares padding);
+:func:`in_place` declares outputs that update an input. It batches under ``jax.vmap``
 (a loop over the batch), runs per shard inside ``jax.shard_map``, and
 :func:`custom_vjp` pairs a forward kernel with its backward for ``jax.grad``.
 
@@ -33,7 +37,11 @@ from typing import Any
 from ..dsl import Kernel
 from ..dsl._kernel import set_call_hook
 
-__all__ = ["custom_vjp", "primitive", "kernels_in", "register_ffi_targets", "disabled_checks"]
+from ._declare import allow_unwritten as allow_unwritten
+from ._declare import in_place as in_place
+
+__all__ = ["custom_vjp", "primitive", "kernels_in", "register_ffi_targets", "disabled_checks",
+           "allow_unwritten", "in_place"]
 
 
 def _call(kernel: Kernel, args: tuple, kwargs: dict) -> Any:
@@ -92,7 +100,7 @@ def kernels_in(lowered: Any) -> dict[int, Any]:
 
 
 def register_ffi_targets() -> None:
-    """Register jaxptx's FFI targets (``jaxptx_cpu``, ``jaxptx_launch``) with JAX.
+    """Register jaxptx's FFI targets (``jaxptx_cpu_v1``, ``jaxptx_launch_v1``) with JAX.
 
     The first kernel call does this; a process that only runs a deserialised
     :mod:`jax.export` artifact calls no kernel, so it calls this first. Each
@@ -116,7 +124,7 @@ def disabled_checks() -> list[Any]:
 
     Example:
         >>> [str(check) for check in disabled_checks()]
-        ['custom_call:jaxptx_launch', 'custom_call:jaxptx_cpu']
+        ['custom_call:jaxptx_launch_v1', 'custom_call:jaxptx_cpu_v1']
     """
     from jax import export
     from ._lowering import CPU_TARGET, CUDA_TARGET

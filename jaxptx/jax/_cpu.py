@@ -1,103 +1,275 @@
 """The CPU handler's Python half: run a kernel on the emulator.
 
-The shim's ``jaxptx_cpu`` handler takes the GIL and calls :func:`run` with
-memoryviews over XLA's buffers and the call's PTX, valid only during the
-call. A kernel lowered in this process runs from its registered entry (its
-parsed module; buffer sizes checked against the lowered shapes); any other
-id (a deserialised export) runs from the PTX the call carries, parsed once.
-Inputs are copied (the emulator writes its pointer arguments back, and
-XLA's inputs must not change); outputs are written in place through
-zero-copy views.
+The shim's ``jaxptx_cpu_v1`` handler checks a call against its kernel id
+(the id is derived from the call's PTX, entry and launch; ffi/
+call_identity.h), then takes the GIL and calls :func:`run` with memoryviews
+over XLA's buffers, the call's PTX and the buffers' dtypes and shapes, all
+valid only during the call. The kernel runs from the call's own PTX (parsed
+once per id), so an emulator fault names its PTX line; for a kernel lowered
+in this process the message adds the kernel's Python line.
+
+* **Inputs** are copied onto the emulated device: XLA's inputs never change.
+  An output that is the same buffer as an input (an in-place output,
+  ``input_output_aliases``) is one device buffer for both parameters.
+* **Unwritten outputs.** Outputs start filled with a sentinel byte; bytes
+  that still hold it after the launch are run again under a second
+  sentinel, and bytes that hold both were never written: an
+  :class:`UnwrittenOutputError` naming the output and its first unwritten
+  index. Outputs a kernel may leave partly unwritten
+  (:func:`jaxptx.jax.allow_unwritten`) start zero-filled and are not checked.
+* **Sanitizer.** ``JAXPTX_SIM_CHECK=1`` runs every launch under the
+  emulator's sanitizer (``sim.launch(check=True)``).
 """
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 from collections.abc import Sequence
 
+import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
 import numpy as np
 
 from .. import ir, sim
 from ..launch import Launch
-from ..types import TYPES
 from ..parse import parse
+from ..types import TYPES
 from . import _registry, _tma
 
-__all__ = ["run"]
+__all__ = ["run", "UnwrittenOutputError"]
 
 # XLA may run several custom calls at once (one per device under
 # shard_map); the emulator's caches are shared, so launches take turns.
 _LAUNCH_LOCK = threading.Lock()
-# Kernel id -> module parsed from a call's PTX (ids not lowered here).
+# Kernel id -> module parsed from a call's PTX (the shim has checked that
+# the PTX is the id's).
 _PARSED: dict[int, ir.Module] = {}
+# The two sentinels an output starts with: a byte equal to both after two
+# launches was never written.
+SENTINELS = (0xA5, 0x5A)
+
+_PTX_LINE = re.compile(r"\[PTX line (\d+)\]")
+
+
+class UnwrittenOutputError(RuntimeError):
+    """A kernel left bytes of an output unwritten (garbage on a GPU)."""
+
+
+BufferType = tuple[str, tuple[int, ...]]
 
 
 def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryview],
-        ptx: memoryview, entry: str, grid: tuple[int, int, int], block: tuple[int, int, int],
-        cluster: tuple[int, int, int], smem: int, scalars: Sequence[int] = (),
-        tma: Sequence[int] = ()) -> str | None:
+        ptx: memoryview, entry: str, grid: tuple[int, ...], block: tuple[int, ...],
+        cluster: tuple[int, ...], smem: int, scalars: Sequence[int] = (),
+        tma: Sequence[int] = (), input_types: Sequence[BufferType] = (),
+        output_types: Sequence[BufferType] = (), allow_unwritten: int = 0) -> str | None:
     """Run kernel ``kernel_id``; return None, or the error for XLA to raise.
 
-    ``grid``, ``block``, ``cluster`` and ``smem`` are the call's
-    :class:`~jaxptx.launch.Launch` attributes, checked again here (a
-    deserialised call was validated by no one in this process).
     ``scalars`` holds a ``(bytes, bits)`` pair per raw scalar param; ``tma``
     the call's TMA descriptor records (``_tma``), which the emulator encodes
-    with the addresses it gives the buffers.
+    with the addresses it gives the buffers; ``input_types`` and
+    ``output_types`` a ``(numpy dtype name, shape)`` pair per buffer (for
+    messages); bit j of ``allow_unwritten`` lets output j keep unwritten bytes.
 
     Never raises: every failure (buffer size mismatch, unparsable PTX, an
-    emulator fault) comes back as the message of an FFI error.
+    emulator fault, an unwritten output) comes back as the message of an
+    FFI error, starting with the original error class's name.
     """
-    name = f"{entry} (id {kernel_id})"
     try:
-        launch = Launch.from_attributes(grid, block, cluster, smem)
+        shape = Launch.from_attributes(grid, block, cluster, smem)
         registered = _registry.find(kernel_id)
         if registered is not None:
-            module = registered.spec.module
-            ins = [np.array(_view(mv, t, "input", i))
-                   for i, (mv, t) in enumerate(zip(inputs, registered.inputs))]
-            outs = [_view(mv, t, "output", i)
-                    for i, (mv, t) in enumerate(zip(outputs, registered.outputs))]
-            if len(inputs) != len(registered.inputs) or len(outputs) != len(registered.outputs):
-                return (f"jaxptx_cpu: kernel {name}: expected {len(registered.inputs)} inputs and "
-                        f"{len(registered.outputs)} outputs, got {len(inputs)} and {len(outputs)}")
-        else:
-            module = _PARSED.get(kernel_id)
-            if module is None:
-                module = _PARSED.setdefault(kernel_id, parse(bytes(ptx).decode()))
-            ins = [np.frombuffer(mv, np.uint8).copy() for mv in inputs]
-            outs = [np.frombuffer(mv, np.uint8) for mv in outputs]
-        values = _scalar_values(module, entry, len(ins) + len(outs), scalars)
-        maps = _tma.sim_maps(tma)
-        with _LAUNCH_LOCK:
-            sim.launch(module, *ins, *outs, *values, *maps, kernel=entry, grid=launch.grid,
-                       block=launch.block, cluster=launch.cluster, smem=launch.smem)
-        del ins, outs  # no view may outlive the call
+            _check_sizes(registered, inputs, outputs)
+        module = _PARSED.get(kernel_id)
+        if module is None:
+            module = _PARSED.setdefault(kernel_id, parse(bytes(ptx).decode()))
+        function = _entry_function(module, entry)
+        values = _scalar_values(function, len(inputs) + len(outputs), scalars)
+        launch = _Launch(module, entry, shape, values, _tma.sim_maps(tma))
+        _run_checked(launch, inputs, outputs, output_types, allow_unwritten)
         return None
     except BaseException as e:  # noqa: BLE001 - every failure becomes an FFI error
-        return f"jaxptx_cpu: kernel {name}: {type(e).__name__}: {e}"
+        return _message(e, kernel_id, entry, registered=_registry.find(kernel_id),
+                        ptx=bytes(ptx).decode(errors="replace"))
 
 
-def _scalar_values(module: ir.Module, entry: str, buffers: int,
-                   scalars: Sequence[int]) -> list[np.generic]:
-    """The raw param values of a call, typed as the entry declares them."""
+class _Launch:
+    """What one launch of a call needs beside its buffers."""
+
+    def __init__(self, module: ir.Module, entry: str, shape: Launch, scalars: list[bytes],
+                 maps: Sequence[sim.ArgTensorMap]) -> None:
+        self.module, self.entry, self.shape = module, entry, shape
+        self.scalars, self.maps = scalars, maps
+
+    def run(self, buffers: list[np.ndarray], params: list[int]) -> list[bytes]:
+        """Launch on a fresh device holding ``buffers`` (one per distinct
+        XLA buffer; ``params[i]`` is the buffer of pointer parameter i);
+        return each buffer's bytes afterwards."""
+        device = sim.Device()
+        addresses = [device.to_device(b) for b in buffers]
+        pointers = [addresses[b] for b in params]
+        maps = [m.encode(pointers[m.arg]) for m in self.maps]
+        check = os.environ.get("JAXPTX_SIM_CHECK", "").strip() not in ("", "0")
+        with _LAUNCH_LOCK:
+            device.launch(self.module, [*pointers, *self.scalars, *maps], kernel=self.entry,
+                          grid=self.shape.grid, block=self.shape.block,
+                          cluster=self.shape.cluster, smem=self.shape.smem, check=check)
+        return [device.read(a, b.nbytes) for a, b in zip(addresses, buffers)]
+
+
+def _run_checked(launch: _Launch, inputs: Sequence[memoryview], outputs: Sequence[memoryview],
+                 output_types: Sequence[BufferType], allow_unwritten: int) -> None:
+    """Run the launch, write the outputs in place, and report unwritten bytes."""
+    buffers, params, aliased = _buffers(inputs, outputs)
+    checked = [j for j in range(len(outputs))
+               if not (allow_unwritten >> j) & 1 and j not in aliased and outputs[j].nbytes]
+    unwritten = {j: np.ones(outputs[j].nbytes, bool) for j in checked}
+    for sentinel in SENTINELS:
+        fresh = _fill(buffers, params, len(inputs), outputs, aliased, allow_unwritten, sentinel)
+        result = launch.run(fresh, params)
+        for j, mv in enumerate(outputs):
+            np.frombuffer(mv, np.uint8)[:] = np.frombuffer(result[params[len(inputs) + j]], np.uint8)
+        for j in unwritten:
+            unwritten[j] &= np.frombuffer(result[params[len(inputs) + j]], np.uint8) == sentinel
+        unwritten = {j: mask for j, mask in unwritten.items() if mask.any()}
+        if not unwritten:
+            return
+    j = min(unwritten)
+    raise UnwrittenOutputError(_unwritten_message(j, unwritten[j], output_types))
+
+
+def _buffers(inputs: Sequence[memoryview], outputs: Sequence[memoryview]):
+    """One host buffer per distinct XLA buffer (an in-place output is its
+    input's buffer), the buffer of each pointer parameter, and the outputs
+    that alias an input."""
+    distinct: list[memoryview] = []
+    params: list[int] = []
+    aliased: set[int] = set()
+    seen: dict[tuple[int, int], int] = {}
+    for i, mv in enumerate([*inputs, *outputs]):
+        key = (np.frombuffer(mv, np.uint8).ctypes.data, mv.nbytes)
+        if mv.nbytes and key in seen:
+            params.append(seen[key])
+            if i >= len(inputs) and seen[key] < len(inputs):
+                aliased.add(i - len(inputs))
+            continue
+        seen[key] = len(distinct)
+        params.append(len(distinct))
+        distinct.append(mv)
+    return distinct, params, aliased
+
+
+def _fill(buffers: list[memoryview], params: list[int], n_in: int,
+          outputs: Sequence[memoryview], aliased: set[int], allow_unwritten: int,
+          sentinel: int) -> list[np.ndarray]:
+    """Fresh host copies of the buffers: inputs (and in-place outputs) with
+    their contents, other outputs with the sentinel (zeros where allowed)."""
+    fresh = [np.frombuffer(b, np.uint8).copy() for b in buffers]
+    for j in range(len(outputs)):
+        if j not in aliased:
+            fresh[params[n_in + j]][:] = 0 if (allow_unwritten >> j) & 1 else sentinel
+    return fresh
+
+
+def _unwritten_message(j: int, mask: np.ndarray, output_types: Sequence[BufferType]) -> str:
+    first = int(np.flatnonzero(mask)[0])
+    what, index = f"output {j}", f"byte {first}"
+    if j < len(output_types) and output_types[j][0]:
+        dtype, shape = np.dtype(output_types[j][0]), tuple(output_types[j][1])
+        element = first // dtype.itemsize
+        index = f"index {tuple(int(i) for i in np.unravel_index(element, shape)) if shape else ()}"
+        count = int(mask.reshape(-1, dtype.itemsize).any(axis=1).sum())
+        what = f"output {j} ({dtype}{list(shape)}) has {count} of {int(np.prod(shape))} elements"
+    else:
+        what = f"output {j} has {int(mask.sum())} of {mask.size} bytes"
+    return (f"{what} the kernel never wrote, the first at {index} (garbage on a GPU): "
+            "make the grid cover the whole output, or, if the kernel leaves padding on "
+            "purpose, declare it with jaxptx.jax.allow_unwritten")
+
+
+def _check_sizes(registered: _registry.Entry, inputs: Sequence[memoryview],
+                 outputs: Sequence[memoryview]) -> None:
+    if len(inputs) != len(registered.inputs) or len(outputs) != len(registered.outputs):
+        raise ValueError(f"expected {len(registered.inputs)} inputs and "
+                         f"{len(registered.outputs)} outputs, got {len(inputs)} and {len(outputs)}")
+    for what, views, types in (("input", inputs, registered.inputs),
+                               ("output", outputs, registered.outputs)):
+        for i, (mv, (shape, dtype)) in enumerate(zip(views, types)):
+            expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            if mv.nbytes != expected:
+                raise ValueError(f"{what} {i}: expected {expected} bytes for {dtype}{list(shape)}, "
+                                 f"got {mv.nbytes}")
+
+
+def _entry_function(module: ir.Module, entry: str) -> ir.Function:
+    entries = [f for f in module.functions if f.kind == "entry"]
+    for f in entries:
+        if f.name == entry:
+            return f
+    raise ValueError(f"the call names entry {entry!r}, but its PTX has no such .entry "
+                     f"(it has {', '.join(f.name for f in entries) or 'none'})")
+
+
+def _scalar_values(function: ir.Function, buffers: int, scalars: Sequence[int]) -> list[bytes]:
+    """The raw param values of a call, as the bytes of each declared param."""
     if len(scalars) % 2:
         raise ValueError(f"the scalars attribute has {len(scalars)} entries, not (bytes, bits) pairs")
-    function = next(f for f in module.functions if f.name == entry)
+    pairs = list(zip(scalars[::2], scalars[1::2]))
+    raw_params = function.params[buffers:buffers + len(pairs)]
+    if len(raw_params) != len(pairs):
+        raise ValueError(f"the call carries {len(pairs)} raw scalar values, but entry "
+                         f"{function.name} has {len(raw_params)} parameters after its "
+                         f"{buffers} buffer pointers")
     values = []
-    for param, (nbytes, bits) in zip(function.params[buffers:], zip(scalars[::2], scalars[1::2])):
-        dtype = TYPES[param.type].np_dtype
-        if dtype is None or dtype.itemsize != nbytes:
+    for param, (nbytes, bits) in zip(raw_params, pairs):
+        ptype = TYPES.get(param.type)
+        if ptype is None or ptype.bits // 8 != nbytes or param.dims or param.vector:
             raise ValueError(f"raw param {param.name} (.{param.type}) got a {nbytes}-byte value")
-        raw = (int(bits) & (2**64 - 1)).to_bytes(8, "little")[:nbytes]
-        values.append(np.frombuffer(raw, dtype)[0])
+        values.append((int(bits) & (2**64 - 1)).to_bytes(8, "little")[:nbytes])
     return values
 
 
-def _view(mv: memoryview, buffer: _registry.BufferType, what: str, index: int) -> np.ndarray:
-    shape, dtype = buffer
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if mv.nbytes != expected:
-        raise ValueError(f"{what} {index}: expected {expected} bytes for {dtype}{list(shape)}, "
-                         f"got {mv.nbytes}")
-    return np.frombuffer(mv, dtype=dtype).reshape(shape)
+def _message(e: BaseException, kernel_id: int, entry: str, registered: _registry.Entry | None,
+             ptx: str) -> str:
+    """``ErrorClass: kernel NAME: what went wrong [PTX line N: text], at the
+    kernel's Python line (jaxptx_cpu_v1, kernel id K)``."""
+    name = registered.kernel.name if registered is not None else entry
+    text = str(e)
+    where = ""
+    m = _PTX_LINE.search(text)
+    if m:
+        line = int(m.group(1))
+        lines = ptx.splitlines()
+        if 0 < line <= len(lines):
+            text = text.replace(m.group(0), f"[PTX line {line}: {lines[line - 1].strip()}]")
+        py = _python_line(registered, kernel_id, line) if registered is not None else None
+        if py is not None:
+            where = f", at {py[0]}:{py[1]} in the kernel"
+    if isinstance(e, UnwrittenOutputError) and registered is not None:
+        text = _name_outputs(text, registered)
+    return f"{type(e).__name__}: kernel {name}: {text}{where} (jaxptx_cpu_v1, kernel id {kernel_id})"
+
+
+def _name_outputs(text: str, registered: _registry.Entry) -> str:
+    names = registered.kernel._tensors[len(registered.inputs):]
+    return re.sub(r"^output (\d+)",
+                  lambda m: f"output {m.group(1)} {names[int(m.group(1))]!r}"
+                  if int(m.group(1)) < len(names) else m.group(0), text)
+
+
+def _python_line(registered: _registry.Entry, kernel_id: int, ptx_line: int) -> tuple | None:
+    """The kernel's Python ``(file, line)`` of the instruction at a PTX line."""
+    parsed = _PARSED.get(kernel_id)
+    if parsed is None:
+        return None
+    traced = [s for f in registered.spec.module.functions for s in ir.walk(f.body or [])
+              if isinstance(s, ir.Instruction)]
+    found = [s for f in parsed.functions for s in ir.walk(f.body or [])
+             if isinstance(s, ir.Instruction)]
+    if len(traced) != len(found):
+        return None
+    for t, p in zip(traced, found):
+        if p.loc and len(p.loc) == 3 and p.loc[1] == ptx_line:
+            return t.loc if t.loc and len(t.loc) == 2 else None
+    return None

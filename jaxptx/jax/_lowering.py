@@ -34,24 +34,38 @@ from ..dsl import Kernel
 from ..errors import SpecError
 from ..launch import Launch
 from ..runtime import arch_from_capability, compile_cubin
-from . import _cpu, _partition, _registry, _tma
+from . import _cpu, _declare, _partition, _registry, _tma, _writes
 
 __all__ = ["register", "cuda_target", "arch_for_devices", "CPU_TARGET", "CUDA_TARGET"]
 
-CPU_TARGET = "jaxptx_cpu"
-CUDA_TARGET = "jaxptx_launch"
+# Versioned: a change to the attributes a call carries makes new names, so an
+# artifact from another jaxptx fails to find a handler rather than misreading
+# them (ffi/handlers.h has the same names).
+CPU_TARGET = "jaxptx_cpu_v1"
+CUDA_TARGET = "jaxptx_launch_v1"
 
 
 def _register_targets() -> None:
     handlers = _ffi.handlers()
+    if set(handlers) != {CPU_TARGET, CUDA_TARGET}:
+        raise ImportError(f"jaxptx._ffi has handlers {sorted(handlers)}, this jaxptx expects "
+                          f"{CPU_TARGET} and {CUDA_TARGET}: rebuild it (pip install -e .)")
     jax.ffi.register_ffi_target(CPU_TARGET, handlers[CPU_TARGET], platform="cpu")
     jax.ffi.register_ffi_target(CUDA_TARGET, handlers[CUDA_TARGET], platform="CUDA")
     _ffi.set_cpu_callback(_cpu.run)
     atexit.register(_ffi.cpu_shutdown)
 
 
-_cpu_call = jax.ffi.ffi_lowering(CPU_TARGET)
-_cuda_call = jax.ffi.ffi_lowering(CUDA_TARGET)
+def _call(target: str, kernel: Kernel, ctx: Any, args: tuple, attributes: dict) -> Any:
+    """The custom call, with the kernel's in-place outputs as aliases."""
+    aliases = _declare.aliases_of(kernel)
+    for i, j in aliases.items():
+        if ctx.avals_in[i].shape != ctx.avals_out[j].shape or ctx.avals_in[i].dtype != ctx.avals_out[j].dtype:
+            raise SpecError(f"kernel {kernel.name}: in-place output {kernel._tensors[len(kernel.in_specs) + j]!r} "
+                            f"is {ctx.avals_out[j].str_short()} but its input "
+                            f"{kernel._tensors[i]!r} is {ctx.avals_in[i].str_short()}")
+    lowering = jax.ffi.ffi_lowering(target, operand_output_aliases=aliases or None)
+    return lowering(ctx, *args, **attributes)
 
 
 def _entry(kernel: Kernel, ctx: Any, target: isa.Target, template: tuple, sizes: tuple,
@@ -90,7 +104,7 @@ def _register_cubin(kernel: Kernel, ctx: Any, entry: _registry.Entry) -> None:
     if arch is None:
         return
     cubin = compile_cubin(entry.spec.ptx, arch)
-    _ffi.cuda_register(entry.kernel_id, cubin, entry.entry,
+    _ffi.cuda_register(entry.kernel_id, cubin, entry.spec.ptx, entry.entry,
                        len(entry.inputs) + len(entry.outputs))
 
 
@@ -115,7 +129,9 @@ def _attributes(entry: _registry.Entry, scalars: tuple) -> dict[str, Any]:
     spec = entry.spec
     tma = _tma.records(spec.tma, entry.kernel.name, entry.inputs + entry.outputs)
     return dict(kernel_id=np.int64(entry.kernel_id), ptx=spec.ptx, entry=entry.entry,
-                **entry.launch.attributes(), scalars=scalar_records(entry.kernel, scalars), tma=tma)
+                **entry.launch.attributes(), scalars=scalar_records(entry.kernel, scalars), tma=tma,
+                may_write_inputs=np.int64(_writes.may_write_inputs(entry)),
+                allow_unwritten=np.int64(_declare.unwritten_mask(entry.kernel)))
 
 
 def scalar_records(kernel: Kernel, values: Sequence[Any]) -> np.ndarray:
@@ -136,7 +152,7 @@ def kernel_lowering_cpu(kernel: Kernel, ctx: Any, *args: Any, template: tuple, s
                         launch: Launch, batch: int, shared: tuple, scalars: tuple) -> Any:
     """The emulator's custom call."""
     entry = _entry(kernel, ctx, kernel.resolve_arch(), template, sizes, launch, shared)
-    return _cpu_call(ctx, *args, **_attributes(entry, scalars))
+    return _call(CPU_TARGET, kernel, ctx, args, _attributes(entry, scalars))
 
 
 def kernel_lowering_cuda(kernel: Kernel, ctx: Any, *args: Any, template: tuple, sizes: tuple,
@@ -144,7 +160,7 @@ def kernel_lowering_cuda(kernel: Kernel, ctx: Any, *args: Any, template: tuple, 
     """The GPU launch's custom call."""
     entry = _entry(kernel, ctx, cuda_target(kernel, ctx), template, sizes, launch, shared)
     _register_cubin(kernel, ctx, entry)
-    return _cuda_call(ctx, *args, **_attributes(entry, scalars))
+    return _call(CUDA_TARGET, kernel, ctx, args, _attributes(entry, scalars))
 
 
 def _sharded_or(lowering: Any, prim: Any, kernel: Kernel) -> Any:

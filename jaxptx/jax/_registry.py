@@ -1,13 +1,16 @@
 """Kernel ids: what a lowered custom call names, and what its handler runs.
 
 A lowering registers its specialisation here and puts the id in the HLO as
-the ``kernel_id`` attribute; the CPU handler looks it up to run the emulator,
-and the CUDA shim keeps the same id for the PTX. An id is a hash of what the
-launch does (PTX, entry, launch shape, buffer shapes and dtypes), so it is
-the same in every process and in every order of lowering: an executable
-loaded from JAX's persistent compilation cache never names another kernel's
-code. Ids stay below 2**48, clear of the 2**63 that typed-FFI int64
-attributes allow.
+the ``kernel_id`` attribute. The id is derived from the call's content: the
+first 48 bits of the SHA-256 of its PTX, entry and launch (grid, block,
+cluster, dynamic shared memory, each buffer's byte size, the TMA descriptor
+records) in the canonical byte form of ``ffi/call_identity.h``. Both
+handlers recompute it from the attributes a call carries and refuse a call
+whose content does not match, so neither an edited export nor new PTX under
+a known id ever runs as another kernel's code; and the id is the same in
+every process and in every order of lowering (an executable loaded from
+JAX's persistent compilation cache names the same code). Ids stay below
+2**48, clear of the 2**63 that typed-FFI int64 attributes allow.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from .. import isa
 from ..dsl import Kernel, Specialization
 from ..errors import SpecError
 from ..launch import Launch
+from ._tma import records as tma_records
 
-__all__ = ["Entry", "register", "find", "lookup", "kernels_in"]
+__all__ = ["Entry", "register", "find", "lookup", "kernels_in", "content_bytes",
+           "content_id", "launch_integers"]
 
 ID_BITS = 48
 
@@ -56,10 +61,48 @@ class Entry:
     outputs: tuple[BufferType, ...]
 
     def content(self) -> bytes:
-        """What the id hashes: everything that decides what a launch does."""
-        s = self.spec
-        what = (self.entry, self.launch, self.inputs, self.outputs, s.tma)
-        return s.ptx.encode() + b"\0" + repr(what).encode()
+        """What the id hashes: everything that decides what a launch does
+        (:func:`content_bytes` of its PTX, entry and launch integers)."""
+        return content_bytes(self.spec.ptx.encode(), self.entry, self.launch_integers())
+
+    def launch_integers(self) -> list[int]:
+        """The launch in the canonical order the handlers hash it."""
+        tma = tma_records(self.spec.tma, self.kernel.name, self.inputs + self.outputs)
+        launch = self.launch
+        return launch_integers(launch.grid, launch.block, launch.cluster, launch.smem,
+                               [_nbytes(t) for t in self.inputs],
+                               [_nbytes(t) for t in self.outputs], [int(v) for v in tma])
+
+
+CONTENT_TAG = b"jaxptx-kernel-v1\n"
+
+
+def launch_integers(grid: Sequence[int], block: Sequence[int], cluster: Sequence[int], smem: int,
+                    input_bytes: Sequence[int], output_bytes: Sequence[int],
+                    tma: Sequence[int]) -> list[int]:
+    """grid, block, cluster, smem, input and output counts, their byte sizes,
+    then the TMA record count and records: the order ffi/call_identity.h uses."""
+    return [*map(int, grid), *map(int, block), *map(int, cluster), int(smem),
+            len(input_bytes), len(output_bytes), *map(int, input_bytes), *map(int, output_bytes),
+            len(tma), *map(int, tma)]
+
+
+def content_bytes(ptx: bytes, entry: str, launch: Sequence[int]) -> bytes:
+    """The canonical bytes of a call's content (ffi/call_identity.h)."""
+    name = entry.encode()
+    return (CONTENT_TAG + len(ptx).to_bytes(8, "little") + ptx + len(name).to_bytes(8, "little")
+            + name + np.array(launch, dtype="<i8").tobytes())
+
+
+def content_id(content: bytes) -> int:
+    """The kernel id of content bytes: the first 48 bits of their SHA-256."""
+    digest = hashlib.sha256(content).digest()
+    return int.from_bytes(digest[:8], "little") >> (64 - ID_BITS)
+
+
+def _nbytes(buffer: BufferType) -> int:
+    shape, dtype = buffer
+    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
 
 
 _LOCK = threading.Lock()
@@ -87,8 +130,7 @@ def register(kernel: Kernel, target: isa.Target, template: tuple, dims: tuple,
                         f"{target.name} specialisation launches {spec.launch}")
     entry = Entry(0, kernel, spec, entry_fn, launch, tuple(inputs), tuple(outputs))
     content = entry.content()
-    digest = hashlib.blake2b(content, digest_size=8).digest()
-    kernel_id = int.from_bytes(digest, "little") >> (64 - ID_BITS)
+    kernel_id = content_id(content)
     entry = dataclasses.replace(entry, kernel_id=kernel_id)
     with _LOCK:
         old = _ENTRIES.setdefault(kernel_id, entry)
@@ -116,7 +158,7 @@ def lookup(kernel_id: int) -> Entry:
     return entry
 
 
-_KERNEL_ID = re.compile(r"@jaxptx_(?:cpu|launch)\b[^\n]*?kernel_id\s*=\s*(\d+)")
+_KERNEL_ID = re.compile(r"@jaxptx_(?:cpu|launch)_v\d+\b[^\n]*?kernel_id\s*=\s*(\d+)")
 
 
 def kernels_in(lowered: Any) -> dict[int, Specialization]:

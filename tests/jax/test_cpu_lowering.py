@@ -27,13 +27,15 @@ def _kernel_id(text: str) -> int:
 
 def test_lowered_text_shows_the_custom_call_and_kernel_id():
     text = jax.jit(affine).lower(X).as_text()
-    m = re.search(r"stablehlo\.custom_call @jaxptx_cpu\(%arg0\) \{backend_config = \"\", "
+    m = re.search(r"stablehlo\.custom_call @jaxptx_cpu_v1\(%arg0\) \{backend_config = \"\", "
                   r"mhlo\.backend_config = \{(.*?)\}, operand_layouts", text)
     assert m, text
     attrs = m.group(1)
-    assert re.fullmatch(r"block = dense<\[128, 1, 1\]> : tensor<3xi32>, cluster = dense<1> : "
+    assert re.fullmatch(r"allow_unwritten = 0 : i64, "
+                        r"block = dense<\[128, 1, 1\]> : tensor<3xi32>, cluster = dense<1> : "
                         r"tensor<3xi32>, entry = \"affine\", grid = dense<\[2, 1, 1\]> : "
-                        r"tensor<3xi32>, kernel_id = \d+ : i64, ptx = \".*\", "
+                        r"tensor<3xi32>, kernel_id = \d+ : i64, may_write_inputs = 0 : i64, "
+                        r"ptx = \".*\", "
                         r"scalars = dense<> : tensor<0xi64>, "
                         r"smem = 0 : i64, "
                         r"tma = dense<> : tensor<0xi64>", attrs)
@@ -83,34 +85,45 @@ def test_outputs_of_several_dtypes():
 
 def test_an_emulator_fault_is_an_ffi_error_not_a_crash():
     with pytest.raises(jax.errors.JaxRuntimeError,
-                       match=r"jaxptx_cpu: kernel wild_load \(id \d+\): SimError: ld\.global\.f32: "
+                       match=r"INTERNAL: SimError: kernel wild_load: ld\.global\.f32: "
                              r"address 0x\w+ is not in any global buffer"):
         jax.block_until_ready(jax.jit(wild_load)(X))
     np.testing.assert_array_equal(jax.jit(affine)(X), X * 2 + 1)  # still usable
 
 
-def _raw_call(ptx: str, n: int, **launch):
-    """A jaxptx_cpu call made by hand, as a deserialised export makes it."""
-    call = jax.ffi.ffi_call("jaxptx_cpu", jax.ShapeDtypeStruct((n,), jnp.float32))
-    attrs = dict(kernel_id=np.int64(12345), ptx=ptx, entry="affine",
+def _raw_call(ptx: str, n: int, entry: str = "affine", **launch):
+    """A jaxptx_cpu_v1 call made by hand, as a deserialised export makes it;
+    its kernel id is derived from its content unless given."""
+    call = jax.ffi.ffi_call("jaxptx_cpu_v1", jax.ShapeDtypeStruct((n,), jnp.float32))
+    attrs = dict(ptx=ptx, entry=entry,
                  grid=np.array([n // 128, 1, 1], np.int32), block=np.array([128, 1, 1], np.int32),
                  cluster=np.array([1, 1, 1], np.int32), smem=np.int64(0),
-                 scalars=np.zeros(0, np.int64), tma=np.zeros(0, np.int64))
+                 scalars=np.zeros(0, np.int64), tma=np.zeros(0, np.int64),
+                 may_write_inputs=np.int64(0), allow_unwritten=np.int64(0))
     attrs.update(launch)
+    if "kernel_id" not in attrs:
+        ints = _registry.launch_integers(attrs["grid"], attrs["block"], attrs["cluster"],
+                                         attrs["smem"], [4 * n], [4 * n], attrs["tma"])
+        attrs["kernel_id"] = np.int64(_registry.content_id(
+            _registry.content_bytes(ptx.encode(), entry, ints)))
     return jax.jit(lambda x: call(x, **attrs))
 
 
 def test_an_id_not_lowered_here_runs_from_the_ptx_the_call_carries():
-    assert _registry.find(12345) is None
-    np.testing.assert_array_equal(_raw_call(affine.ptx(N=256), 256)(X), X * 2 + 1)
+    x = np.arange(384, dtype=np.float32)  # a launch no test lowers
+    f = _raw_call(affine.ptx(N=384), 384)
+    kid = int(re.search(r"kernel_id = (\d+)", f.lower(x).as_text()).group(1))
+    assert _registry.find(kid) is None
+    np.testing.assert_array_equal(f(x), x * 2 + 1)
 
 
 def test_bad_ptx_or_a_missing_attribute_in_a_call_is_an_ffi_error():
     with pytest.raises(jax.errors.JaxRuntimeError,
-                       match=r"jaxptx_cpu: kernel affine \(id 54321\): ParseError: <string>:1:8: expected ';'"):
-        jax.block_until_ready(_raw_call("garbage", 256, kernel_id=np.int64(54321))(X))
-    call = jax.ffi.ffi_call("jaxptx_cpu", jax.ShapeDtypeStruct((4,), jnp.float32))
-    with pytest.raises(jax.errors.JaxRuntimeError, match="Wrong number of attributes: expected 9"):
+                       match=r"(?s)INTERNAL: ParseError: kernel affine: <string>:1:8: expected ';'.*"
+                             r"\(jaxptx_cpu_v1, kernel id \d+\)"):
+        jax.block_until_ready(_raw_call("garbage", 256)(X))
+    call = jax.ffi.ffi_call("jaxptx_cpu_v1", jax.ShapeDtypeStruct((4,), jnp.float32))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="Wrong number of attributes: expected 11"):
         jax.block_until_ready(jax.jit(lambda x: call(x, kernel_id=np.int64(1)))(X[:4]))
 
 
@@ -119,8 +132,8 @@ def test_the_callback_checks_buffer_sizes():
     small = memoryview(bytearray(16))
     message = _cpu.run(kid, (small,), (memoryview(bytearray(1024)),), memoryview(b""), "affine",
                        (2, 1, 1), (128, 1, 1), (1, 1, 1), 0)
-    assert message == ("jaxptx_cpu: kernel affine (id %d): ValueError: input 0: expected 1024 "
-                       "bytes for float32[256], got 16" % kid)
+    assert message == ("ValueError: kernel affine: input 0: expected 1024 bytes for float32[256], "
+                       "got 16 (jaxptx_cpu_v1, kernel id %d)" % kid)
 
 
 def test_a_raising_or_missing_callback_is_an_ffi_error():
@@ -134,7 +147,7 @@ def test_a_raising_or_missing_callback_is_an_ffi_error():
     try:
         _ffi.set_cpu_callback(boom)
         with pytest.raises(jax.errors.JaxRuntimeError,
-                           match="jaxptx_cpu: the Python callback raised: RuntimeError: boom"):
+                           match="jaxptx_cpu_v1: the Python callback raised: RuntimeError: boom"):
             jax.block_until_ready(f(X))
         _ffi.set_cpu_callback(None)
         with pytest.raises(jax.errors.JaxRuntimeError, match="no Python callback registered"):

@@ -30,12 +30,14 @@ def _lower_cuda(f, *args):
 
 def test_stablehlo_shows_the_launch_and_its_attributes():
     text = _lower_cuda(affine, X).as_text()
-    m = re.search(r"stablehlo\.custom_call @jaxptx_launch\(%arg0\) \{backend_config = \"\", "
+    m = re.search(r"stablehlo\.custom_call @jaxptx_launch_v1\(%arg0\) \{backend_config = \"\", "
                   r"mhlo\.backend_config = \{(.*?)\}, operand_layouts", text)
     assert m, text
-    assert re.fullmatch(r"block = dense<\[128, 1, 1\]> : tensor<3xi32>, cluster = dense<1> : "
+    assert re.fullmatch(r"allow_unwritten = 0 : i64, "
+                        r"block = dense<\[128, 1, 1\]> : tensor<3xi32>, cluster = dense<1> : "
                         r"tensor<3xi32>, entry = \"affine\", grid = dense<\[2, 1, 1\]> : "
-                        r"tensor<3xi32>, kernel_id = \d+ : i64, ptx = \".*\", "
+                        r"tensor<3xi32>, kernel_id = \d+ : i64, may_write_inputs = 0 : i64, "
+                        r"ptx = \".*\", "
                         r"scalars = dense<> : tensor<0xi64>, "
                         r"smem = 0 : i64, "
                         r"tma = dense<> : tensor<0xi64>",
@@ -44,7 +46,7 @@ def test_stablehlo_shows_the_launch_and_its_attributes():
 
 def test_hlo_is_a_typed_ffi_call():
     hlo = _lower_cuda(affine, X).as_text(dialect="hlo")
-    assert re.search(r'custom-call\(.*\), custom_call_target="jaxptx_launch".*'
+    assert re.search(r'custom-call\(.*\), custom_call_target="jaxptx_launch_v1".*'
                      r"api_version=API_VERSION_TYPED_FFI", hlo)
 
 
@@ -66,10 +68,10 @@ def test_the_call_carries_the_ptx_of_the_kernel_it_names():
 
 
 def test_registering_other_content_under_a_taken_id_is_refused():
-    _ffi.cuda_register(7, b"ptx one", "k", 2)
-    _ffi.cuda_register(7, b"ptx one", "k", 2)  # the same again is fine
+    _ffi.cuda_register(7, b"ptx one", "ptx one", "k", 2)
+    _ffi.cuda_register(7, b"ptx one", "ptx one", "k", 2)  # the same again is fine
     with pytest.raises(ValueError, match="kernel id 7 is already registered with different content"):
-        _ffi.cuda_register(7, b"ptx two", "k", 2)
+        _ffi.cuda_register(7, b"ptx two", "ptx two", "k", 2)
 
 
 def test_the_shim_imports_and_explains_a_missing_driver():
