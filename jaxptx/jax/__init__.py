@@ -123,8 +123,9 @@ def disabled_checks() -> list[Any]:
     disabled_checks=jaxptx.jax.disabled_checks())(*args)``.
 
     Example:
-        >>> [str(check) for check in disabled_checks()]
-        ['custom_call:jaxptx_launch_v1', 'custom_call:jaxptx_cpu_v1']
+        >>> [str(check) for check in disabled_checks()]  # doctest: +NORMALIZE_WHITESPACE
+        ['custom_call:jaxptx_launch_v1 (call jaxptx.jax.register_ffi_targets() first)',
+         'custom_call:jaxptx_cpu_v1 (call jaxptx.jax.register_ffi_targets() first)']
     """
     from jax import export
     from ._lowering import CPU_TARGET, CUDA_TARGET

@@ -8,9 +8,9 @@ raw scalar param, the values of this call) and ``tma`` (int64 array: the
 kernel's TMA descriptors but for their addresses, see ``_tma``). A call is self-contained: a serialised
 export runs with no registry, in a process that never traced the kernel.
 
-* CPU: ``jaxptx_cpu``. The shim's handler calls back into Python
+* CPU: ``jaxptx_cpu_v1`` (:data:`CPU_TARGET`). The shim's handler calls back into Python
   (``_cpu.run``), which runs the kernel on the emulator.
-* CUDA: ``jaxptx_launch``. The shim loads the id's module once per context
+* CUDA: ``jaxptx_launch_v1`` (:data:`CUDA_TARGET`). The shim loads the id's module once per context
   and launches it on XLA's stream: the cubin registered at lowering where
   the GPUs are in this process (compiled through the on-disk cache), else
   the call's PTX, JIT-compiled by the driver.
@@ -36,22 +36,30 @@ from ..launch import Launch
 from ..runtime import arch_from_capability, compile_cubin
 from . import _cpu, _declare, _partition, _registry, _tma, _writes
 
-__all__ = ["register", "cuda_target", "arch_for_devices", "CPU_TARGET", "CUDA_TARGET"]
+__all__ = ["register", "cuda_target", "arch_for_devices", "CPU_TARGET", "CUDA_TARGET",
+           "CPU_LABEL", "CUDA_LABEL"]
 
-# Versioned: a change to the attributes a call carries makes new names, so an
-# artifact from another jaxptx fails to find a handler rather than misreading
-# them (ffi/handlers.h has the same names).
-CPU_TARGET = "jaxptx_cpu_v1"
-CUDA_TARGET = "jaxptx_launch_v1"
+# The FFI target names carry a version: a change to the attributes a call
+# carries makes new names, so an artifact from another jaxptx fails to find a
+# handler rather than misreading them. They also carry the fix for a missing
+# handler, because the name is all XLA's "No FFI handler registered for ..."
+# error shows: a process that deserialises an export and never registered
+# the targets is told what to call. The shim's handlers are keyed by the
+# short labels (ffi/handlers.h).
+CPU_LABEL = "jaxptx_cpu_v1"
+CUDA_LABEL = "jaxptx_launch_v1"
+_MISSING_HANDLER_HINT = " (call jaxptx.jax.register_ffi_targets() first)"
+CPU_TARGET = CPU_LABEL + _MISSING_HANDLER_HINT
+CUDA_TARGET = CUDA_LABEL + _MISSING_HANDLER_HINT
 
 
 def _register_targets() -> None:
     handlers = _ffi.handlers()
-    if set(handlers) != {CPU_TARGET, CUDA_TARGET}:
+    if set(handlers) != {CPU_LABEL, CUDA_LABEL}:
         raise ImportError(f"jaxptx._ffi has handlers {sorted(handlers)}, this jaxptx expects "
-                          f"{CPU_TARGET} and {CUDA_TARGET}: rebuild it (pip install -e .)")
-    jax.ffi.register_ffi_target(CPU_TARGET, handlers[CPU_TARGET], platform="cpu")
-    jax.ffi.register_ffi_target(CUDA_TARGET, handlers[CUDA_TARGET], platform="CUDA")
+                          f"{CPU_LABEL} and {CUDA_LABEL}: rebuild it (pip install -e .)")
+    jax.ffi.register_ffi_target(CPU_TARGET, handlers[CPU_LABEL], platform="cpu")
+    jax.ffi.register_ffi_target(CUDA_TARGET, handlers[CUDA_LABEL], platform="CUDA")
     _ffi.set_cpu_callback(_cpu.run)
     atexit.register(_ffi.cpu_shutdown)
 

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jcore  # varying manual axes have no public API yet
 from jax._src import dispatch as jdispatch
-from jax.interpreters import batching, xla
+from jax.interpreters import ad, batching, xla
 
 from ..dsl import Kernel, Tile
 from ..dsl._specs import bind_specs
@@ -266,12 +266,22 @@ def loop_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], **param
     return outs, [0] * len(outs)
 
 
+def kernel_jvp(kernel: Kernel, primals: Sequence[Any], tangents: Sequence[Any], **params: Any):
+    """Differentiation of a bare kernel: refused with the fix (PTX has no
+    derivative JAX can take)."""
+    raise SpecError(f"kernel {kernel.name} has no derivative: jax.grad, jax.vjp and jax.jvp "
+                    f"cannot differentiate PTX; pair it with its backward kernel or function "
+                    f"as jaxptx.custom_vjp({kernel.name}, backward) and differentiate that, or "
+                    f"wrap the call in jax.lax.stop_gradient where no gradient flows through it")
+
+
 def _make_primitive(kernel: Kernel) -> jex.core.Primitive:
     prim = jex.core.Primitive(kernel.name)
     prim.multiple_results = True
     prim.def_impl(functools.partial(xla.apply_primitive, prim))
     prim.def_abstract_eval(functools.partial(kernel_abstract_eval, kernel))
     batching.primitive_batchers[prim] = functools.partial(kernel_batch, kernel)
+    ad.primitive_jvps[prim] = functools.partial(kernel_jvp, kernel)
     if kernel.shardable:
         # It may lower to a custom_partitioning, which needs the concrete
         # devices at lowering time (no public API says so yet).

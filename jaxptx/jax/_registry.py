@@ -158,7 +158,7 @@ def lookup(kernel_id: int) -> Entry:
     return entry
 
 
-_KERNEL_ID = re.compile(r"@jaxptx_(?:cpu|launch)_v\d+\b[^\n]*?kernel_id\s*=\s*(\d+)")
+_KERNEL_ID = re.compile(r'@"?jaxptx_(?:cpu|launch)_v\d+\b[^\n]*?kernel_id\s*=\s*(\d+)')
 
 
 def kernels_in(lowered: Any) -> dict[int, Specialization]:

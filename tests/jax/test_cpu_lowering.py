@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import jaxptx
-from jaxptx.jax import _cpu, _registry
+from jaxptx.jax import _cpu, _lowering, _registry
 
 from jax_kernels import affine, axpy_index, clobber, wild_load
 
@@ -27,7 +27,8 @@ def _kernel_id(text: str) -> int:
 
 def test_lowered_text_shows_the_custom_call_and_kernel_id():
     text = jax.jit(affine).lower(X).as_text()
-    m = re.search(r"stablehlo\.custom_call @jaxptx_cpu_v1\(%arg0\) \{backend_config = \"\", "
+    m = re.search(r"stablehlo\.custom_call @\"jaxptx_cpu_v1 \(call jaxptx\.jax\.register_ffi_targets"
+                  r"\(\) first\)\"\(%arg0\) \{backend_config = \"\", "
                   r"mhlo\.backend_config = \{(.*?)\}, operand_layouts", text)
     assert m, text
     attrs = m.group(1)
@@ -94,7 +95,7 @@ def test_an_emulator_fault_is_an_ffi_error_not_a_crash():
 def _raw_call(ptx: str, n: int, entry: str = "affine", **launch):
     """A jaxptx_cpu_v1 call made by hand, as a deserialised export makes it;
     its kernel id is derived from its content unless given."""
-    call = jax.ffi.ffi_call("jaxptx_cpu_v1", jax.ShapeDtypeStruct((n,), jnp.float32))
+    call = jax.ffi.ffi_call(_lowering.CPU_TARGET, jax.ShapeDtypeStruct((n,), jnp.float32))
     attrs = dict(ptx=ptx, entry=entry,
                  grid=np.array([n // 128, 1, 1], np.int32), block=np.array([128, 1, 1], np.int32),
                  cluster=np.array([1, 1, 1], np.int32), smem=np.int64(0),
@@ -122,7 +123,7 @@ def test_bad_ptx_or_a_missing_attribute_in_a_call_is_an_ffi_error():
                        match=r"(?s)INTERNAL: ParseError: kernel affine: <string>:1:8: expected ';'.*"
                              r"\(jaxptx_cpu_v1, kernel id \d+\)"):
         jax.block_until_ready(_raw_call("garbage", 256)(X))
-    call = jax.ffi.ffi_call("jaxptx_cpu_v1", jax.ShapeDtypeStruct((4,), jnp.float32))
+    call = jax.ffi.ffi_call(_lowering.CPU_TARGET, jax.ShapeDtypeStruct((4,), jnp.float32))
     with pytest.raises(jax.errors.JaxRuntimeError, match="Wrong number of attributes: expected 11"):
         jax.block_until_ready(jax.jit(lambda x: call(x, kernel_id=np.int64(1)))(X[:4]))
 
