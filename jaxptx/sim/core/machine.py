@@ -93,6 +93,9 @@ class Machine:
         # running thread is spinning, so a spin loop at a low PC cannot starve
         # the thread that would complete the phase.
         self.spinning = np.zeros(self.nthreads, dtype=bool)
+        # Checks run when every thread has exited (tensor memory leaks); state
+        # that needs one registers it here.
+        self.exit_checks: list[Callable[["Machine"], None]] = []
         if self.sanitizer is not None:
             memory.watch = self.sanitizer.shared_access
         self._special = SpecialRegisters(self)
@@ -202,6 +205,8 @@ class Machine:
                 if not live.any():
                     if (self.state == WAITING).any():
                         raise SimError(deadlock(self))
+                    for check in self.exit_checks:
+                        check(self)
                     return
                 ready = live
                 if self.spinning.any():
