@@ -53,11 +53,12 @@ from ... import ir
 from ...types import TYPES
 from ..core.step import Step
 from ..errors import SimError
+from ..memory import tmem
 from .mma import decode as decode_bits
 from .mma import encode
 from .registry import semantics
 from .tcgen05_idesc import BLOCK_SCALED, InstrDesc, decode_idesc
-from .tcgen05_operands import d_layout, scale_blocks, scaled, scales, smem_operand, tmem_a, tmem_read, tmem_write
+from .tcgen05_operands import d_layout, scale_blocks, scaled, scales, smem_operand, tmem_a
 
 __all__ = ["tcgen05_mma", "zero_column_mask"]
 
@@ -236,7 +237,7 @@ def _accumulate(s: Step, cta: int, addr: int, AB: np.ndarray, lane_off: np.ndarr
     cols = (addr & 0xFFFF) + col_off
     what = f"{s.ins.name} [d-tmem]"
     if enable:
-        old = tmem_read(s, cta, lanes, cols, what)
+        old = tmem.read(s, cta, lanes, cols, what)
         if d.dtype == "f16":
             C = decode_bits(old & np.uint32(0xFFFF), "f16")
         else:
@@ -248,4 +249,4 @@ def _accumulate(s: Step, cta: int, addr: int, AB: np.ndarray, lane_off: np.ndarr
     if disabled is not None:
         words = disabled.astype(np.uint64)[lanes // 32]
         keep = ((words >> (lanes % 32).astype(np.uint64)) & np.uint64(1)) == 0
-    tmem_write(s, cta, lanes[keep], cols[keep], bits[keep], what)
+    tmem.write(s, cta, lanes[keep], cols[keep], bits[keep], what)

@@ -11,44 +11,14 @@ import numpy as np
 
 from ..core.step import Step
 from ..errors import SimError
+from ..memory import tmem
 from ..numerics.formats import FORMATS
 from ..numerics.formats import decode as decode_float
 from .mma import decode as decode_bits
 from .tcgen05_idesc import InstrDesc, element_bits
 from .tcgen05_smem import decode_smem_desc, read_matrix
 
-__all__ = ["d_layout", "smem_operand", "tmem_a", "scale_blocks", "scales", "scaled", "tmem_read", "tmem_write"]
-
-
-# --- tensor memory (stand-in until the tensor-memory module lands) ----------------------------------
-
-def _words(s: Step) -> np.ndarray:
-    """Every CTA's 128 x 512 words of tensor memory."""
-    words = getattr(s.m, "_tcgen05_words", None)
-    if words is None:
-        words = np.zeros((s.m.nctas, 128, 512), dtype=np.uint32)
-        s.m._tcgen05_words = words
-    return words
-
-
-def _check(lanes: np.ndarray, cols: np.ndarray, what: str) -> None:
-    if lanes.size and (lanes.min() < 0 or lanes.max() >= 128 or cols.min() < 0 or cols.max() >= 512):
-        raise SimError(f"{what}: tensor memory access outside 128 lanes x 512 columns "
-                       f"(lanes {lanes.min()}..{lanes.max()}, columns {cols.min()}..{cols.max()})")
-
-
-def tmem_read(s: Step, cta: int, lanes: np.ndarray, cols: np.ndarray, what: str) -> np.ndarray:
-    """32-bit words of CTA ``cta``'s tensor memory at ``(lanes, cols)``."""
-    lanes, cols = np.broadcast_arrays(np.asarray(lanes, np.int64), np.asarray(cols, np.int64))
-    _check(lanes, cols, what)
-    return _words(s)[cta, lanes, cols]
-
-
-def tmem_write(s: Step, cta: int, lanes: np.ndarray, cols: np.ndarray, values: np.ndarray, what: str) -> None:
-    """Store 32-bit words into CTA ``cta``'s tensor memory."""
-    lanes, cols = np.broadcast_arrays(np.asarray(lanes, np.int64), np.asarray(cols, np.int64))
-    _check(lanes, cols, what)
-    _words(s)[cta, lanes, cols] = values
+__all__ = ["d_layout", "smem_operand", "tmem_a", "scale_blocks", "scales", "scaled"]
 
 
 # --- where D lives in tensor memory ------------------------------------------------------------
@@ -122,7 +92,7 @@ def tmem_a(s: Step, cta: int, addr: int, lanes: np.ndarray, d: InstrDesc) -> np.
     ncols = d.k // per_word
     lane = (addr >> 16) + lanes[:, None]
     col = (addr & 0xFFFF) + np.arange(ncols)[None, :]
-    words = tmem_read(s, cta, np.broadcast_to(lane, (len(lanes), ncols)),
+    words = tmem.read(s, cta, np.broadcast_to(lane, (len(lanes), ncols)),
                       np.broadcast_to(col, (len(lanes), ncols)), f"{s.ins.name} [a-tmem]")
     shifts = (np.arange(per_word) * bits).astype(np.uint64)
     raw = ((words.astype(np.uint64)[:, :, None] >> shifts) & np.uint64((1 << bits) - 1)).reshape(len(lanes), -1)
@@ -167,7 +137,7 @@ def scales(s: Step, cta: int, addr: int, lanes: np.ndarray, index: np.ndarray, s
         raise SimError(f"{what}: scale factor {which} ID {sf_id} (instruction descriptor) does not select "
                        f"{blocks} aligned byte(s) of a 32-bit word; expected one of "
                        f"{', '.join(str(v) for v in range(0, 4, blocks))}")
-    words = tmem_read(s, cta, (addr >> 16) + lanes, (addr & 0xFFFF) + index // 32, what)
+    words = tmem.read(s, cta, (addr >> 16) + lanes, (addr & 0xFFFF) + index // 32, what)
     shifts = (8 * (sf_id + np.arange(blocks))).astype(np.uint64)
     raw = (words.astype(np.uint64)[:, None] >> shifts) & np.uint64(0xFF)
     return _scale_values(raw.astype(np.int64), d.scale_type)
