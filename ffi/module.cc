@@ -89,6 +89,26 @@ NB_MODULE(_ffi, m) {
         "The kernel id the handlers derive from a call's PTX, entry and "
         "launch integers (call_identity.h), for checking that Python agrees.");
 
+  m.def("check_call",
+        [](const std::string& target, int64_t kernel_id, nb::bytes ptx, const std::string& entry,
+           const std::vector<int32_t>& grid, const std::vector<int32_t>& block,
+           const std::vector<int32_t>& cluster, int64_t smem, const std::vector<int64_t>& tma,
+           const std::vector<int64_t>& input_bytes, const std::vector<int64_t>& output_bytes) {
+          using xla::ffi::Span;
+          return jaxptx::check_call(target, kernel_id, std::string_view(ptx.c_str(), ptx.size()),
+                                    entry, Span<const int32_t>(grid.data(), grid.size()),
+                                    Span<const int32_t>(block.data(), block.size()),
+                                    Span<const int32_t>(cluster.data(), cluster.size()), smem,
+                                    Span<const int64_t>(tma.data(), tma.size()), input_bytes,
+                                    output_bytes);
+        },
+        nb::arg("target"), nb::arg("kernel_id"), nb::arg("ptx"), nb::arg("entry"), nb::arg("grid"),
+        nb::arg("block"), nb::arg("cluster"), nb::arg("smem"), nb::arg("tma"),
+        nb::arg("input_bytes"), nb::arg("output_bytes"),
+        "The check both handlers run on a call before anything else (launch "
+        "shape, then content against the kernel id): empty when it passes, "
+        "else the error message. For tests: the CUDA handler itself needs a GPU.");
+
   m.def("target_names", []() {
     return nb::make_tuple(jaxptx::kCpuTarget, jaxptx::kCudaTarget);
   }, "The (CPU, CUDA) FFI target names, versioned with the attributes.");

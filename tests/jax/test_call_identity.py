@@ -1,0 +1,148 @@
+"""A kernel's id is derived from its content (PTX, entry, launch, buffer
+sizes), and both handlers check every call against it before running
+anything: an edited call is an error, never another kernel's code."""
+
+from __future__ import annotations
+
+import hashlib
+import pathlib
+import re
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import export
+
+import jaxptx
+from jaxptx import _ffi
+from jaxptx.jax import _lowering, _registry
+
+from jax_kernels import affine, clobber
+
+X = np.arange(256, dtype=np.float32)
+REPO = pathlib.Path(__file__).resolve().parents[2]
+LAUNCH = ([2, 1, 1], [128, 1, 1], [1, 1, 1], 0)
+
+
+def _id(ptx: str, entry: str, grid=(2, 1, 1), nbytes=1024, tma=()) -> int:
+    ints = _registry.launch_integers(grid, (128, 1, 1), (1, 1, 1), 0, [nbytes], [nbytes], tma)
+    return _registry.content_id(_registry.content_bytes(ptx.encode(), entry, ints))
+
+
+def _call(ptx: str, kernel_id: int, entry: str = "affine", grid=(2, 1, 1), n: int = 256):
+    call = jax.ffi.ffi_call(_lowering.CPU_TARGET, jax.ShapeDtypeStruct((n,), jnp.float32))
+    attrs = dict(kernel_id=np.int64(kernel_id), ptx=ptx, entry=entry,
+                 grid=np.array(grid, np.int32), block=np.array([128, 1, 1], np.int32),
+                 cluster=np.array([1, 1, 1], np.int32), smem=np.int64(0),
+                 scalars=np.zeros(0, np.int64), tma=np.zeros(0, np.int64),
+                 may_write_inputs=np.int64(0), allow_unwritten=np.int64(0))
+    return jax.jit(lambda x: call(x, **attrs))
+
+
+@pytest.mark.parametrize("size", [0, 1, 55, 56, 63, 64, 65, 119, 120, 128, 1000, 100_000])
+def test_the_shim_and_python_derive_the_same_id(size):
+    ptx = bytes((i * 7 + size) % 251 for i in range(size))
+    launch = [3, 1, 1, 128, 1, 1, 1, 1, 1, 0, 1, 1, 512, 512, 0]
+    content = _registry.content_bytes(ptx, "k", launch)
+    expected = int.from_bytes(hashlib.sha256(content).digest()[:8], "little") >> 16
+    assert _registry.content_id(content) == expected
+    assert _ffi.content_id(ptx, "k", launch) == expected  # the shim's own SHA-256
+
+
+def test_a_lowered_call_carries_the_id_of_its_content():
+    text = jax.jit(affine).lower(X).as_text()
+    kid = int(re.search(r"kernel_id = (\d+)", text).group(1))
+    assert kid == _id(affine.ptx(N=256), "affine")
+    assert _ffi.check_call("jaxptx_cpu_v1", kid, affine.ptx(N=256).encode(), "affine", *LAUNCH,
+                           [], [1024], [1024]) == ""
+
+
+def test_new_ptx_under_an_id_already_seen_is_refused():
+    np.testing.assert_array_equal(jax.jit(affine)(X), X * 2 + 1)
+    kid = _id(affine.ptx(N=256), "affine")
+    other = clobber.ptx(N=256).replace("clobber", "affine")
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match=r"INVALID_ARGUMENT: jaxptx_cpu_v1: kernel affine \(id \d+\): the "
+                             r"call's PTX, entry or launch does not match its kernel id \(the "
+                             r"content hashes to id \d+\): the custom call was edited after "
+                             r"lowering"):
+        jax.block_until_ready(_call(other, kid)(X))
+
+
+@pytest.mark.parametrize("change", ["entry", "grid", "bytes"])
+def test_the_check_covers_entry_launch_and_buffer_sizes(change):
+    ptx = affine.ptx(N=256).encode()
+    kid = _id(affine.ptx(N=256), "affine")
+    args = dict(entry="affine", grid=[2, 1, 1], input_bytes=[1024])
+    args.update({"entry": dict(entry="affine2"), "grid": dict(grid=[1, 1, 1]),
+                 "bytes": dict(input_bytes=[512])}[change])
+    bad = _ffi.check_call("jaxptx_launch_v1", kid, ptx, args["entry"], args["grid"], [128, 1, 1],
+                          [1, 1, 1], 0, [], args["input_bytes"], [1024])
+    assert "does not match its kernel id" in bad and bad.startswith("jaxptx_launch_v1: kernel ")
+
+
+@pytest.mark.parametrize("grid, message", [
+    ([2, 1], r"attribute grid: expected 3 positive ints, got \[2, 1\]"),
+    ([2, 0, 1], r"attribute grid: expected 3 positive ints, got \[2, 0, 1\]"),
+    ([2, 1, 1, 1], r"attribute grid: expected 3 positive ints, got \[2, 1, 1, 1\]"),
+])
+def test_the_cpu_handler_refuses_a_grid_of_the_wrong_shape(grid, message):
+    with pytest.raises(jax.errors.JaxRuntimeError, match="INVALID_ARGUMENT: jaxptx_cpu_v1: kernel "
+                                                         r"affine \(id 7\): " + message):
+        jax.block_until_ready(_call(affine.ptx(N=256), 7, grid=grid)(X))
+
+
+def test_a_call_whose_entry_is_missing_names_the_entries():
+    ptx = affine.ptx(N=256)
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match=r"INTERNAL: ValueError: kernel nope: the call names entry 'nope', but "
+                             r"its PTX has no such \.entry \(it has affine\)"):
+        jax.block_until_ready(_call(ptx, _id(ptx, "nope"), entry="nope")(X))
+
+
+def _export_artifact(tmp_path) -> pathlib.Path:
+    exp = export.export(jax.jit(lambda x: jnp.sin(affine(x))), platforms=["cpu", "cuda"],
+                        disabled_checks=jaxptx.jax.disabled_checks())(X)
+    path = tmp_path / "f.jax"
+    path.write_bytes(exp.serialize())
+    return path
+
+
+def _run_artifact(path: pathlib.Path, register: bool = True) -> subprocess.CompletedProcess:
+    code = ("import sys, numpy as np, jax; from jax import export; "
+            + ("import jaxptx.jax; jaxptx.jax.register_ffi_targets(); " if register else "")
+            + "f = export.deserialize(open(sys.argv[1], 'rb').read()); "
+              "x = np.arange(256, dtype=np.float32); "
+              "np.testing.assert_allclose(f.call(x), np.sin(x * 2 + 1), rtol=1e-6); print('OK')")
+    return subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+
+
+def test_an_exported_artifact_whose_ptx_was_edited_is_refused(tmp_path):
+    path = _export_artifact(tmp_path)
+    data = path.read_bytes()
+    # y = x * 2 + 1 becomes x * 3 + 1: an edit of the same length (the CPU and CUDA
+    # calls share one string in the serialised module)
+    assert data.count(b"0f40000000") == 1
+    path.write_bytes(data.replace(b"0f40000000", b"0f40400000"))
+    run = _run_artifact(path)
+    assert run.returncode != 0
+    assert re.search(r"jaxptx_cpu_v1: kernel affine \(id \d+\): the call's PTX, entry or launch "
+                     r"does not match its kernel id", run.stderr), run.stderr
+
+
+def test_an_artifact_run_without_registering_says_what_to_call(tmp_path):
+    run = _run_artifact(_export_artifact(tmp_path), register=False)
+    assert run.returncode != 0
+    assert ("No FFI handler registered for jaxptx_cpu_v1 (call "
+            "jaxptx.jax.register_ffi_targets() first)") in run.stderr, run.stderr
+    assert _run_artifact(_export_artifact(tmp_path)).stdout.strip() == "OK"
+
+
+def test_registering_a_cubin_binds_it_to_its_ptx():
+    _ffi.cuda_register(11, b"\x7fELF cubin", "ptx a", "k", 2)
+    with pytest.raises(ValueError, match="kernel id 11 is already registered with different content"):
+        _ffi.cuda_register(11, b"\x7fELF cubin", "ptx b", "k", 2)

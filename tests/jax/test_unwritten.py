@@ -1,0 +1,97 @@
+"""No silent garbage from the JAX path: output bytes a kernel never writes
+are an error on the CPU (unless declared padding), in-place outputs update
+an input's buffer, and inputs a kernel may write are known to the CUDA
+handler, which hands it private copies."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from eight_devices import run_script
+
+import jaxptx.jax
+from jaxptx import Tile, kernel
+from jaxptx.errors import SpecError
+from jaxptx.types import f32
+
+from jax_kernels import affine, clobber
+from unwritten_kernels import (add_one_in_place, leak_pointer, padded, sentinel_writer,
+                               short_grid, short_grid_shardable)
+
+X200 = np.arange(200, dtype=np.float32)
+
+
+def test_a_grid_that_does_not_cover_its_output_is_an_error():
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match=r"INTERNAL: UnwrittenOutputError: kernel short_grid: output 0 'y' "
+                             r"\(float32\[200\]\) has 72 of 200 elements the kernel never wrote, "
+                             r"the first at index \(128,\) \(garbage on a GPU\): make the grid "
+                             r"cover the whole output, or, if the kernel leaves padding on "
+                             r"purpose, declare it with jaxptx\.jax\.allow_unwritten"):
+        jax.block_until_ready(jax.jit(short_grid)(X200))
+    np.testing.assert_array_equal(jax.jit(short_grid)(X200[:128]), X200[:128] + 1)
+
+
+def test_the_shardable_variant_unsharded_and_sharded():
+    with pytest.raises(jax.errors.JaxRuntimeError, match="UnwrittenOutputError: kernel "
+                                                         "short_grid_shardable: output 0 'y'"):
+        jax.block_until_ready(jax.jit(short_grid_shardable)(X200))
+    run_script("unwritten_script.py")
+
+
+def test_declared_padding_is_zero_and_not_an_error():
+    y = np.asarray(jax.jit(padded)(X200))
+    np.testing.assert_array_equal(y[:128], X200[:128] + 1)
+    np.testing.assert_array_equal(y[128:], 0)
+    assert "allow_unwritten = 1 : i64" in jax.jit(padded).lower(X200).as_text()
+
+
+def test_bytes_equal_to_a_sentinel_are_not_unwritten():
+    y = jax.jit(sentinel_writer)(np.zeros(256, np.int32))
+    np.testing.assert_array_equal(y, np.full(256, -0x5A5A5A5B, np.int32))
+
+
+def test_an_in_place_output_updates_its_input_buffer():
+    x = jnp.arange(256, dtype=jnp.float32)
+    f = jax.jit(add_one_in_place)
+    np.testing.assert_array_equal(f(x), np.arange(256) + 1)
+    np.testing.assert_array_equal(x, np.arange(256))  # not donated: JAX copied it first
+    assert re.search(r"output_operand_aliases = \[#stablehlo\.output_operand_alias<"
+                     r"output_tuple_indices = \[\], operand_index = 0", f.lower(x).as_text())
+    donated = jax.jit(add_one_in_place, donate_argnums=0)
+    np.testing.assert_array_equal(donated(jnp.ones(256, jnp.float32)), np.full(256, 2.0))
+
+
+def test_in_place_and_allow_unwritten_check_their_names():
+    k = kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),), grid=(1, 1, 1),
+               block=(32, 1, 1))(lambda x, y: None)
+    with pytest.raises(SpecError, match=r"in_place: kernel <lambda> has no output 'z' \(outputs: y\)"):
+        jaxptx.jax.in_place(z="x")(k)
+    with pytest.raises(SpecError, match=r"in_place: y='w': kernel <lambda> has no input 'w' "
+                                        r"\(inputs: x\)"):
+        jaxptx.jax.in_place(y="w")(k)
+    with pytest.raises(SpecError, match=r"allow_unwritten: kernel <lambda> has no output 'x'"):
+        jaxptx.jax.allow_unwritten("x")(k)
+    with pytest.raises(TypeError, match="allow_unwritten: expected a jaxptx kernel"):
+        jaxptx.jax.allow_unwritten()(lambda x: x)
+
+
+def _may_write(f, *args) -> int:
+    return int(re.search(r"may_write_inputs = (\d+)", jax.jit(f).lower(*args).as_text()).group(1))
+
+
+def test_the_inputs_a_kernel_may_write_are_found():
+    x = np.zeros(256, np.float32)
+    assert _may_write(affine, x) == 0                      # reads x, writes y
+    assert _may_write(clobber, x) == 1                     # stores into x
+    assert _may_write(leak_pointer, x, x) == 0b11  # an escape: every input
+
+
+def test_inputs_are_never_changed_on_the_cpu():
+    x = jnp.asarray(np.arange(256, dtype=np.float32))
+    np.testing.assert_array_equal(jax.jit(clobber)(x), np.arange(256))
+    np.testing.assert_array_equal(x, np.arange(256))
