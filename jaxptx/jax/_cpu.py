@@ -49,7 +49,9 @@ _PARSED: dict[int, ir.Module] = {}
 # launches was never written.
 SENTINELS = (0xA5, 0x5A)
 
-_PTX_LINE = re.compile(r"\[PTX line (\d+)\]")
+# How emulator errors cite a PTX line: "[PTX line N]" (faults) or "at PTX
+# line N (opcode)" (sanitizer findings).
+_PTX_LINE = re.compile(r"\[?PTX line (\d+)\]?")
 
 
 class UnwrittenOutputError(RuntimeError):
@@ -241,7 +243,7 @@ def _message(e: BaseException, kernel_id: int, entry: str, registered: _registry
     if m:
         line = int(m.group(1))
         lines = ptx.splitlines()
-        if 0 < line <= len(lines):
+        if 0 < line <= len(lines) and m.group(0).startswith("["):
             text = text.replace(m.group(0), f"[PTX line {line}: {lines[line - 1].strip()}]")
         py = _python_line(registered, kernel_id, line) if registered is not None else None
         if py is not None:

@@ -272,7 +272,7 @@ def kernel_jvp(kernel: Kernel, primals: Sequence[Any], tangents: Sequence[Any], 
     raise SpecError(f"kernel {kernel.name} has no derivative: jax.grad, jax.vjp and jax.jvp "
                     f"cannot differentiate PTX; pair it with its backward kernel or function "
                     f"as jaxptx.custom_vjp({kernel.name}, backward) and differentiate that, or "
-                    f"wrap the call in jax.lax.stop_gradient where no gradient flows through it")
+                    f"pass its inputs through jax.lax.stop_gradient where no gradient should flow")
 
 
 def _make_primitive(kernel: Kernel) -> jex.core.Primitive:
