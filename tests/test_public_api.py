@@ -15,13 +15,15 @@ from jaxptx.dsl import ptx, reg, smem
 
 import jaxptx.codegen  # noqa: E402
 import jaxptx.launch  # noqa: E402
+import jaxptx.jax  # noqa: E402
+import jaxptx.jax._declare  # noqa: E402
 import jaxptx.parse  # noqa: E402
 import jaxptx.specs  # noqa: E402
 
 emit = sys.modules["jaxptx.emit"]   # the package exports the function of that name
 check = sys.modules["jaxptx.check"]
 MODULES = [jaxptx, dsl, ir, isa, runtime, types, emit, errors, validate, ptx, reg, smem,
-           jaxptx.parse, check, jaxptx.codegen, jaxptx.specs, jaxptx.launch]
+           jaxptx.parse, check, jaxptx.codegen, jaxptx.specs, jaxptx.launch, jaxptx.jax]
 
 
 def _public(module):
@@ -45,7 +47,7 @@ def test_import_needs_no_gpu_and_arch_auto_is_lazy() -> None:
 
 
 @pytest.mark.parametrize("module", [jaxptx, types, emit, reg, smem, jaxptx.dsl._kernel, check,
-                                    jaxptx.specs, jaxptx.launch],
+                                    jaxptx.specs, jaxptx.launch, jaxptx.jax, jaxptx.jax._declare],
                          ids=lambda m: m.__name__)
 def test_docstring_examples_run(module) -> None:
     import doctest
