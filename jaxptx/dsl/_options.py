@@ -1,5 +1,6 @@
 """Checks of ``@kernel`` options, run at decoration time so a bad option
-fails where the kernel is defined, naming the option."""
+fails where the kernel is defined, naming the option. The launch options
+(grid, block, cluster, smem) are checked as one :class:`jaxptx.launch.Launch`."""
 
 from __future__ import annotations
 
@@ -10,25 +11,7 @@ from ..errors import SpecError, TraceError
 from ..types import TYPES, PtxType
 from ._specs import Tile
 
-__all__ = ["check_dim3", "check_specs", "check_raw_params", "check_raw_directives"]
-
-
-def check_dim3(value: Any, what: str, *, limit: int) -> tuple[int, int, int]:
-    """A 1–3 element tuple of positive ints (an int alone is allowed), padded with 1s.
-
-    Kept only for ``jaxptx.sim.device`` until it takes its launch from
-    :func:`jaxptx.launch.validate_launch`; kernels use :class:`jaxptx.launch.Launch`.
-    """
-    dims = (value,) if isinstance(value, int) and not isinstance(value, bool) else value
-    ok = (isinstance(dims, (tuple, list)) and 1 <= len(dims) <= 3
-          and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims))
-    if not ok:
-        raise TraceError(f"{what}: expected 1 to 3 positive ints like (128, 1, 1), got {value!r}")
-    out = tuple(dims) + (1,) * (3 - len(dims))
-    total = out[0] * out[1] * out[2]
-    if total > limit:
-        raise TraceError(f"{what}: {out} has {total} elements, more than the limit {limit}")
-    return out  # type: ignore[return-value]
+__all__ = ["check_specs", "check_raw_params", "check_raw_directives"]
 
 
 def check_specs(specs: Any, what: str) -> tuple[Tile, ...]:
