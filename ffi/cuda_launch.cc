@@ -206,8 +206,9 @@ std::shared_ptr<const Image> image_for(int64_t kernel_id, std::string_view ptx,
 ffi::Error privatise_inputs(const Driver& d, CUstream stream, ffi::RemainingArgs args,
                             ffi::RemainingRets rets, int64_t may_write_inputs,
                             ffi::ScratchAllocator& scratch, std::vector<void*>& pointers) {
-  for (size_t i = 0; i < args.size() && i < 63; ++i) {
-    if (!((may_write_inputs >> i) & 1)) continue;
+  for (size_t i = 0; i < args.size(); ++i) {
+    // The mask holds bits 0..62; inputs past them are always copied.
+    if (i < 63 && !((may_write_inputs >> i) & 1)) continue;
     bool aliased = false;
     for (size_t j = 0; j < rets.size(); ++j) aliased |= pointers[args.size() + j] == pointers[i];
     size_t nbytes = args.get<ffi::AnyBuffer>(i)->size_bytes();

@@ -116,4 +116,5 @@ def unwritten_mask(kernel: Kernel) -> int:
     """Bit j set: output j may keep unwritten bytes."""
     _, outs = _names(kernel)
     allowed = _UNWRITTEN.get(kernel, frozenset())
-    return sum(1 << j for j, name in enumerate(outs) if name in allowed)
+    # An int64 attribute holds bits 0..62: outputs past them are always checked.
+    return sum(1 << j for j, name in enumerate(outs[:63]) if name in allowed)

@@ -28,7 +28,9 @@ import functools
 from .. import ir
 from . import _registry
 
-__all__ = ["may_write_inputs", "written_inputs"]
+__all__ = ["may_write_inputs", "written_inputs", "MASK_BITS"]
+
+MASK_BITS = 63
 
 # Instructions whose address operand (by position) they write.
 _WRITES = {"st": 0, "st.async": 0, "st.bulk": 0, "stmatrix": 0, "red": 0, "red.async": 0,
@@ -47,8 +49,10 @@ def may_write_inputs(entry: _registry.Entry) -> int:
     tensors = _param_tensors(entry)
     written = written_inputs(entry.spec.module, entry.entry, tensors)
     if written is None:
-        return (1 << n_in) - 1
-    return sum(1 << i for i in written if i < n_in)
+        written = set(range(n_in))
+    # An int64 attribute holds bits 0..62; the handler copies every input
+    # past them.
+    return sum(1 << i for i in written if i < min(n_in, MASK_BITS))
 
 
 def _param_tensors(entry: _registry.Entry) -> dict[str, int]:
