@@ -127,8 +127,12 @@ def _run_checked(launch: _Launch, inputs: Sequence[memoryview], outputs: Sequenc
     checked = [j for j in range(len(outputs))
                if not (allow_unwritten >> j) & 1 and j not in aliased and outputs[j].nbytes]
     unwritten = {j: np.ones(outputs[j].nbytes, bool) for j in checked}
+    # The buffers as XLA gave them: an in-place output is written during the
+    # first launch, and a second launch must start from the same contents.
+    initial = [np.frombuffer(b, np.uint8).copy() for b in buffers]
     for sentinel in SENTINELS:
-        fresh = _fill(buffers, params, len(inputs), outputs, aliased, allow_unwritten, sentinel)
+        fresh = _fill(initial, params, len(inputs), len(outputs), aliased, allow_unwritten,
+                      sentinel)
         result = launch.run(fresh, params)
         for j, mv in enumerate(outputs):
             np.frombuffer(mv, np.uint8)[:] = np.frombuffer(result[params[len(inputs) + j]], np.uint8)
@@ -162,13 +166,13 @@ def _buffers(inputs: Sequence[memoryview], outputs: Sequence[memoryview]):
     return distinct, params, aliased
 
 
-def _fill(buffers: list[memoryview], params: list[int], n_in: int,
-          outputs: Sequence[memoryview], aliased: set[int], allow_unwritten: int,
-          sentinel: int) -> list[np.ndarray]:
-    """Fresh host copies of the buffers: inputs (and in-place outputs) with
-    their contents, other outputs with the sentinel (zeros where allowed)."""
-    fresh = [np.frombuffer(b, np.uint8).copy() for b in buffers]
-    for j in range(len(outputs)):
+def _fill(initial: list[np.ndarray], params: list[int], n_in: int, n_out: int,
+          aliased: set[int], allow_unwritten: int, sentinel: int) -> list[np.ndarray]:
+    """Fresh copies of the buffers for one launch: inputs (and in-place
+    outputs) as XLA gave them, other outputs filled with the sentinel
+    (zeros where unwritten bytes are allowed)."""
+    fresh = [b.copy() for b in initial]
+    for j in range(n_out):
         if j not in aliased:
             fresh[params[n_in + j]][:] = 0 if (allow_unwritten >> j) & 1 else sentinel
     return fresh

@@ -19,8 +19,8 @@ from jaxptx.errors import SpecError
 from jaxptx.types import f32
 
 from jax_kernels import affine, clobber
-from unwritten_kernels import (add_one_in_place, leak_pointer, padded, sentinel_writer,
-                               short_grid, short_grid_shardable)
+from unwritten_kernels import (add_one_and_mark, add_one_in_place, leak_pointer, padded,
+                               sentinel_writer, short_grid, short_grid_shardable)
 
 X200 = np.arange(200, dtype=np.float32)
 
@@ -64,6 +64,12 @@ def test_an_in_place_output_updates_its_input_buffer():
                      r"output_tuple_indices = \[\], operand_index = 0", f.lower(x).as_text())
     donated = jax.jit(add_one_in_place, donate_argnums=0)
     np.testing.assert_array_equal(donated(jnp.ones(256, jnp.float32)), np.full(256, 2.0))
+
+
+def test_a_second_launch_starts_from_the_in_place_input_again():
+    y, z = jax.jit(add_one_and_mark)(jnp.arange(256, dtype=jnp.float32))
+    np.testing.assert_array_equal(y, np.arange(256) + 1)  # once, though it launched twice
+    np.testing.assert_array_equal(z, np.full(256, -0x5A5A5A5B, np.int32))
 
 
 def test_in_place_and_allow_unwritten_check_their_names():

@@ -49,3 +49,14 @@ def leak_pointer(p, x, y):
     """Stores x's address as data (into 2N floats' worth of y): x may be
     written anywhere later."""
     ptx.st.global_.u64(y.ptr + ptx.mul.wide.u32(ptx.special.tid.x(), 8), x.ptr)
+
+
+@jaxptx.jax.in_place(y="x")
+@kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32), Tile("N", s32)),
+        grid=lambda N: (N // BLOCK, 1, 1), block=(BLOCK, 1, 1), arch="sm_90a")
+def add_one_and_mark(x, y, z):
+    """y = x + 1 in place, and z = 0xA5A5A5A5 (the first sentinel: the CPU
+    handler launches twice to tell it from unwritten bytes)."""
+    off = _offset()
+    ptx.st.global_.f32(y.ptr + off, ptx.ld.global_.f32(y.ptr + off) + 1.0)
+    ptx.st.global_.s32(z.ptr + off, -0x5A5A5A5B)
