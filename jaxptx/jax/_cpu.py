@@ -134,10 +134,12 @@ def _run_checked(launch: _Launch, inputs: Sequence[memoryview], outputs: Sequenc
         fresh = _fill(initial, params, len(inputs), len(outputs), aliased, allow_unwritten,
                       sentinel)
         result = launch.run(fresh, params)
-        for j, mv in enumerate(outputs):
-            np.frombuffer(mv, np.uint8)[:] = np.frombuffer(result[params[len(inputs) + j]], np.uint8)
+        written = [np.frombuffer(result[params[len(inputs) + j]], np.uint8)
+                   for j in range(len(outputs))]
+        for mv, data in zip(outputs, written):
+            np.frombuffer(mv, np.uint8)[:] = data
         for j in unwritten:
-            unwritten[j] &= np.frombuffer(result[params[len(inputs) + j]], np.uint8) == sentinel
+            unwritten[j] &= written[j] == sentinel
         unwritten = {j: mask for j, mask in unwritten.items() if mask.any()}
         if not unwritten:
             return
@@ -220,7 +222,8 @@ def _entry_function(module: ir.Module, entry: str) -> ir.Function:
 def _scalar_values(function: ir.Function, buffers: int, scalars: Sequence[int]) -> list[bytes]:
     """The raw param values of a call, as the bytes of each declared param."""
     if len(scalars) % 2:
-        raise ValueError(f"the scalars attribute has {len(scalars)} entries, not (bytes, bits) pairs")
+        raise ValueError(f"the scalars attribute has {len(scalars)} entries, "
+                         "not (bytes, bits) pairs")
     pairs = list(zip(scalars[::2], scalars[1::2]))
     raw_params = function.params[buffers:buffers + len(pairs)]
     if len(raw_params) != len(pairs):
@@ -254,7 +257,8 @@ def _message(e: BaseException, kernel_id: int, entry: str, registered: _registry
             where = f", at {py[0]}:{py[1]} in the kernel"
     if isinstance(e, UnwrittenOutputError) and registered is not None:
         text = _name_outputs(text, registered)
-    return f"{type(e).__name__}: kernel {name}: {text}{where} (jaxptx_cpu_v1, kernel id {kernel_id})"
+    return (f"{type(e).__name__}: kernel {name}: {text}{where} "
+            f"(jaxptx_cpu_v1, kernel id {kernel_id})")
 
 
 def _name_outputs(text: str, registered: _registry.Entry) -> str:

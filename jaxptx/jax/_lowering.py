@@ -68,10 +68,12 @@ def _call(target: str, kernel: Kernel, ctx: Any, args: tuple, attributes: dict) 
     """The custom call, with the kernel's in-place outputs as aliases."""
     aliases = _declare.aliases_of(kernel)
     for i, j in aliases.items():
-        if ctx.avals_in[i].shape != ctx.avals_out[j].shape or ctx.avals_in[i].dtype != ctx.avals_out[j].dtype:
-            raise SpecError(f"kernel {kernel.name}: in-place output {kernel._tensors[len(kernel.in_specs) + j]!r} "
-                            f"is {ctx.avals_out[j].str_short()} but its input "
-                            f"{kernel._tensors[i]!r} is {ctx.avals_in[i].str_short()}")
+        given, made = ctx.avals_in[i], ctx.avals_out[j]
+        if (given.shape, given.dtype) != (made.shape, made.dtype):
+            output = kernel._tensors[len(kernel.in_specs) + j]
+            raise SpecError(f"kernel {kernel.name}: in-place output {output!r} is "
+                            f"{made.str_short()} but its input {kernel._tensors[i]!r} is "
+                            f"{given.str_short()}; an in-place output has its input's shape and dtype")
     lowering = jax.ffi.ffi_lowering(target, operand_output_aliases=aliases or None)
     return lowering(ctx, *args, **attributes)
 

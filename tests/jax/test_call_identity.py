@@ -144,5 +144,6 @@ def test_an_artifact_run_without_registering_says_what_to_call(tmp_path):
 
 def test_registering_a_cubin_binds_it_to_its_ptx():
     _ffi.cuda_register(11, b"\x7fELF cubin", "ptx a", "k", 2)
-    with pytest.raises(ValueError, match="kernel id 11 is already registered with different content"):
+    with pytest.raises(ValueError, match="kernel id 11 is already registered with different "
+                                         "content"):
         _ffi.cuda_register(11, b"\x7fELF cubin", "ptx b", "k", 2)

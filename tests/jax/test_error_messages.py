@@ -31,7 +31,8 @@ def test_an_emulator_fault_names_class_kernel_ptx_line_and_python_line():
     with pytest.raises(jax.errors.JaxRuntimeError) as info:
         jax.block_until_ready(jax.jit(wild_load)(X))
     message = str(info.value).splitlines()[0]
-    assert message.startswith("INTERNAL: SimError: kernel wild_load: ld.global.f32: address "), message
+    assert message.startswith("INTERNAL: SimError: kernel wild_load: ld.global.f32: "
+                              "address "), message
     assert "is not in any global buffer (CTA 0, thread 0)" in message
     assert "[PTX line 25: ld.global.f32 %f1, [%rd5];]" in message
     assert message.endswith(f"at {jax_kernels.__file__}:{line} in the kernel "

@@ -16,7 +16,7 @@ from eight_devices import run_script
 import jaxptx.jax
 from jaxptx import Tile, kernel
 from jaxptx.errors import SpecError
-from jaxptx.types import f32
+from jaxptx.types import f32, s32
 
 from jax_kernels import affine, clobber
 from unwritten_kernels import (add_one_and_mark, add_one_in_place, leak_pointer, padded,
@@ -75,7 +75,8 @@ def test_a_second_launch_starts_from_the_in_place_input_again():
 def test_in_place_and_allow_unwritten_check_their_names():
     k = kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),), grid=(1, 1, 1),
                block=(32, 1, 1))(lambda x, y: None)
-    with pytest.raises(SpecError, match=r"in_place: kernel <lambda> has no output 'z' \(outputs: y\)"):
+    with pytest.raises(SpecError, match=r"in_place: kernel <lambda> has no output 'z' "
+                                        r"\(outputs: y\)"):
         jaxptx.jax.in_place(z="x")(k)
     with pytest.raises(SpecError, match=r"in_place: y='w': kernel <lambda> has no input 'w' "
                                         r"\(inputs: x\)"):
@@ -84,6 +85,16 @@ def test_in_place_and_allow_unwritten_check_their_names():
         jaxptx.jax.allow_unwritten("x")(k)
     with pytest.raises(TypeError, match="allow_unwritten: expected a jaxptx kernel"):
         jaxptx.jax.allow_unwritten()(lambda x: x)
+
+
+def test_an_in_place_output_of_another_type_is_refused():
+    k = jaxptx.jax.in_place(y="x")(kernel(
+        in_specs=(Tile("N", f32),), out_specs=(Tile("N", s32),), grid=(1, 1, 1),
+        block=(32, 1, 1), name="retype")(lambda x, y: None))
+    with pytest.raises(SpecError, match=r"kernel retype: in-place output 'y' is int32\[32\] but "
+                                        r"its input 'x' is float32\[32\]; an in-place output has "
+                                        r"its input's shape and dtype"):
+        jax.jit(k).lower(np.zeros(32, np.float32))
 
 
 def _may_write(f, *args) -> int:
