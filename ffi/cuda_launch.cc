@@ -274,6 +274,20 @@ ffi::Error launch(CUstream stream, ffi::ScratchAllocator& scratch, ffi::Remainin
     if (!buf.has_value()) return buf.error();
     pointers[args.size() + i] = (*buf)->untyped_data();
   }
+  CUcontext ctx = nullptr;
+  CUresult rc = d->cuStreamGetCtx(stream, &ctx);
+  if (rc != CUDA_SUCCESS || !ctx) rc = d->cuCtxGetCurrent(&ctx);
+  if (rc != CUDA_SUCCESS || !ctx) {
+    return ffi::Error::Internal("jaxptx_launch_v1: no CUDA context for XLA's stream: " +
+                                describe(*d, rc));
+  }
+  ScopedContext scope(*d, ctx);
+  if (scope.rc() != CUDA_SUCCESS) {
+    return ffi::Error::Internal("jaxptx_launch_v1: cuCtxPushCurrent failed: " +
+                                describe(*d, scope.rc()));
+  }
+  // Private copies are made (and tensor maps encoded from them) with the
+  // stream's context current.
   if (ffi::Error e = privatise_inputs(*d, stream, args, rets, may_write_inputs, scratch, pointers);
       e.failure()) {
     return e;
@@ -297,18 +311,6 @@ ffi::Error launch(CUstream stream, ffi::ScratchAllocator& scratch, ffi::Remainin
   for (int64_t& v : values) params.push_back(&v);
   for (TensorMap& m : maps) params.push_back(&m);
 
-  CUcontext ctx = nullptr;
-  CUresult rc = d->cuStreamGetCtx(stream, &ctx);
-  if (rc != CUDA_SUCCESS || !ctx) rc = d->cuCtxGetCurrent(&ctx);
-  if (rc != CUDA_SUCCESS || !ctx) {
-    return ffi::Error::Internal("jaxptx_launch_v1: no CUDA context for XLA's stream: " +
-                                describe(*d, rc));
-  }
-  ScopedContext scope(*d, ctx);
-  if (scope.rc() != CUDA_SUCCESS) {
-    return ffi::Error::Internal("jaxptx_launch_v1: cuCtxPushCurrent failed: " +
-                                describe(*d, scope.rc()));
-  }
   CUfunction fn = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_mutex);

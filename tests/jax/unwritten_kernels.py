@@ -4,7 +4,7 @@ cover their outputs, padding declared, in-place updates, stores into inputs."""
 from __future__ import annotations
 
 import jaxptx.jax
-from jaxptx import Tile, kernel, ptx
+from jaxptx import Layout, Tile, kernel, ptx, smem
 from jaxptx.types import f32, s32
 
 BLOCK = 128
@@ -60,3 +60,15 @@ def add_one_and_mark(x, y, z):
     off = _offset()
     ptx.st.global_.f32(y.ptr + off, ptx.ld.global_.f32(y.ptr + off) + 1.0)
     ptx.st.global_.s32(z.ptr + off, -0x5A5A5A5B)
+
+
+@kernel(in_specs=(Tile("M", "N", f32, Layout.TMA_128B, tma_box=(32, 32)),),
+        out_specs=(Tile("M", "N", f32),), grid=(1, 1, 1), block=(BLOCK, 1, 1), arch="sm_90a")
+def tma_store_into_input(x, y):
+    """A TMA store whose descriptor describes the input x (lowered, never run)."""
+    tile = smem.alloc(f32, (32, 32), align=1024)
+    with ptx.if_(ptx.special.tid.x() == 0):
+        ptx.cp.async_.bulk.tensor._2d.global_.shared__cta.tile.bulk_group(
+            ptx.addr(x.tma_desc(), coords=(0, 0)), tile)
+        ptx.cp.async_.bulk.commit_group()
+        ptx.cp.async_.bulk.wait_group.read(0)
