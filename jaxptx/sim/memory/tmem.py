@@ -62,6 +62,7 @@ class _Cta:
     cells: np.ndarray = field(default_factory=lambda: np.zeros((LANES, COLUMNS), dtype=np.uint32))
     held: np.ndarray = field(default_factory=lambda: np.zeros(COLUMNS, dtype=bool))
     blocks: list[_Block] = field(default_factory=list)
+    reserved: list[_Block] = field(default_factory=list)   # a cta_group::2 peer's alloc, not yet ours
     relinquished: str | None = None      # where tcgen05.relinquish_alloc_permit ran
 
 
@@ -144,62 +145,75 @@ def write(s: "Step", cta: int, lanes: np.ndarray, cols: np.ndarray, values: np.n
     c.cells[lanes, cols] = np.broadcast_to(np.asarray(values).astype(np.uint32, copy=False), lanes.shape)
 
 
-def allocate(m: "Machine", ctas: list[int], count: int, where: str) -> int:
-    """Allocate ``count`` columns (a power of two, 32..512) at the same column
-    in each CTA of ``ctas`` (one CTA, or the pair of ``.cta_group::2``).
+def allocate(m: "Machine", cta: int, count: int, where: str, peer: int | None = None) -> int:
+    """Allocate ``count`` columns (a power of two, 32..512) in CTA ``cta``.
+
+    With ``peer`` (``.cta_group::2``: the other CTA of the pair), the block
+    lies at the same columns in both CTAs. The two warps' allocs are one
+    collective operation; the emulator runs them one after the other, so
+    the first allocates in both CTAs and reserves the peer's block, and the
+    peer's alloc takes that reservation.
 
     Returns:
         The first column of the block.
 
     Raises:
-        SimError: a bad count, a CTA that relinquished its permit, or no free
-            block (on hardware the alloc would wait; in the emulator no other
-            thread runs meanwhile, so it would wait forever).
+        SimError: a bad count, a CTA that relinquished its permit, a peer
+            reservation of another size, or no free block (on hardware the
+            alloc would wait; in the emulator no other thread runs
+            meanwhile, so it would wait forever).
     """
     if count < 32 or count > COLUMNS or count & (count - 1):
         raise SimError(f"{where}: tcgen05.alloc of {count} columns; expected a power of two from 32 to {COLUMNS}")
-    states = [_cta(m, cta) for cta in ctas]
-    for cta, c in zip(ctas, states):
-        if c.relinquished is not None:
-            raise SimError(f"{where}: CTA {cta} allocates tensor memory after giving up its allocation permit "
-                           f"(tcgen05.relinquish_alloc_permit{c.relinquished})")
+    c = _cta(m, cta)
+    if c.relinquished is not None:
+        raise SimError(f"{where}: CTA {cta} allocates tensor memory after giving up its allocation permit "
+                       f"(tcgen05.relinquish_alloc_permit{c.relinquished})")
+    if peer is not None and c.reserved:
+        block = c.reserved.pop(0)
+        if block.count != count:
+            raise SimError(f"{where}: tcgen05.alloc.cta_group::2 of {count} columns in CTA {cta}, but its peer "
+                           f"CTA {peer} allocated {block.count} ({block.where}); the pair must ask for the same")
+        c.blocks.append(_Block(block.column, count, where))
+        return block.column
+    states = [c] if peer is None else [c, _cta(m, peer)]
     for column in range(0, COLUMNS, count):
-        if not any(c.held[column:column + count].any() for c in states):
-            for c in states:
-                c.held[column:column + count] = True
-                c.cells[:, column:column + count] = 0
-                c.blocks.append(_Block(column, count, where))
+        if not any(x.held[column:column + count].any() for x in states):
+            for x in states:
+                x.held[column:column + count] = True
+                x.cells[:, column:column + count] = 0
+            c.blocks.append(_Block(column, count, where))
+            if peer is not None:
+                states[1].reserved.append(_Block(column, count, where))
             return column
-    held = "; ".join(f"CTA {cta} holds {_held_text(c)}" for cta, c in zip(ctas, states))
+    held = "; ".join(f"CTA {k} holds {_held_text(x)}" for k, x in zip([cta, peer], states))
     raise SimError(f"{where}: tcgen05.alloc of {count} columns cannot be satisfied: {held} (on hardware the "
                    f"alloc waits for columns to be freed; here nothing else runs, so it would wait forever)")
 
 
-def deallocate(m: "Machine", ctas: list[int], column: int, count: int, where: str) -> None:
-    """Free the block of ``count`` columns at ``column`` in each CTA of ``ctas``.
+def deallocate(m: "Machine", cta: int, column: int, count: int, where: str) -> None:
+    """Free the block of ``count`` columns at ``column`` in CTA ``cta``.
 
     Raises:
         SimError: no allocation of exactly that block (a double free, or
             columns that were never allocated or were allocated differently).
     """
-    for cta in ctas:
-        c = _cta(m, cta)
-        match = [b for b in c.blocks if b.column == column and b.count == count]
-        if not match:
-            raise SimError(f"{where}: tcgen05.dealloc of {count} columns at column {column} of CTA {cta}: no "
-                           f"allocation holds exactly these columns (freed twice, or never allocated?); "
-                           f"allocated: {_held_text(c)}")
-        c.blocks.remove(match[0])
-        c.held[column:column + count] = False
+    c = _cta(m, cta)
+    match = [b for b in c.blocks if b.column == column and b.count == count]
+    if not match:
+        raise SimError(f"{where}: tcgen05.dealloc of {count} columns at column {column} of CTA {cta}: no "
+                       f"allocation holds exactly these columns (freed twice, or never allocated?); "
+                       f"allocated: {_held_text(c)}")
+    c.blocks.remove(match[0])
+    c.held[column:column + count] = False
 
 
-def relinquish(m: "Machine", ctas: list[int], where: str) -> None:
-    """Give up the allocation permit of each CTA of ``ctas``: any later
-    ``tcgen05.alloc`` there is an error."""
-    for cta in ctas:
-        c = _cta(m, cta)
-        if c.relinquished is None:
-            c.relinquished = where
+def relinquish(m: "Machine", cta: int, where: str) -> None:
+    """Give up CTA ``cta``'s allocation permit: any later ``tcgen05.alloc``
+    there is an error (PTX ISA, tcgen05.relinquish_alloc_permit)."""
+    c = _cta(m, cta)
+    if c.relinquished is None:
+        c.relinquished = where
 
 
 def held_columns(m: "Machine", cta: int) -> list[tuple[int, int]]:
@@ -218,6 +232,10 @@ def check_released(m: "Machine") -> None:
         SimError: naming the first CTA still holding columns and the allocation's PTX line.
     """
     for cta, c in sorted((getattr(m, "_tensor_memory", None) or {}).items()):
+        if c.reserved:
+            b = c.reserved[0]
+            raise SimError(f"{m.program.name}: CTA {cta} exited without its half of the tcgen05.alloc.cta_group::2 "
+                           f"that its peer made ({b.where}, columns {b.column}..{b.column + b.count - 1})")
         if c.blocks:
             b = min(c.blocks, key=lambda b: b.column)
             more = f" (and {len(c.blocks) - 1} more allocation(s))" if len(c.blocks) > 1 else ""

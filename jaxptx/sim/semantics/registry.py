@@ -27,9 +27,6 @@ SEMANTICS: dict[str, Callable] = {}
 
 
 UNSUPPORTED: dict[str, str] = {
-    **{name: "Blackwell tensor memory (tcgen05) is not emulated yet"
-       for name in ("tcgen05_alloc", "tcgen05_dealloc", "tcgen05_relinquish", "tcgen05_ld", "tcgen05_st",
-                    "tcgen05_wait", "tcgen05_fence", "tcgen05_commit", "tcgen05_cp", "tcgen05_shift")},
     "tcgen05_mma_sp": "sparse tcgen05.mma.sp (A with 2:4 / 1:2 sparsity metadata) is not emulated yet",
     "tcgen05_mma_ashift": "tcgen05.mma .ashift (A rows shifted in tensor memory) is not emulated yet",
 }
