@@ -168,7 +168,7 @@ def allocate(m: "Machine", cta: int, count: int, where: str, peer: int | None = 
     c = _cta(m, cta)
     if c.relinquished is not None:
         raise SimError(f"{where}: CTA {cta} allocates tensor memory after giving up its allocation permit "
-                       f"(tcgen05.relinquish_alloc_permit{c.relinquished})")
+                       f"({c.relinquished})")
     if peer is not None and c.reserved:
         block = c.reserved.pop(0)
         if block.count != count:
@@ -231,11 +231,13 @@ def check_released(m: "Machine") -> None:
     Raises:
         SimError: naming the first CTA still holding columns and the allocation's PTX line.
     """
-    for cta, c in sorted((getattr(m, "_tensor_memory", None) or {}).items()):
+    state = sorted((getattr(m, "_tensor_memory", None) or {}).items())
+    for cta, c in state:
         if c.reserved:
             b = c.reserved[0]
             raise SimError(f"{m.program.name}: CTA {cta} exited without its half of the tcgen05.alloc.cta_group::2 "
                            f"that its peer made ({b.where}, columns {b.column}..{b.column + b.count - 1})")
+    for cta, c in state:
         if c.blocks:
             b = min(c.blocks, key=lambda b: b.column)
             more = f" (and {len(c.blocks) - 1} more allocation(s))" if len(c.blocks) > 1 else ""

@@ -112,9 +112,10 @@ def _cells(s: Step, k_addr: int, nregs: int, packed: bool) -> tuple[np.ndarray, 
     bad = ((lanes < low[:, None, None]) | (lanes >= low[:, None, None] + 32)).any(axis=(1, 2))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
+        same = lanes[slot == slot[i]]
         raise SimError(f"{where(s)}: warp {int(warp[i])} of CTA {int(s.threads[i]) // s.m.ntid} may access tensor "
                        f"memory lanes {int(low[i])}..{int(low[i]) + 31} only (warp % 4 picks the lane quarter); "
-                       f"taddr {int(taddr[i]):#010x} reaches lanes {int(lanes[i].min())}..{int(lanes[i].max())}")
+                       f"taddr {int(taddr[i]):#010x} reaches lanes {int(same.min())}..{int(same.max())}")
     return s.threads // s.m.ntid, lanes, cols
 
 
