@@ -19,8 +19,10 @@ from jaxptx.errors import SpecError
 from jaxptx.types import f32, s32
 
 from jax_kernels import affine, clobber
+from tma_kernels import tma_scale
 from unwritten_kernels import (add_one_and_mark, add_one_in_place, leak_pointer, padded,
-                               sentinel_writer, short_grid, short_grid_shardable)
+                               sentinel_writer, short_grid, short_grid_shardable,
+                               tma_store_into_input)
 
 X200 = np.arange(200, dtype=np.float32)
 
@@ -106,6 +108,9 @@ def test_the_inputs_a_kernel_may_write_are_found():
     assert _may_write(affine, x) == 0                      # reads x, writes y
     assert _may_write(clobber, x) == 1                     # stores into x
     assert _may_write(leak_pointer, x, x) == 0b11  # an escape: every input
+    tile = np.zeros((64, 64), np.float32)
+    assert _may_write(tma_scale, tile) == 0                # TMA load from x, TMA store to y
+    assert _may_write(tma_store_into_input, tile) == 1     # a TMA store through x's descriptor
 
 
 def test_inputs_are_never_changed_on_the_cpu():
