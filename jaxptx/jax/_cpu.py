@@ -42,9 +42,10 @@ __all__ = ["run", "UnwrittenOutputError"]
 # XLA may run several custom calls at once (one per device under
 # shard_map); the emulator's caches are shared, so launches take turns.
 _LAUNCH_LOCK = threading.Lock()
-# Kernel id -> module parsed from a call's PTX (the shim has checked that
-# the PTX is the id's).
-_PARSED: dict[int, ir.Module] = {}
+# Kernel id -> (PTX, module parsed from it). The shim has checked that a
+# call's PTX is its id's; the text is kept so that a direct call of run()
+# with other PTX under the same id never gets this module.
+_PARSED: dict[int, tuple[bytes, ir.Module]] = {}
 # The two sentinels an output starts with: a byte equal to both after two
 # launches was never written.
 SENTINELS = (0xA5, 0x5A)
@@ -83,9 +84,7 @@ def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryvi
         registered = _registry.find(kernel_id)
         if registered is not None:
             _check_sizes(registered, inputs, outputs)
-        module = _PARSED.get(kernel_id)
-        if module is None:
-            module = _PARSED.setdefault(kernel_id, parse(bytes(ptx).decode()))
+        module = _parsed(kernel_id, bytes(ptx))
         function = _entry_function(module, entry)
         values = _scalar_values(function, len(inputs) + len(outputs), scalars)
         launch = _Launch(module, entry, shape, values, _tma.sim_maps(tma))
@@ -94,6 +93,16 @@ def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryvi
     except BaseException as e:  # noqa: BLE001 - every failure becomes an FFI error
         return _message(e, kernel_id, entry, registered=_registry.find(kernel_id),
                         ptx=bytes(ptx).decode(errors="replace"))
+
+
+def _parsed(kernel_id: int, text: bytes) -> ir.Module:
+    """The module of a call's PTX, parsed once per id."""
+    known = _PARSED.get(kernel_id)
+    if known is not None and known[0] == text:
+        return known[1]
+    module = parse(text.decode())
+    _PARSED[kernel_id] = (text, module)
+    return module
 
 
 class _Launch:
@@ -270,9 +279,10 @@ def _name_outputs(text: str, registered: _registry.Entry) -> str:
 
 def _python_line(registered: _registry.Entry, kernel_id: int, ptx_line: int) -> tuple | None:
     """The kernel's Python ``(file, line)`` of the instruction at a PTX line."""
-    parsed = _PARSED.get(kernel_id)
-    if parsed is None:
+    known = _PARSED.get(kernel_id)
+    if known is None:
         return None
+    parsed = known[1]
     traced = [s for f in registered.spec.module.functions for s in ir.walk(f.body or [])
               if isinstance(s, ir.Instruction)]
     found = [s for f in parsed.functions for s in ir.walk(f.body or [])
