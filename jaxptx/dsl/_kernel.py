@@ -378,8 +378,11 @@ class Kernel:
         template values), validated for ``target`` with the module's static
         shared memory."""
         grid, where = self._resolve_grid(env), self._grid_where(env)
-        return validate_launch(grid, self._launch.block, self._launch.cluster, smem,
-                               _static_shared_bytes(module), target, where=where)
+        # validate=False reproduces a module as written (the transpiler's
+        # round trip of PTX ptxas may reject): its declarations go unchecked.
+        static = _static_shared_bytes(module) if self._validate else 0
+        return validate_launch(grid, self._launch.block, self._launch.cluster, smem, static, target,
+                               where=where)
 
     def _resolve_grid(self, env: dict[str, Any]) -> tuple[int, int, int]:
         if self._grid is None:  # one cluster (one block without a cluster)

@@ -27,13 +27,13 @@ _POINTER_TYPES = ("u64", "s64", "b64")
 
 
 def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = None,
-           grid: Any = None, block: Any = None, cluster: Any = (1, 1, 1), smem: int = 0,
+           grid: Any = None, block: Any = None, cluster: Any = None, smem: int = 0,
            check: bool = False, max_steps: int | None = None, **template: Any) -> None:
     """Run one kernel on the CPU emulator.
 
     Args:
         source: PTX text, a parsed module, or a jaxptx ``Kernel`` (then
-            ``grid``/``block``/``smem`` default to its specialisation, and
+            ``grid``/``block``/``cluster``/``smem`` default to its specialisation, and
             keyword arguments are its template values).
         *args: one per ``.param``: numpy arrays for pointers (read and
             written in place), numbers for scalars, an :class:`ArgTensorMap`
@@ -54,7 +54,7 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
             matching ``.reqntid``) before anything runs; a fault while running.
     """
     if isinstance(source, Kernel):
-        source, grid, block, smem = _from_kernel(source, args, grid, block, smem, template)
+        source, grid, block, cluster, smem = _from_kernel(source, args, grid, block, cluster, smem, template)
     elif template:
         raise SimError(f"launch: unexpected keyword arguments {sorted(template)}")
     device = Device()
@@ -62,19 +62,24 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
     # the arrays get the addresses they always had (after the globals).
     _, program, bases = device._entry(source, kernel)
     params, outputs = _params(device, program.name, program.params, args)
-    device._run(program, bases, params, grid or (1, 1, 1), block or (1, 1, 1), cluster, smem, check, max_steps)
+    device._run(program, bases, params, grid or (1, 1, 1), block or (1, 1, 1), cluster or (1, 1, 1), smem,
+                check, max_steps)
     for array, address in outputs:
         array.reshape(-1).view(np.uint8)[:] = np.frombuffer(device.read(address, array.nbytes), np.uint8)
 
 
-def _from_kernel(k: Kernel, args: tuple, grid: Any, block: Any, smem: int, template: dict):
+def _from_kernel(k: Kernel, args: tuple, grid: Any, block: Any, cluster: Any, smem: int, template: dict):
+    """The traced module and its launch (the specialisation's, where the call
+    does not give grid, block, cluster or smem)."""
     specs = k.in_specs + k.out_specs
     env = {}
     if specs:
         arrays = [(np.shape(a), np.asarray(a).dtype) for a in args[:len(specs)]]
         env = bind_specs(specs, arrays, list(k._tensors))
     spec = k.specialize(**{**env, **template})
-    return spec.module, grid or spec.grid, block or spec.block, smem or spec.smem
+    launch = spec.launch
+    return (spec.module, grid or launch.grid, block or launch.block, cluster or launch.cluster,
+            smem or launch.smem)
 
 
 def _params(device: Device, name: str, info: list[Variable], args: tuple) -> tuple[list, list[tuple[np.ndarray, int]]]:

@@ -306,3 +306,19 @@ def test_launches_past_cuda_limits_or_host_memory_are_refused_before_running():
         with pytest.raises(SimLaunchError, match=match) as info:
             sim.Device().launch(text, [], **kw)
         assert isinstance(info.value, LaunchError) and isinstance(info.value, sim.SimError)
+
+
+def test_launching_a_kernel_object_uses_its_cluster():
+    from jaxptx import Tile, kernel, ptx, reg
+    from jaxptx.types import u32
+
+    @kernel(out_specs=(Tile(8, u32),), grid=(4, 1, 1), block=(1, 1, 1), cluster=(2, 1, 1), arch="sm_90a")
+    def ranks(out):
+        cta = reg.from_(ptx.special.ctaid.x(), u32)
+        ptx.st.global_.u32(ptx.addr(out.ptr + ptx.mul.wide.u32(cta, 4)),
+                           reg.from_(ptx.special.cluster_nctarank(), u32))
+        ptx.ret()
+
+    out = np.zeros(8, np.uint32)
+    sim.launch(ranks, out)
+    np.testing.assert_array_equal(out[:4], 2)
