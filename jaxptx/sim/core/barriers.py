@@ -3,8 +3,14 @@ CTA and ``barrier.cluster`` per cluster.
 
 A thread that arrives at a barrier waits (state ``WAITING``) until every
 live thread of its CTA (or the barrier's thread count) has arrived; then
-all of them are released at once. These functions work on the machine's
-per-thread state arrays.
+all of them are released at once. Threads that have exited no longer count
+towards a barrier without a thread count. These functions work on the
+machine's per-thread state arrays; :func:`release` returns the threads it
+releases, and the machine schedules them again.
+
+Thread states: ``RUNNING``, ``WAITING`` (at a barrier), ``EXITED``,
+``PARKED`` (on an mbarrier whose phase it waits for) and ``SPINNING`` (in
+a loop proven to change nothing; :mod:`.hangs`).
 """
 
 from __future__ import annotations
@@ -19,19 +25,19 @@ from .step import Step
 if TYPE_CHECKING:
     from ..core.machine import Machine
 
-__all__ = ["RUNNING", "WAITING", "EXITED", "CLUSTER_BARRIER", "everyone", "arrive", "release", "deadlock"]
+__all__ = ["RUNNING", "WAITING", "EXITED", "PARKED", "SPINNING", "CLUSTER_BARRIER", "everyone", "arrive",
+           "release"]
 
-RUNNING, WAITING, EXITED = 0, 1, 2
+RUNNING, WAITING, EXITED, PARKED, SPINNING = 0, 1, 2, 3, 4
 CLUSTER_BARRIER = 99          # the barrier id of a thread in barrier.cluster.wait
 
 
-def everyone(m: "Machine", was_uniform: bool, taken: np.ndarray) -> bool:
-    """Whether ``taken`` are all the live threads, none waits at a barrier
-    and no ``bar.arrive`` is pending."""
-    if was_uniform and len(taken) == m.nthreads:
-        return True
-    return len(taken) == int(np.count_nonzero(m.state == RUNNING)) and \
-        not (m.state == WAITING).any() and not m.arrived.any()
+def everyone(m: "Machine", taken: np.ndarray) -> bool:
+    """Whether ``taken`` are all the live threads (so none waits at a
+    barrier, parks or spins) and no ``bar.arrive`` is pending."""
+    if m.arrived.any():
+        return False
+    return len(taken) == m.nthreads or len(taken) == int(np.count_nonzero(m.state != EXITED))
 
 
 def arrive(m: "Machine", s: Step, pc: int) -> None:
@@ -54,9 +60,10 @@ def arrive(m: "Machine", s: Step, pc: int) -> None:
         m.barrier_pred[s.threads] = s.pred(len(s.ins.operands) - 1)
 
 
-def _release_cluster(m: "Machine", waiting: np.ndarray) -> np.ndarray:
+def _release_cluster(m: "Machine", waiting: np.ndarray, released: list[np.ndarray]) -> np.ndarray:
     """``barrier.cluster.wait``: release a cluster's waiting threads once
-    every live thread of the cluster has arrived; returns the rest."""
+    every live thread of the cluster has arrived (appended to ``released``);
+    returns the rest."""
     at = waiting[m.barrier[waiting] == CLUSTER_BARRIER]
     if len(at) == 0:
         return waiting
@@ -67,21 +74,30 @@ def _release_cluster(m: "Machine", waiting: np.ndarray) -> np.ndarray:
     if done.any():
         m.state[at[done]] = RUNNING
         m.barrier[at[done]] = -1
+        released.append(at[done])
         finished = np.unique(cluster[done])
         m.cluster_arrivals[finished] -= alive[finished]
     # the rest: those waiting at CTA barriers (not the ones released just now)
     return waiting[(m.barrier[waiting] != CLUSTER_BARRIER) & (m.state[waiting] == WAITING)]
 
 
-def release(m: "Machine") -> None:
+def release(m: "Machine") -> np.ndarray:
     """Release every (CTA, barrier) whose arrivals reached its count (all
-    the CTA's live threads when the barrier names none), all at once."""
+    the CTA's live threads when the barrier names none), all at once;
+    returns the released threads (ascending)."""
     waiting = np.nonzero(m.state == WAITING)[0]
-    if len(waiting) == 0:
-        return
-    waiting = _release_cluster(m, waiting)
-    if len(waiting) == 0:
-        return
+    released: list[np.ndarray] = []
+    if len(waiting):
+        waiting = _release_cluster(m, waiting, released)
+    if len(waiting):
+        _release_cta(m, waiting, released)
+    if not released:
+        return waiting[:0]
+    return released[0] if len(released) == 1 else np.sort(np.concatenate(released))
+
+
+def _release_cta(m: "Machine", waiting: np.ndarray, released: list[np.ndarray]) -> None:
+    """bar.sync / bar.red: release the (CTA, barrier) pairs that are complete."""
     ctas = waiting // m.ntid
     key = ctas * 16 + m.barrier[waiting]          # PTX has barriers 0..15
     arrived = np.bincount(key, minlength=m.nctas * 16) + m.arrived
@@ -94,6 +110,7 @@ def release(m: "Machine") -> None:
     done = arrived[key] >= need[key]
     if done.any():
         go = waiting[done]
+        released.append(go)
         m.state[go] = RUNNING
         m.barrier[go] = -1
         m.arrived[key[done]] = 0
@@ -122,17 +139,3 @@ def _reduce(m: "Machine", go: np.ndarray, key: np.ndarray) -> None:
         else:
             s.dst(0, t == n if s.mod("op") == "and" else t > 0, TYPES["pred"])
     m.barrier_pc[go] = -1
-
-
-def deadlock(m: "Machine") -> str:
-    """The error message when threads wait at a barrier that no running
-    thread can complete."""
-    waiting = np.nonzero(m.state == WAITING)[0]
-    t = int(waiting[0])
-    cta, tid = divmod(t, m.ntid)
-    pc = int(m.pc[t]) - 1
-    line = m.program.code[pc].loc
-    where = f" (PTX line {line[1]})" if line and len(line) == 3 else ""
-    return (f"{m.program.name}: deadlock: barrier {int(m.barrier[t])} at "
-            f"{m.program.code[pc].name}{where} reached by {len(waiting)} threads, but others of "
-            f"CTA {cta} exited or never arrive (first waiting thread: tid {tid})")

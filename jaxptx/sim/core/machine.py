@@ -1,23 +1,33 @@
 """The SIMT machine: every thread of the grid at once, one instruction at a time.
 
 Each thread has its own registers (numpy arrays over all threads) and its
-own program counter. While all running threads share one PC the machine
-executes it for all of them; after a divergent branch it runs the smallest
-PC among the running threads for the threads at that PC, so paths
-reconverge where they meet again, for any control flow. ``bar.sync`` parks
-threads until every running thread of their CTA (or the barrier's count)
-has arrived.
+own program counter. Running threads are kept in groups by PC
+(:attr:`Machine.groups`); each step runs the group with the smallest PC, so
+after a divergent branch paths reconverge where they meet again, for any
+control flow, and a step costs the same however many other threads wait.
+``bar.sync`` makes threads wait until every live thread of their CTA (or
+the barrier's count) has arrived; a failed ``mbarrier.try_wait`` parks its
+threads until the mbarrier's phase changes; loops that change nothing are
+found and put aside. When no thread can make progress the launch stops with
+an error naming what each thread waits on (:mod:`.hangs` has the rule).
+
+``max_steps`` bounds the steps of a launch (``sim.launch(max_steps=...)``,
+``Device.launch(max_steps=...)``); when a launch does not pass one, the
+environment variable ``JAXPTX_SIM_MAX_STEPS`` sets it (the JAX CPU path
+reads it this way), else 50,000,000.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from ... import ir
-from .barriers import CLUSTER_BARRIER, EXITED, RUNNING, WAITING, arrive, deadlock, everyone, release
+from .barriers import CLUSTER_BARRIER, EXITED, PARKED, RUNNING, SPINNING, WAITING, arrive, everyone, release
 from .calls import call, return_
+from .hangs import CycleWatch, Spinners, hang_message, running_message, shared_state, where
 from ..memory.spaces import Memory
 from .program import Program, Variable
 from ..errors import SimError
@@ -25,7 +35,7 @@ from .sanitizer import Sanitizer
 from .step import Step
 from .registers import RegisterFile, SpecialRegisters
 
-__all__ = ["Machine", "MACHINE", "NO_OPS"]
+__all__ = ["Machine", "MACHINE", "NO_OPS", "MAX_STEPS_ENV"]
 
 MACHINE = frozenset(["bra", "brx_idx", "call", "ret", "exit", "trap", "bar_sync", "bar_red", "bar_arrive",
                      "barrier_cluster_arrive", "barrier_cluster_wait"])
@@ -38,9 +48,27 @@ NO_OPS = frozenset(["fence", "fence_proxy", "prefetch", "nanosleep", "pmevent", 
 operation in program order, has no caches to prefetch into and no register
 allocation to change."""
 
+MAX_STEPS_ENV = "JAXPTX_SIM_MAX_STEPS"
+"""The environment variable that sets ``max_steps`` when a launch passes none."""
+
+_DEFAULT_MAX_STEPS = 50_000_000
 _BARRIERS = ("bar_sync", "bar_red", "bar_arrive")
 _NOT_PLAIN = MACHINE | NO_OPS
-_NO_PC = np.iinfo(np.int64).max     # above every PC: a thread that does not run now
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def default_max_steps() -> int:
+    """``JAXPTX_SIM_MAX_STEPS`` if set, else 50,000,000.
+
+    Raises:
+        SimError: the variable is set to something other than an int >= 1.
+    """
+    text = os.environ.get(MAX_STEPS_ENV, "").strip().replace("_", "")
+    if not text:
+        return _DEFAULT_MAX_STEPS
+    if not text.isdigit() or int(text) < 1:
+        raise SimError(f"{MAX_STEPS_ENV}: expected an int >= 1, got {os.environ[MAX_STEPS_ENV]!r}")
+    return int(text)
 
 
 class Machine:
@@ -52,12 +80,17 @@ class Machine:
             :mod:`jaxptx.sim.semantics`; passed in, so that the machine core
             does not depend on the instruction families).
         grid, block: launch dims; ``ntid`` threads per CTA, ``nthreads`` in all.
-        max_steps: a bound on executed steps (a guard against endless loops).
+        max_steps: a bound on executed steps (``None``: :func:`default_max_steps`).
+        groups: PC → the running threads at that PC (ascending); ``pc`` holds
+            the PC of every other thread (:meth:`sync_pcs` brings it up to date).
+        parked: mbarrier word → ``(threads, mark, describe)`` of the threads
+            parked on it (:meth:`park`).
+        spinners: threads proven to loop without changing anything.
     """
 
     def __init__(self, program: Program, grid: tuple[int, int, int], block: tuple[int, int, int],
-                 memory: Memory, semantics: Mapping[str, Callable], *, cluster: tuple[int, int, int] = (1, 1, 1), dynamic_smem: int = 0,
-                 global_bases: dict[str, int] | None = None, max_steps: int = 50_000_000,
+                 memory: Memory, semantics: Mapping[str, Callable], *, cluster: tuple[int, int, int] = (1, 1, 1),
+                 dynamic_smem: int = 0, global_bases: dict[str, int] | None = None, max_steps: int | None = None,
                  check: bool = False) -> None:
         self.program = program
         self.semantics = semantics
@@ -71,7 +104,7 @@ class Machine:
         self.nctas = grid[0] * grid[1] * grid[2]
         self.nthreads = self.ntid * self.nctas
         self.warps_per_cta = -(-self.ntid // 32)
-        self.max_steps = max_steps
+        self.max_steps = default_max_steps() if max_steps is None else max_steps
         self.regs = RegisterFile(program.registers, self.nthreads)
         self.pc = np.zeros(self.nthreads, dtype=np.int64)
         self.state = np.zeros(self.nthreads, dtype=np.int8)
@@ -82,17 +115,19 @@ class Machine:
         self.barrier_pred = np.zeros(self.nthreads, dtype=bool)
         self.barrier_pc = np.full(self.nthreads, -1, dtype=np.int64)
         self.arrived = np.zeros(self.nctas * 16, dtype=np.int64)
-        self.all_threads = np.arange(self.nthreads)
+        self.all_threads = np.arange(self.nthreads, dtype=np.int64)
         self.frames: dict[str, np.ndarray] = {}   # function -> calling PC per thread (-1: not in it)
         self.current_pc: int | None = None
         self.sanitizer = Sanitizer(self) if check else None
         memory.cluster_cta = self.cluster_cta
         self.cluster_arrivals = np.zeros(self.nctas, dtype=np.int64)   # by rank-0 CTA
-        # Threads whose last mbarrier test_wait / try_wait found their phase
-        # incomplete: they yield to the other running threads until every
-        # running thread is spinning, so a spin loop at a low PC cannot starve
-        # the thread that would complete the phase.
-        self.spinning = np.zeros(self.nthreads, dtype=bool)
+        self.groups: dict[int, np.ndarray] = {0: self.all_threads} if self.nthreads else {}
+        self.park_word = np.full(self.nthreads, -1, dtype=np.int64)
+        self.parked: dict[int, tuple[np.ndarray, int, Callable[[int], str]]] = {}
+        self._parking: list[tuple[np.ndarray, np.ndarray, np.ndarray, Callable[[int], str]]] = []
+        self._probe: bytes | None = None     # shared state when parked threads last ran again
+        self.spinners = Spinners()
+        self.watch = CycleWatch(self)
         # Checks run when every thread has exited (tensor memory leaks); state
         # that needs one registers it here.
         self.exit_checks: list[Callable[["Machine"], None]] = []
@@ -115,6 +150,9 @@ class Machine:
         self.sanitizer = None
         self.regs = None
         self.frames = {}
+        self.watch = None
+        self.parked = {}
+        self.groups = {}
 
     # registers ---------------------------------------------------------------
     def read_register(self, name: str, threads: np.ndarray) -> np.ndarray:
@@ -185,146 +223,244 @@ class Machine:
             return outer[axis]
         return np.full(len(cta), (self.grid[axis] // self.cluster[axis]))
 
+    # waiting -------------------------------------------------------------------
+    def park(self, threads: np.ndarray, keys: np.ndarray, marks: np.ndarray,
+             describe: Callable[[int], str]) -> None:
+        """Park some of the executing threads after this step until
+        :meth:`changed` reports a new mark for their key (an mbarrier
+        word: its phase and validity bits). ``describe(key)`` words the
+        key for a hang message."""
+        self._parking.append((threads, keys, marks, describe))
+
+    def changed(self, keys: np.ndarray, marks: np.ndarray) -> None:
+        """Objects ``keys`` now have ``marks``: wake the threads parked on a
+        key whose mark differs from the one they parked with."""
+        if not self.parked:
+            return
+        for key, mark in zip(keys.tolist(), marks.tolist()):
+            entry = self.parked.get(key)
+            if entry is not None and entry[1] != mark:
+                del self.parked[key]
+                self._wake(entry[0])
+
+    def spin(self, threads: np.ndarray, pcs: frozenset[int]) -> None:
+        """Put aside running ``threads`` proven to loop over ``pcs`` without
+        changing anything (:class:`.hangs.CycleWatch`)."""
+        threads = threads[self.state[threads] == RUNNING]
+        if len(threads) == 0:
+            return
+        self.sync_pcs()
+        for pc in list(self.groups):
+            g = self.groups[pc]
+            keep = g[~np.isin(g, threads, assume_unique=True)]
+            if len(keep) != len(g):
+                if len(keep):
+                    self.groups[pc] = keep
+                else:
+                    del self.groups[pc]
+        self.state[threads] = SPINNING
+        self.spinners.add(threads, shared_state(self), pcs)
+
+    def sync_pcs(self) -> None:
+        """Write the running threads' PCs into ``pc``."""
+        for pc, threads in self.groups.items():
+            self.pc[threads] = pc
+
+    def _park(self, threads: np.ndarray, pc: int) -> np.ndarray:
+        """Park the threads :meth:`park` named this step (at ``pc``); returns the others."""
+        requests, self._parking = self._parking, []
+        for who, keys, marks, describe in requests:
+            self.state[who] = PARKED
+            self.pc[who] = pc
+            self.park_word[who] = keys
+            for key in np.unique(keys).tolist():
+                sel = keys == key
+                mark = int(marks[sel][0])
+                entry = self.parked.get(key)
+                ts = who[sel] if entry is None else np.sort(np.concatenate((entry[0], who[sel])))
+                self.parked[key] = (ts, mark, describe)
+        return threads[self.state[threads] == RUNNING]
+
+    def _wake(self, threads: np.ndarray) -> None:
+        """Threads parked or spinning run again from their PCs."""
+        self.state[threads] = RUNNING
+        self.park_word[threads] = -1
+        self._place_at_pcs(threads)
+
+    def _stalled(self, steps: int) -> bool:
+        """No thread is ready: run parked threads once more, or spinning
+        ones whose proof no longer holds; raise when neither can change
+        anything (see :mod:`.hangs`). False when every thread has exited."""
+        if not (self.state != EXITED).any():
+            return False
+        proof = shared_state(self)
+        if self.parked and proof != self._probe:
+            self._probe = proof
+            parked = np.sort(np.concatenate([entry[0] for entry in self.parked.values()]))
+            self.parked = {}
+            self._wake(parked)
+            return True
+        stale = self.spinners.stale(proof)
+        if len(stale):
+            self._wake(stale)
+            return True
+        raise SimError(hang_message(self, steps))
+
+    # scheduling ----------------------------------------------------------------
+    def _place(self, pc: int, threads: np.ndarray) -> None:
+        """Add running ``threads`` (ascending) to the group at ``pc``."""
+        if len(threads) == 0:
+            return
+        group = self.groups.get(pc)
+        self.groups[pc] = threads if group is None else np.sort(np.concatenate((group, threads)))
+
+    def _place_at_pcs(self, threads: np.ndarray) -> None:
+        """Add running ``threads`` to the groups of their ``pc`` entries."""
+        if len(threads) == 0:
+            return
+        pcs = self.pc[threads]
+        first = pcs[0]
+        if (pcs == first).all():
+            self._place(int(first), threads)
+            return
+        for pc in np.unique(pcs).tolist():
+            self._place(pc, threads[pcs == pc])
+
+    def _guard(self, ins: ir.Instruction, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The threads whose guard lets them execute ``ins``, and the rest."""
+        if ins.guard is None:
+            return threads, _EMPTY
+        g = self.read_register(ins.guard.register.name, threads).astype(bool)
+        if ins.guard.negated:
+            g = ~g
+        return threads[g], threads[~g]
+
     # execution -----------------------------------------------------------------
     def run(self) -> None:
         """Run until every thread has exited.
 
         Raises:
-            SimError: a fault, an unsupported instruction, a deadlock at a
-                barrier, or more than ``max_steps`` steps.
+            SimError: a fault, an unsupported instruction, a hang (no thread
+                can make progress), or more than ``max_steps`` steps.
         """
         code = self.program.code
+        plain = self._plain
+        groups = self.groups
+        watch = self.watch
+        limit = self.max_steps
         steps = 0
-        uniform = 0        # the PC all running threads share, or None
-        running = self.all_threads
         while True:
-            if uniform is not None:
-                pc, threads = uniform, running
+            if not groups:
+                if self._stalled(steps):
+                    continue
+                for check in self.exit_checks:
+                    check(self)
+                return
+            if len(groups) == 1:
+                pc, threads = groups.popitem()
             else:
-                live = self.state == RUNNING
-                if not live.any():
-                    if (self.state == WAITING).any():
-                        raise SimError(deadlock(self))
-                    for check in self.exit_checks:
-                        check(self)
-                    return
-                ready = live
-                if self.spinning.any():
-                    ready = live & ~self.spinning
-                    if not ready.any():
-                        self.spinning[:] = False
-                        ready = live
-                pcs = np.where(ready, self.pc, _NO_PC)
-                pc = int(pcs.min())
-                threads = np.flatnonzero(pcs == pc)
-                running = None
+                pc = min(groups)
+                threads = groups.pop(pc)
+            steps += 1
+            if steps > limit:
+                groups[pc] = threads
+                raise SimError(running_message(self, limit))
             if pc >= len(code):
                 raise SimError(f"{self.program.name}: ran past the end of the kernel (missing ret?)")
-            steps += 1
-            if steps > self.max_steps:
-                raise SimError(f"{self.program.name}: more than {self.max_steps} steps; endless loop?")
-            uniform, running = self._execute(pc, threads, uniform is not None, running)
+            self.current_pc = pc
+            fn = plain[pc]
+            if fn is not None:
+                self._execute_plain(fn, pc, threads)
+            else:
+                self._execute(pc, threads)
+            if watch.active:
+                watch.after(steps, pc, threads)
+            elif steps >= watch.next:
+                watch.start(steps)
 
-    def _execute(self, pc: int, threads: np.ndarray, was_uniform: bool, running):
-        self.current_pc = pc
-        fn = self._plain[pc]
-        if fn is not None:
-            return self._execute_plain(fn, pc, threads, was_uniform)
-        ins = self.program.code[pc]
-        taken = threads
-        if ins.guard is not None:
-            g = self.read_register(ins.guard.register.name, threads).astype(bool)
-            taken = threads[~g] if ins.guard.negated else threads[g]
-        r = self.program.resolved[pc]
-        sim = r.inst.sim if r is not None else None
-        target = None
-        if sim == "bra":
-            target = self._label(ins.operands[0])
-        elif sim == "brx_idx":
-            target = self._indexed_target(Step(self, ins, r, taken))
-        elif sim == "trap":
-            if len(taken):
-                raise SimError(f"{self.program.name}: trap executed by {_threads(self, taken)}"
-                               f"{_where(ins)}")
-        elif sim == "call":
-            target = call(Step(self, ins, r, taken), pc)
-        elif sim == "ret" and self.program.function_of[pc]:
-            return_(Step(self, ins, r, taken), self.program.function_of[pc])
-        elif sim in ("ret", "exit"):
-            self.state[taken] = EXITED
-        elif sim == "bar_sync" and len(ins.operands) == 1 and everyone(self, was_uniform, taken):
-            # Every live thread of every CTA is here: the barrier completes at once.
-            if self.sanitizer is not None:
-                self.sanitizer.barrier_released(np.arange(self.nctas))
-            return pc + 1, threads
-        elif sim in _BARRIERS:
-            arrive(self, Step(self, ins, r, taken), pc)
-        elif sim == "barrier_cluster_arrive":
-            np.add.at(self.cluster_arrivals, self.cluster_first(taken // self.ntid), 1)
-        elif sim == "barrier_cluster_wait":
-            self.state[taken] = WAITING
-            self.barrier[taken] = CLUSTER_BARRIER
-        elif sim in NO_OPS:
-            pass
-        elif sim is None or sim not in self.semantics:
-            raise SimError(f"{self.program.name}: the emulator does not run {ins.name} yet")
-        elif len(taken):
-            try:
-                self.semantics[sim](Step(self, ins, r, taken))
-            except SimError as e:
-                raise _located(e, ins) from None
-        if sim == "ret" and self.program.function_of[pc]:
-            sim = "returned"      # the PCs are set; reconverge below like any step
-            self.pc[threads[~np.isin(threads, taken)]] = pc + 1
-            live = self.state == RUNNING
-            if len(threads) == int(live.sum()):
-                pcs = self.pc[threads]
-                if (pcs == pcs[0]).all():
-                    return int(pcs[0]), threads
-            return None, None
-        # next PCs
-        if was_uniform and (len(taken) == len(threads) or len(taken) == 0) and \
-                sim not in ("ret", "exit", "barrier_cluster_wait", *_BARRIERS) and \
-                not isinstance(target, np.ndarray):
-            nxt = target if (target is not None and len(taken)) else pc + 1
-            return nxt, threads
-        self._set_pc(threads, pc + 1)
-        if target is not None:
-            self.pc[taken] = target
-        if sim in _BARRIERS or sim == "barrier_cluster_wait":
-            release(self)
-        live = self.state == RUNNING
-        if sim not in ("ret", "exit", "barrier_cluster_wait", *_BARRIERS) and len(threads) == int(live.sum()):
-            pcs = self.pc[threads]
-            if (pcs == pcs[0]).all():
-                return int(pcs[0]), threads
-        return None, None
-
-    def _execute_plain(self, fn, pc: int, threads: np.ndarray, was_uniform: bool):
+    def _execute_plain(self, fn: Callable, pc: int, threads: np.ndarray) -> None:
         """An instruction that computes (no control flow, no barrier): run
         its semantics; every executing thread goes on to ``pc + 1``."""
         ins = self.program.code[pc]
         taken = threads
         if ins.guard is not None:
-            g = self.read_register(ins.guard.register.name, threads).astype(bool)
-            taken = threads[~g] if ins.guard.negated else threads[g]
+            taken = self._guard(ins, threads)[0]
         if len(taken):
             try:
                 fn(Step(self, ins, self.program.resolved[pc], taken))
             except SimError as e:
                 raise _located(e, ins) from None
-        if was_uniform:
-            return pc + 1, threads
-        self._set_pc(threads, pc + 1)
-        if len(threads) == int(np.count_nonzero(self.state == RUNNING)):
-            return pc + 1, threads
-        return None, None
+            if self._parking:
+                threads = self._park(threads, pc + 1)
+        self._place(pc + 1, threads)
 
-    def _set_pc(self, threads: np.ndarray, pc: int) -> None:
-        if len(threads) == self.nthreads:       # then threads is every thread, in order
-            self.pc.fill(pc)
+    def _execute(self, pc: int, threads: np.ndarray) -> None:
+        """Control flow, barriers, exits and no-ops."""
+        ins = self.program.code[pc]
+        r = self.program.resolved[pc]
+        sim = r.inst.sim if r is not None else None
+        taken, rest = self._guard(ins, threads)
+        if sim in ("bra", "brx_idx", "call"):
+            if len(taken) == 0:
+                self._place(pc + 1, rest)
+                return
+            if sim == "bra":
+                target = self._label(ins.operands[0])
+            elif sim == "brx_idx":
+                target = self._indexed_target(Step(self, ins, r, taken))
+            else:
+                target = call(Step(self, ins, r, taken), pc)
+            self._place(pc + 1, rest)
+            if isinstance(target, np.ndarray):
+                self.pc[taken] = target
+                self._place_at_pcs(taken)
+            else:
+                self._place(target, taken)
+        elif sim == "trap":
+            if len(taken):
+                raise SimError(f"{self.program.name}: trap executed by {_threads(self, taken)}{where(ins)}")
+            self._place(pc + 1, threads)
+        elif sim == "ret" and self.program.function_of[pc]:
+            if len(taken):
+                return_(Step(self, ins, r, taken), self.program.function_of[pc])
+            self._place(pc + 1, rest)
+            self._place_at_pcs(taken)
+        elif sim in ("ret", "exit"):
+            self.state[taken] = EXITED
+            self.pc[taken] = pc
+            self._place(pc + 1, rest)
+            if len(taken) and (self.state == WAITING).any():
+                self._release()         # a barrier may now have every live thread
+        elif sim == "bar_sync" and len(rest) == 0 and len(ins.operands) == 1 and everyone(self, taken):
+            # Every live thread of every CTA is here: the barrier completes at once.
+            if self.sanitizer is not None:
+                self.sanitizer.barrier_released(np.arange(self.nctas))
+            self._place(pc + 1, threads)
+        elif sim in _BARRIERS:
+            if len(taken):
+                arrive(self, Step(self, ins, r, taken), pc)
+            self.pc[taken] = pc + 1
+            self._place(pc + 1, threads[self.state[threads] == RUNNING])
+            self._release()
+        elif sim == "barrier_cluster_arrive":
+            np.add.at(self.cluster_arrivals, self.cluster_first(taken // self.ntid), 1)
+            self._place(pc + 1, threads)
+            if (self.state == WAITING).any():
+                self._release()
+        elif sim == "barrier_cluster_wait":
+            self.state[taken] = WAITING
+            self.barrier[taken] = CLUSTER_BARRIER
+            self.pc[taken] = pc + 1
+            self._place(pc + 1, rest)
+            self._release()
+        elif sim in NO_OPS:
+            self._place(pc + 1, threads)
         else:
-            self.pc[threads] = pc
+            raise SimError(f"{self.program.name}: the emulator does not run {ins.name} yet{where(ins)}")
+
+    def _release(self) -> None:
+        """Run the threads whose barriers completed."""
+        self._place_at_pcs(release(self))
 
     def _indexed_target(self, s: Step) -> int | np.ndarray:
         """``brx.idx index, tlist``: each thread's entry of the
@@ -356,18 +492,9 @@ def _threads(m: Machine, threads: np.ndarray) -> str:
     cta, tid = divmod(t, m.ntid)
     bx, by, _ = m.block
     gx, gy, _ = m.grid
-    where = (f"thread ({tid % bx}, {tid // bx % by}, {tid // (bx * by)}) of CTA "
-             f"({cta % gx}, {cta // gx % gy}, {cta // (gx * gy)})")
-    return where + (f" and {len(threads) - 1} other threads" if len(threads) > 1 else "")
-
-
-def _where(ins: ir.Instruction) -> str:
-    """`` [PTX line N]`` for parsed PTX, `` [file:line]`` for a traced kernel."""
-    if ins.loc and len(ins.loc) == 3:
-        return f" [PTX line {ins.loc[1]}]"
-    if ins.loc and len(ins.loc) == 2:
-        return f" [{ins.loc[0]}:{ins.loc[1]}]"
-    return ""
+    at = (f"thread ({tid % bx}, {tid // bx % by}, {tid // (bx * by)}) of CTA "
+          f"({cta % gx}, {cta // gx % gy}, {cta // (gx * gy)})")
+    return at + (f" and {len(threads) - 1} other threads" if len(threads) > 1 else "")
 
 
 def _located(e: SimError, ins: ir.Instruction) -> SimError:

@@ -32,10 +32,13 @@ and the pending count is reloaded from the expected count. Every operation
 applies all the executing threads' updates at once, per barrier, in thread
 order: arrivals are counted with cumulative sums, so one step may complete a
 phase (and even carry later arrivals into the next one); the tokens are the
-per-thread states before each arrival. Waits never block (the machine is
-single-stepped; kernels loop on ``try_wait``); a thread whose wait fails is
-marked in ``Machine.spinning``, and the machine runs the other threads
-first, so a consumer's spin loop cannot starve the producer it waits for.
+per-thread states before each arrival. Waits never block the step (kernels
+loop on ``try_wait``), but a thread whose wait finds its phase incomplete is
+parked (``Machine.park``) on the object until its phase bit or validity
+changes: every write of an object reports its new bits (``Machine.changed``),
+which wakes the threads parked on it. So a consumer spinning on a full
+barrier costs nothing until the producer's copy completes it, and a spin on
+a phase nothing can complete is reported as a hang (:mod:`..core.hangs`).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ LIMIT = (1 << 20) - 1
 _M20 = np.uint64(LIMIT)
 _M21 = np.uint64((1 << 21) - 1)
 VALID = np.uint64(1 << 62)
+_MARK = np.uint64(62)         # bits 62-63 (valid, phase): all a wait's result depends on
 _WINDOW = 1 << 40
 _U64 = TYPES["u64"]
 _U32 = TYPES["u32"]
@@ -131,7 +135,14 @@ def _store(s: Step, uniq: np.ndarray, phase, pending, expected, tx) -> None:
         k = int(np.nonzero(bad)[0][0])
         raise SimError(f"{s.ins.name}: {_where(s, uniq[k])}: tx-count {int(tx[k])} or expected count "
                        f"{int(expected[k])} out of range")
-    _words(s)[uniq] = pack(phase, pending, expected, tx)
+    _write(s, uniq, pack(phase, pending, expected, tx))
+
+
+def _write(s: Step, idx: np.ndarray, words: np.ndarray) -> None:
+    """Store mbarrier words and wake the threads parked on those whose
+    phase or validity changed."""
+    _words(s)[idx] = words
+    s.m.changed(np.asarray(idx), np.broadcast_to(words, np.shape(idx)) >> _MARK)
 
 
 def _settle(phase, pending, expected, tx):
@@ -237,14 +248,15 @@ def mbarrier_init(s: Step) -> None:
     count = s.src(1, _U32).astype(np.int64)
     if ((count < 1) | (count > LIMIT)).any():
         raise SimError(f"{s.ins.name}: count {int(count[(count < 1) | (count > LIMIT)][0])} is not in 1..2^20-1")
-    _words(s)[idx] = pack(np.zeros(s.n, np.int64), count, count, np.zeros(s.n, np.int64))
+    _write(s, idx, pack(np.zeros(s.n, np.int64), count, count, np.zeros(s.n, np.int64)))
 
 
 @semantics('mbarrier_inval')
 def mbarrier_inval(s: Step) -> None:
     """``mbarrier.inval``: the object is no longer an mbarrier (the emulator
     clears the word, so later mbarrier operations on it are errors)."""
-    _words(s)[barrier_index(s, 0)] = np.uint64(0)
+    idx = barrier_index(s, 0)
+    _write(s, idx, np.zeros(len(idx), np.uint64))
 
 
 def _arrive_form(drop: bool, no_complete: bool) -> Callable[[Step], None]:
@@ -285,14 +297,25 @@ def _tx(sign: int) -> Callable[[Step], None]:
     return run
 
 
-def _waited(s: Step, complete: np.ndarray) -> None:
-    """Write waitComplete and mark the threads that found their phase
-    incomplete as spinning: the machine (``Machine.spinning``) lets the other
-    threads run first, so a spin loop cannot starve the producer."""
+def _waited(s: Step, idx: np.ndarray, words: np.ndarray, complete: np.ndarray) -> None:
+    """Write waitComplete and park the threads that found their phase
+    incomplete until the phase (or validity) of their mbarrier changes."""
     s.dst(0, complete, TYPES["pred"])
-    spinning = getattr(s.m, "spinning", None)
-    if spinning is not None and not complete.all():
-        spinning[s.threads[~complete]] = True
+    if not complete.all():
+        fail = ~complete
+        s.m.park(s.threads[fail], idx[fail], words[fail] >> _MARK, lambda word: _describe(s.m.memory, word))
+
+
+def _describe(memory, word: int) -> str:
+    """A parked-on mbarrier for a hang message: where, phase, counts."""
+    size = memory.shared_size or 1
+    cta, off = divmod(word * 8, size)
+    w = memory.shared.view(np.uint64)[word:word + 1]
+    if not (w & VALID).any():
+        return f"the mbarrier at shared offset {off:#x} of CTA {cta}, which is not initialised"
+    phase, pending, expected, tx = (int(v[0]) for v in unpack(w))
+    return (f"the mbarrier at shared offset {off:#x} of CTA {cta} to complete its phase {phase} "
+            f"(parity {phase & 1}): {pending} of {expected} arrivals pending, tx-count {tx}")
 
 
 @semantics('mbarrier_test_wait', 'mbarrier_try_wait')
@@ -300,10 +323,11 @@ def mbarrier_test_wait(s: Step) -> None:
     """``mbarrier.test_wait/try_wait waitComplete, [addr], state``: true when
     the phase the state token names has completed, i.e. the object's phase
     differs from the token's (PTX ISA: valid only for the current or the
-    immediately preceding phase). Never blocks."""
-    words = _words(s)[barrier_index(s, 1)]
+    immediately preceding phase). A thread that finds it incomplete is parked."""
+    idx = barrier_index(s, 1)
+    words = _words(s)[idx]
     token = s.src(2, _U64)
-    _waited(s, (words >> np.uint64(63)) != (token >> np.uint64(63)))
+    _waited(s, idx, words, (words >> np.uint64(63)) != (token >> np.uint64(63)))
 
 
 @semantics('mbarrier_test_wait_parity', 'mbarrier_try_wait_parity')
@@ -311,10 +335,11 @@ def mbarrier_test_wait_parity(s: Step) -> None:
     """``mbarrier.test_wait/try_wait.parity waitComplete, [addr], phaseParity``:
     true when the phase of parity ``phaseParity`` has completed, i.e. the
     current phase has the other parity (PTX ISA: the parity names the current
-    or the immediately preceding phase). Never blocks."""
-    words = _words(s)[barrier_index(s, 1)]
+    or the immediately preceding phase). A thread that finds it incomplete is parked."""
+    idx = barrier_index(s, 1)
+    words = _words(s)[idx]
     parity = s.src(2, _U32).astype(np.uint64) & np.uint64(1)
-    _waited(s, (words >> np.uint64(63)) != parity)
+    _waited(s, idx, words, (words >> np.uint64(63)) != parity)
 
 
 @semantics('mbarrier_pending_count')

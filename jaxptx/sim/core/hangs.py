@@ -1,0 +1,380 @@
+"""Hangs: when no thread can make progress, the launch stops and says why.
+
+The rule
+--------
+The machine is deterministic: what it does next depends only on its state
+(program counters, thread states, registers, memory, barrier and mbarrier
+bookkeeping). A thread can wait in three ways, and each costs nothing
+until what it waits on changes:
+
+* **At a barrier** (``bar.sync``/``bar.red``, ``barrier.cluster.wait``):
+  state ``WAITING``. Only other threads' arrivals (or exits, for a barrier
+  without a thread count) release it.
+* **On an mbarrier**: a thread whose ``mbarrier.test_wait``/``try_wait``
+  finds its phase incomplete is ``PARKED`` on that mbarrier until the
+  object's phase bit or validity changes, the only things that can change
+  the wait's result (every arrive, expect-tx, complete-tx, init and inval
+  wakes the threads parked on the object it changes). Async copies and
+  tensor-core operations complete when they are issued, so any pending
+  arrival or transaction must come from a thread that can still run.
+* **In a loop that changes nothing** (``LOOP: bra LOOP;``, a volatile load
+  spinning on a flag nobody writes): found by sampling. Every so often the
+  machine notes every thread's PC and state; when they come back, it hashes
+  the whole machine; when a hash comes back too, the threads that ran in
+  between are in a cycle that changes nothing. They are ``SPINNING``: put
+  aside, with a hash of the *shared* state (memory, barriers, and every
+  thread that is not running) as the proof. They run again only when no
+  other thread can run and the shared state differs from their proof.
+
+When no thread is ready (every live thread waits, is parked or spins), the
+machine first runs the parked threads once more (a wait loop may have
+another way out, such as a retry limit). If they park again and nothing
+changed since, and every spinning thread's proof still holds, no thread can
+ever make progress: the launch stops with a :class:`SimError` that names,
+per group, what the threads wait on (the barrier and its arrivals, or the
+mbarrier with its phase, pending arrivals and tx-count, or the loop and the
+addresses it reads), which threads (CTA and thread indices as ranges), and
+their PTX lines (Python lines for traced kernels).
+
+A correct producer/consumer pipeline is never reported: its consumers,
+parked on a full barrier, are woken by the producer's arrive or the copy's
+complete-tx; its producer, parked on an empty barrier, by the consumers'
+arrivals; a point where nothing is ready is reached only when nothing that
+could run is left. A loop that changes memory and changes it back within
+one turn counts as changing nothing. ``max_steps`` bounds everything else
+(a loop whose state keeps changing, like a counter that never reaches its
+bound); its error names the threads still running and their lines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ... import ir
+from .barriers import CLUSTER_BARRIER, EXITED, PARKED, RUNNING, SPINNING, WAITING
+from .step import Step
+
+if TYPE_CHECKING:
+    from ..core.machine import Machine
+
+__all__ = ["CycleWatch", "Spinners", "hang_message", "running_message", "shared_state", "thread_ranges",
+           "where"]
+
+_PER_THREAD = ("pc", "barrier", "barrier_count", "barrier_pred", "barrier_pc", "park_word", "carry")
+_SKIP = frozenset(_PER_THREAD) | {"state", "all_threads"}
+_MAX_GROUPS = 8         # wait groups listed in a message
+
+
+# --- words for messages ------------------------------------------------------------------------
+
+def where(ins: ir.Instruction) -> str:
+    """`` [PTX line N]`` for parsed PTX, `` [file:line]`` for a traced kernel."""
+    if ins.loc and len(ins.loc) == 3:
+        return f" [PTX line {ins.loc[1]}]"
+    if ins.loc and len(ins.loc) == 2:
+        return f" [{ins.loc[0]}:{ins.loc[1]}]"
+    return ""
+
+
+def _ranges(values: Any) -> str:
+    """``0-31, 64, 96-127`` for sorted distinct ints."""
+    out, v = [], [int(x) for x in values]
+    i = 0
+    while i < len(v):
+        j = i
+        while j + 1 < len(v) and v[j + 1] == v[j] + 1:
+            j += 1
+        out.append(str(v[i]) if i == j else f"{v[i]}-{v[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+def thread_ranges(m: "Machine", threads: np.ndarray) -> str:
+    """Threads as ``CTA 0 threads 0-31, 64-95; CTAs 1-3 threads 0-127``
+    (linear CTA index in the grid, linear thread index in the CTA)."""
+    threads = np.unique(np.asarray(threads, dtype=np.int64))
+    cta, tid = np.divmod(threads, m.ntid)
+    by: dict[str, list[int]] = {}
+    for c in np.unique(cta):
+        by.setdefault(_ranges(tid[cta == c]), []).append(int(c))
+    parts = [f"CTA{'s' if len(ctas) > 1 else ''} {_ranges(ctas)} thread{'s' if ',' in t or '-' in t else ''} {t}"
+             for t, ctas in by.items()]
+    if len(parts) > 4:
+        parts = parts[:4] + [f"... ({len(parts) - 4} more CTA groups)"]
+    return f"{len(threads)} thread{'s' if len(threads) > 1 else ''} ({'; '.join(parts)})"
+
+
+def _lines(m: "Machine", pcs: Any) -> str:
+    """The source lines of ``pcs`` (a loop's instructions) as ranges."""
+    ptx, py = [], []
+    for pc in sorted(set(int(p) for p in pcs)):
+        loc = m.program.code[pc].loc if pc < len(m.program.code) else None
+        if loc and len(loc) == 3:
+            ptx.append(int(loc[1]))
+        elif loc and len(loc) == 2:
+            py.append(f"{loc[0]}:{loc[1]}")
+    if ptx:
+        return f"PTX line{'s' if len(set(ptx)) > 1 else ''} {_ranges(sorted(set(ptx)))}"
+    return ", ".join(dict.fromkeys(py)) or "no line information"
+
+
+def _at(m: "Machine", pc: int) -> str:
+    """``bar.sync (PTX line 10)``: the instruction at ``pc`` and its line."""
+    if not 0 <= pc < len(m.program.code):
+        return f"PC {pc}"
+    ins = m.program.code[pc]
+    return f"{ins.name} ({where(ins)[2:-1]})" if where(ins) else ins.name
+
+
+# --- state hashes ------------------------------------------------------------------------------
+
+def _update(h: Any, a: np.ndarray) -> None:
+    a = np.ascontiguousarray(a)
+    h.update(str((a.dtype.str, a.shape)).encode())
+    h.update(a.view(np.uint8) if a.ndim else a.reshape(1).view(np.uint8))
+
+
+def _update_any(h: Any, name: str, value: Any, depth: int = 0) -> None:
+    """Hash machine state another module keeps on the machine (tensor
+    memory, a carry flag...): arrays, and dicts / objects holding them."""
+    if isinstance(value, np.ndarray):
+        h.update(name.encode())
+        _update(h, value)
+    elif isinstance(value, dict) and depth < 3:
+        for k in sorted(value, key=repr):
+            _update_any(h, f"{name}[{k!r}]", value[k], depth + 1)
+    elif hasattr(value, "__dict__") and depth < 3 and not callable(value):
+        for k, v in sorted(vars(value).items()):
+            if not k.startswith("_") or isinstance(v, np.ndarray):
+                _update_any(h, f"{name}.{k}", v, depth + 1)
+    elif isinstance(value, (int, float, str, bool, list, tuple, type(None))) and depth:
+        h.update(f"{name}={value!r}".encode())
+
+
+def _state_hash(m: "Machine", keep: np.ndarray | None) -> bytes:
+    """A hash of the machine's state. ``keep``: the threads whose private
+    state (PC, registers, call frames) counts (``None``: every thread)."""
+    m.sync_pcs()
+    h = hashlib.blake2b(digest_size=16)
+    pick = (lambda a: a) if keep is None else (lambda a: a[keep])
+    state = m.state if keep is None else np.where(m.state == SPINNING, RUNNING, m.state)
+    _update(h, state)
+    for name in _PER_THREAD:
+        a = getattr(m, name, None)
+        if isinstance(a, np.ndarray) and a.shape[:1] == (m.nthreads,):
+            h.update(name.encode())
+            _update(h, pick(a))
+    for name in sorted(m.frames):
+        h.update(name.encode())
+        _update(h, pick(m.frames[name]))
+    for name in sorted(m.regs.arrays):
+        h.update(name.encode())
+        _update(h, pick(m.regs.arrays[name]))
+    mem = m.memory
+    for name, a in (("shared", mem.shared), ("local", mem.local)):
+        h.update(name.encode())
+        _update(h, a)
+    for k, a in enumerate(mem.globals):
+        h.update(f"global{k}".encode())
+        _update(h, a)
+    for name, value in sorted(vars(m).items()):
+        if name not in _SKIP and isinstance(value, (np.ndarray, dict)) and name not in ("frames", "groups",
+                                                                                          "parked"):
+            _update_any(h, name, value)
+        elif name == "_tensor_memory" or (hasattr(value, "__dict__") and name == "tmem"):
+            _update_any(h, name, value)
+    return h.digest()
+
+
+def full_state(m: "Machine") -> bytes:
+    """A hash of everything that decides what the machine does next."""
+    return _state_hash(m, None)
+
+
+def shared_state(m: "Machine") -> bytes:
+    """A hash of the state a spinning thread's loop may read: memory,
+    barriers, and the private state of every thread that is neither
+    running nor spinning."""
+    return _state_hash(m, np.flatnonzero((m.state != RUNNING) & (m.state != SPINNING)))
+
+
+# --- spinning loops -----------------------------------------------------------------------------
+
+class Spinners:
+    """Threads proven to spin: ``(threads, proof, pcs)`` per loop, where
+    ``proof`` is :func:`shared_state` when the loop was found and ``pcs``
+    the loop's instructions."""
+
+    def __init__(self) -> None:
+        self.loops: list[tuple[np.ndarray, bytes, frozenset[int]]] = []
+
+    def add(self, threads: np.ndarray, proof: bytes, pcs: frozenset[int]) -> None:
+        """Record a loop."""
+        self.loops.append((threads, proof, pcs))
+
+    def stale(self, proof: bytes) -> np.ndarray:
+        """Remove and return the threads of loops proven under another
+        shared state than ``proof`` (they may see something new)."""
+        keep = [x for x in self.loops if x[1] == proof]
+        gone = [x[0] for x in self.loops if x[1] != proof]
+        self.loops = keep
+        return np.sort(np.concatenate(gone)) if gone else np.zeros(0, np.int64)
+
+    def __bool__(self) -> bool:
+        return bool(self.loops)
+
+
+class CycleWatch:
+    """Sampling cycle detection (see the module docstring). The machine
+    calls :meth:`start` when ``steps`` reaches :attr:`next`, then
+    :meth:`after` after each step while :attr:`active`."""
+
+    FIRST = 4096            # steps before the first sample
+    LONGEST = 1 << 16       # the longest interval between samples
+    WINDOW = 512            # steps a sample waits for the PCs to come back
+    HASHES = 4              # whole-state hashes a sample takes at most
+
+    def __init__(self, m: "Machine") -> None:
+        self.m = m
+        self.interval = self.FIRST
+        self.next = self.FIRST
+        self.active = False
+
+    def start(self, step: int) -> None:
+        """Note every thread's PC and state."""
+        m = self.m
+        m.sync_pcs()
+        self.pcs, self.states = m.pc.copy(), m.state.copy()
+        self.until = step + self.WINDOW
+        self.seen: dict[bytes, int] | None = None
+        self.segments: list[tuple[list[np.ndarray], set[int]]] = []
+        self.ran: list[np.ndarray] = []
+        self.visited: set[int] = set()
+        self.active = True
+
+    def after(self, step: int, pc: int, threads: np.ndarray) -> None:
+        """Called after each step while sampling."""
+        m = self.m
+        if self.seen is not None:
+            self.ran.append(threads)
+            self.visited.add(pc)
+        m.sync_pcs()
+        if not (np.array_equal(m.pc, self.pcs) and np.array_equal(m.state, self.states)):
+            if step >= self.until:
+                self._stop(step, grow=True)
+            return
+        digest = full_state(m)
+        if self.seen is None:
+            self.seen = {digest: 0}
+            self.until = step + self.WINDOW
+            return
+        self.segments.append((self.ran, self.visited))
+        self.ran, self.visited = [], set()
+        k = self.seen.get(digest)
+        if k is not None:
+            loop = self.segments[k:]
+            threads = np.unique(np.concatenate([t for ran, _ in loop for t in ran]))
+            pcs = frozenset().union(*(v for _, v in loop))
+            self._stop(step, grow=False)
+            m.spin(threads, pcs)
+            return
+        self.seen[digest] = len(self.segments)
+        self.until = step + self.WINDOW
+        if len(self.seen) >= self.HASHES:
+            self._stop(step, grow=True)
+
+    def _stop(self, step: int, grow: bool) -> None:
+        self.active = False
+        self.seen = None
+        self.segments, self.ran = [], []
+        if grow:
+            self.interval = min(self.interval * 2, self.LONGEST)
+        self.next = step + self.interval
+
+
+# --- messages -----------------------------------------------------------------------------------
+
+def _barrier_groups(m: "Machine", waiting: np.ndarray) -> list[str]:
+    out = []
+    alive = np.bincount(np.flatnonzero(m.state != EXITED) // m.ntid, minlength=m.nctas)
+    exited = m.ntid - alive
+    cluster = waiting[m.barrier[waiting] == CLUSTER_BARRIER]
+    if len(cluster):
+        first = m.cluster_first(cluster // m.ntid)
+        for f in np.unique(first):
+            ts = cluster[first == f]
+            members = np.flatnonzero(m.cluster_first(np.arange(m.nctas)) == f)
+            live = int(alive[members].sum())
+            out.append(f"barrier.cluster.wait at {_at(m, int(m.pc[ts[0]]) - 1)} reached by {thread_ranges(m, ts)}; "
+                       f"the cluster of CTAs {_ranges(members)} has {int(m.cluster_arrivals[f])} arrivals of "
+                       f"the {live} its live threads must make")
+    rest = waiting[m.barrier[waiting] != CLUSTER_BARRIER]
+    key = (rest // m.ntid) * 16 + m.barrier[rest]
+    for k in np.unique(key):
+        ts = rest[key == k]
+        cta, ident = divmod(int(k), 16)
+        count = int(m.barrier_count[ts].max())
+        need = f"the {count} threads it counts" if count else f"all {int(alive[cta])} live threads of the CTA"
+        gone = f"; {int(exited[cta])} threads of CTA {cta} have exited" if exited[cta] else ""
+        pending = int(m.arrived[k])
+        extra = f" and {pending} bar.arrive arrivals" if pending else ""
+        out.append(f"barrier {ident} at {_at(m, int(m.pc[ts[0]]) - 1)} reached by {thread_ranges(m, ts)}{extra}, "
+                   f"but it waits for {need}{gone}")
+    return out
+
+
+def _parked_groups(m: "Machine") -> list[str]:
+    out = []
+    for word, (threads, _, describe) in sorted(m.parked.items()):
+        pcs = m.pc[threads] - 1
+        lines = ", ".join(_at(m, int(p)) for p in np.unique(pcs))
+        out.append(f"{thread_ranges(m, threads)} wait at {lines} for {describe(word)}, and no thread that "
+                   "can still run arrives on it or completes its transactions")
+    return out
+
+
+def _reads(m: "Machine", pcs: frozenset[int], threads: np.ndarray) -> str:
+    """The memory a loop reads: each load's address for the first thread."""
+    found = []
+    for pc in sorted(pcs):
+        ins, r = m.program.code[pc], m.program.resolved[pc]
+        if r is None or not r.inst.sim or not r.inst.sim.startswith(("ld", "atom")):
+            continue
+        k = next((i for i, op in enumerate(ins.operands) if isinstance(op, ir.Address)), None)
+        if k is None:
+            continue
+        try:
+            space, addr = Step(m, ins, r, threads[:1]).address(k)
+            found.append(f"{ins.name}{where(ins)} reads {space} address {int(addr[0]):#x}")
+        except Exception:  # noqa: BLE001 - a message must not fail on a bad address
+            found.append(f"{ins.name}{where(ins)}")
+    return ("; " + ", ".join(found) + ", which no thread that can still run writes") if found else ""
+
+
+def hang_message(m: "Machine", steps: int) -> str:
+    """The error when no thread can make progress."""
+    m.sync_pcs()
+    groups = _barrier_groups(m, np.flatnonzero(m.state == WAITING)) + _parked_groups(m)
+    for threads, _, pcs in m.spinners.loops:
+        groups.append(f"{thread_ranges(m, threads)} spin in the loop at {_lines(m, pcs)} without changing "
+                      f"anything{_reads(m, pcs, threads)}")
+    more = len(groups) - _MAX_GROUPS
+    groups = groups[:_MAX_GROUPS] + ([f"... and {more} more groups"] if more > 0 else [])
+    return (f"{m.program.name}: deadlock: " + "\n  ".join(groups) +
+            f"\n  (no thread can make progress; stopped after {steps} steps)")
+
+
+def running_message(m: "Machine", limit: int) -> str:
+    """The error when ``max_steps`` runs out: who is still running, where."""
+    m.sync_pcs()
+    live = np.flatnonzero((m.state == RUNNING) | (m.state == SPINNING))
+    pcs = m.pc[live]
+    parts = [f"{thread_ranges(m, live[pcs == p])} at {_at(m, int(p))}" for p in np.unique(pcs)[:_MAX_GROUPS]]
+    parked = int(np.count_nonzero(m.state == PARKED))
+    waiting = int(np.count_nonzero(m.state == WAITING))
+    tail = f"; {parked} threads parked on mbarriers, {waiting} waiting at barriers" if parked or waiting else ""
+    return (f"{m.program.name}: more than {limit} steps (max_steps); still running: " + "; ".join(parts) + tail +
+            ". Raise max_steps (sim.launch / Device.launch, or JAXPTX_SIM_MAX_STEPS) if the kernel is just long.")
