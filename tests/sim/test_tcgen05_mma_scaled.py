@@ -144,8 +144,8 @@ def test_cta_pair_needs_a_cluster() -> None:
 }
 """.replace(".reg .pred %p1;", ".reg .pred %p1;\n    .reg .b64 %rd1;\n    mov.b64 %rd1, 0;")
     ptxas(text, "sm_100a")
-    with pytest.raises(SimError, match="cta_group::2 needs the CTA pair of cluster ranks 0 and 1, but the "
-                                       "cluster has 1"):
+    with pytest.raises(SimError, match="cta_group::2 needs a CTA pair in the cluster; CTA 0 has rank 0 in a "
+                                       "cluster of 1"):
         sim.launch(text, np.uint32(idesc(0, 0, 1, 256, 32)), block=(1, 1, 1))
 
 

@@ -57,6 +57,7 @@ from ..memory import tmem
 from .mma import decode as decode_bits
 from .mma import encode
 from .registry import semantics
+from .tcgen05 import peer_cta
 from .tcgen05_idesc import BLOCK_SCALED, InstrDesc, decode_idesc
 from .tcgen05_operands import d_layout, scale_blocks, scaled, scales, smem_operand, tmem_a
 
@@ -138,18 +139,15 @@ def tcgen05_mma(s: Step) -> None:
         _issue(s, int(thread), one, bool(enable[i]), mask, scale_d, kind, cta_group, ws, a_in_tmem)
 
 
-def _pair(s: Step, thread: int, cta_group: int) -> list[int]:
-    """The CTAs of the MMA: the issuing CTA, or its CTA pair (even rank first)."""
+def _pair(s: Step, thread: int) -> list[int]:
+    """The CTAs of the MMA: the issuing CTA, or its CTA pair (even rank
+    first); checks the kernel's ``.cta_group`` is the same everywhere."""
     cta = thread // s.m.ntid
-    if cta_group == 1:
+    peer = peer_cta(s, cta)
+    if peer is None:
         return [cta]
-    size = int(np.prod(s.m.cluster))
     rank = int(s.m.cluster_register("cluster_ctarank", 0, np.array([cta]))[0])
-    if size < 2 or (rank | 1) >= size:
-        raise SimError(f"{s.ins.name}: .cta_group::2 needs the CTA pair of cluster ranks {rank & ~1} and "
-                       f"{rank | 1}, but the cluster has {size} CTA(s) (launch with a cluster of 2 or more)")
-    ranks = np.array([rank & ~1, rank | 1])
-    return [int(c) for c in s.m.cluster_cta(np.array([cta, cta]), ranks)]
+    return [cta, peer] if rank % 2 == 0 else [peer, cta]
 
 
 def _issue(s: Step, thread: int, args: dict, enable: bool, lanes_off: np.ndarray | None, scale_d: int,
@@ -160,7 +158,7 @@ def _issue(s: Step, thread: int, args: dict, enable: bool, lanes_off: np.ndarray
     if d.sparse:
         raise SimError(f"{name}: the instruction descriptor sets the sparsity bit (2), but the instruction "
                        "is not tcgen05.mma.sp")
-    ctas = _pair(s, thread, cta_group)
+    ctas = _pair(s, thread)
     layout, rows, lane_off, col_off = d_layout(d.m, d.n, cta_group, ws)
     base_lane = args["d"] >> 16
     if base_lane not in ((0, 16) if layout == "F" else (0,)):
