@@ -493,7 +493,7 @@ def _static_shared_bytes(module: ir.Module) -> int:
     """Bytes of the module's statically sized ``.shared`` variables (module
     scope and function bodies), each at its alignment; an ``.extern`` array
     is dynamic shared memory."""
-    items = [*module.items, *(s for f in module.functions for s in f.body)]
+    items = [*module.items, *(s for f in module.functions for s in ir.walk(f.body or []))]
     total = 0
     for item in items:
         if not (isinstance(item, ir.VarDecl) and item.space == "shared") or "extern" in item.linkage:
