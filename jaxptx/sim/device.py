@@ -362,7 +362,8 @@ class Device:
             options["max_steps"] = int(max_steps)
         nctas = grid[0] * grid[1] * grid[2]
         ntid = block[0] * block[1] * block[2]
-        shared = -(-program.shared_size // 16) * 16 + smem
+        # Each CTA's shared memory starts 16-aligned (8-byte mbarriers of every CTA stay aligned).
+        shared = -(-(-(-program.shared_size // 16) * 16 + smem) // 16) * 16
         _check_host_memory(program, nctas, ntid, shared)
         memory = Memory(nctas, ntid, shared, program.local_size, program.param_size, program.const_size)
         memory.globals, memory.sizes = self._buffers, self._sizes
