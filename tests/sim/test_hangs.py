@@ -35,8 +35,8 @@ def deadline():
     signal.signal(signal.SIGALRM, old)
 
 
-def kernel(body: str, decls: str = "", params: str = ".param .u64 out") -> str:
-    text = (HEAD + f".visible .entry k({params})\n{{\n" + REGS + decls +
+def kernel(body: str, decls: str = "", params: str = ".param .u64 out", top: str = "") -> str:
+    text = (HEAD + top + f".visible .entry k({params})\n{{\n" + REGS + decls +
             "    ld.param.u64 %rd1, [out];\n    mov.u32 %r1, %tid.x;\n    mov.u32 %r2, %ctaid.x;\n" +
             body + "\n    ret;\n}\n")
     ptxas(text, "sm_90a")
@@ -96,6 +96,41 @@ DONE:""")
     with pytest.raises(SimError, match=re.escape(f"k: deadlock: 1 thread (CTA 0 thread 7) spin in the loop at "
                                                  f"PTX line {loop} without changing anything")):
         sim.launch(text, np.zeros(1, np.uint32), block=(32, 1, 1))
+
+
+def test_loop_whose_state_alternates_is_found() -> None:
+    """A register toggles each turn: the state repeats every other turn."""
+    text = kernel("""
+    mov.u32 %r3, 0;
+LOOP:
+    xor.b32 %r3, %r3, 1;
+    bra.uni LOOP;""")
+    with pytest.raises(SimError, match=r"k: deadlock: 32 threads \(CTA 0 threads 0-31\) spin in the loop at "
+                                       r"PTX lines \d+-\d+ without changing anything"):
+        sim.launch(text, np.zeros(1, np.uint32), block=(32, 1, 1))
+
+
+def test_mbarriers_of_every_cta_work_with_an_odd_dynamic_smem_size() -> None:
+    """12 bytes of dynamic shared memory a CTA: an mbarrier, then a u32.
+    Each CTA's shared memory starts 16-aligned, so CTA 0's u32 is not half
+    of CTA 1's mbarrier word (which left CTA 1 waiting forever)."""
+    text = kernel("""
+    mov.u32 %r3, dyn;
+    setp.eq.u32 %p1, %r1, 0;
+    @%p1 mbarrier.init.shared::cta.b64 [%r3], 32;
+    bar.sync 0;
+    @%p1 st.shared.u32 [%r3+8], -1;
+    bar.sync 0;
+    mbarrier.arrive.shared::cta.b64 %rd2, [%r3];
+WAIT:
+    mbarrier.try_wait.shared::cta.b64 %p2, [%r3], %rd2;
+    @!%p2 bra WAIT;
+    mul.wide.u32 %rd3, %r2, 4;
+    add.u64 %rd3, %rd1, %rd3;
+    @%p1 st.global.u32 [%rd3], 1;""", top=".extern .shared .align 16 .b8 dyn[];\n")
+    out = np.zeros(3, np.uint32)
+    sim.launch(text, out, grid=(3, 1, 1), block=(32, 1, 1), smem=12)
+    np.testing.assert_array_equal(out, [1, 1, 1])
 
 
 def test_volatile_load_spin_on_a_flag_no_thread_writes() -> None:

@@ -233,9 +233,10 @@ class CycleWatch:
     :meth:`after` after each step while :attr:`active`."""
 
     FIRST = 4096            # steps before the first sample
-    LONGEST = 1 << 16       # the longest interval between samples
+    LONGEST = 1 << 17       # the longest interval between samples (each doubles)
     WINDOW = 512            # steps a sample waits for the PCs to come back
-    HASHES = 4              # whole-state hashes a sample takes at most
+    HASHES = 3              # whole-state hashes a sample takes at most (3: a loop whose
+                            # state alternates between two values is found too)
 
     def __init__(self, m: "Machine") -> None:
         self.m = m

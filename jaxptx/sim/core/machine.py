@@ -86,6 +86,8 @@ class Machine:
         parked: mbarrier word → ``(threads, mark, describe)`` of the threads
             parked on it (:meth:`park`).
         spinners: threads proven to loop without changing anything.
+        steps, thread_steps: after :meth:`run`, the steps it took and the
+            thread-instructions they executed (statistics for benchmarks).
     """
 
     def __init__(self, program: Program, grid: tuple[int, int, int], block: tuple[int, int, int],
@@ -128,6 +130,7 @@ class Machine:
         self._probe: bytes | None = None     # shared state when parked threads last ran again
         self.spinners = Spinners()
         self.watch = CycleWatch(self)
+        self.steps = self.thread_steps = 0
         # Checks run when every thread has exited (tensor memory leaks); state
         # that needs one registers it here.
         self.exit_checks: list[Callable[["Machine"], None]] = []
@@ -348,9 +351,10 @@ class Machine:
         groups = self.groups
         watch = self.watch
         limit = self.max_steps
-        steps = 0
+        steps = thread_steps = 0
         while True:
             if not groups:
+                self.steps, self.thread_steps = steps, thread_steps
                 if self._stalled(steps):
                     continue
                 for check in self.exit_checks:
@@ -362,6 +366,7 @@ class Machine:
                 pc = min(groups)
                 threads = groups.pop(pc)
             steps += 1
+            thread_steps += len(threads)
             if steps > limit:
                 groups[pc] = threads
                 raise SimError(running_message(self, limit))
