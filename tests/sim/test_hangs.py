@@ -222,6 +222,22 @@ DONE2:
     assert out[0] == 50
 
 
+def test_a_loop_waiting_for_the_clock_ends() -> None:
+    """%clock64 counts the machine's steps, so a delay loop on it ends."""
+    text = kernel("""
+    mov.u64 %rd5, %clock64;
+DELAY:
+    mov.u64 %rd6, %clock64;
+    sub.u64 %rd7, %rd6, %rd5;
+    setp.lt.u64 %p2, %rd7, 6000;
+    @%p2 bra DELAY;
+    cvt.u32.u64 %r3, %rd7;
+    st.global.u32 [%rd1], %r3;""")
+    out = np.zeros(1, np.uint32)
+    sim.launch(text, out, block=(1, 1, 1))
+    assert 6000 <= out[0] < 6010
+
+
 def test_flag_handshake_through_volatile_spins_is_not_a_hang() -> None:
     """Warp 0 spins (at the lower PCs) on a flag warp 1 sets, then warp 1
     spins on warp 0's acknowledgement: the spinning warp is put aside so the

@@ -86,8 +86,9 @@ class Machine:
         parked: mbarrier word → ``(threads, mark, describe)`` of the threads
             parked on it (:meth:`park`).
         spinners: threads proven to loop without changing anything.
-        steps, thread_steps: after :meth:`run`, the steps it took and the
-            thread-instructions they executed (statistics for benchmarks).
+        steps, thread_steps: the steps :meth:`run` took so far (``%clock``
+            reads it) and, after it, the thread-instructions they executed
+            (statistics for benchmarks).
     """
 
     def __init__(self, program: Program, grid: tuple[int, int, int], block: tuple[int, int, int],
@@ -366,6 +367,7 @@ class Machine:
                 pc = min(groups)
                 threads = groups.pop(pc)
             steps += 1
+            self.steps = steps          # what %clock reads
             thread_steps += len(threads)
             if steps > limit:
                 groups[pc] = threads

@@ -132,7 +132,9 @@ class SpecialRegisters:
                  "lanemask_gt": ~((one << np.uint64(1)) - np.uint64(1)), "lanemask_ge": ~(one - np.uint64(1))}[base]
             v = v & np.uint64(0xFFFFFFFF)
         elif base in ("clock", "clock64", "globaltimer"):
-            v = np.full(len(threads), 0)
+            # The machine's step count: it advances, so a loop that waits for
+            # time to pass ends (and is not a loop that changes nothing).
+            v = np.full(len(threads), m.steps * (1000 if base == "globaltimer" else 1), dtype=np.uint64)
         elif base in ("smid", "gridid", "nsmid"):
             v = np.zeros(len(threads))
         elif base == "dynamic_smem_size":
@@ -145,5 +147,5 @@ class SpecialRegisters:
         else:
             raise SimError(f"the emulator does not know the special register {name}")
         width = 64 if base in ("clock64", "globaltimer", "gridid") else 32
-        return np.asarray(v).astype(np.uint64 if width == 64 else np.uint32)
+        return np.asarray(v).astype(np.uint64 if width == 64 else np.uint32)  # %clock wraps at 2^32
 
