@@ -49,20 +49,25 @@ bound); its error names the threads still running and their lines.
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ... import ir
 from .barriers import CLUSTER_BARRIER, EXITED, PARKED, RUNNING, SPINNING, WAITING
+from ..errors import SimError
 from .step import Step
 
 if TYPE_CHECKING:
     from ..core.machine import Machine
 
-__all__ = ["CycleWatch", "Spinners", "hang_message", "running_message", "shared_state", "thread_ranges",
-           "where"]
+__all__ = ["MAX_STEPS_ENV", "CycleWatch", "Spinners", "default_max_steps", "first_thread", "hang_message",
+           "located", "running_message", "shared_state", "thread_ranges", "where"]
 
+MAX_STEPS_ENV = "JAXPTX_SIM_MAX_STEPS"
+"""The environment variable that sets ``max_steps`` when a launch passes none."""
+_DEFAULT_MAX_STEPS = 50_000_000
 _PER_THREAD = ("pc", "barrier", "barrier_count", "barrier_pred", "barrier_pc", "park_word", "carry")
 _SKIP = frozenset(_PER_THREAD) | {"state", "all_threads"}
 _MAX_GROUPS = 8         # wait groups listed in a message
@@ -127,6 +132,39 @@ def _at(m: "Machine", pc: int) -> str:
         return f"PC {pc}"
     ins = m.program.code[pc]
     return f"{ins.name} ({where(ins)[2:-1]})" if where(ins) else ins.name
+
+
+def default_max_steps() -> int:
+    """``JAXPTX_SIM_MAX_STEPS`` if set, else 50,000,000.
+
+    Raises:
+        SimError: the variable is set to something other than an int >= 1.
+    """
+    text = os.environ.get(MAX_STEPS_ENV, "").strip().replace("_", "")
+    if not text:
+        return _DEFAULT_MAX_STEPS
+    if not text.isdigit() or int(text) < 1:
+        raise SimError(f"{MAX_STEPS_ENV}: expected an int >= 1, got {os.environ[MAX_STEPS_ENV]!r}")
+    return int(text)
+
+
+def first_thread(m: "Machine", threads: np.ndarray) -> str:
+    """``thread (x, y, z) of CTA (x, y, z)`` for the first of ``threads``, and
+    how many others."""
+    t = int(threads[0])
+    cta, tid = divmod(t, m.ntid)
+    bx, by, _ = m.block
+    gx, gy, _ = m.grid
+    at = (f"thread ({tid % bx}, {tid // bx % by}, {tid // (bx * by)}) of CTA "
+          f"({cta % gx}, {cta // gx % gy}, {cta // (gx * gy)})")
+    return at + (f" and {len(threads) - 1} other threads" if len(threads) > 1 else "")
+
+
+def located(e: SimError, ins: ir.Instruction) -> SimError:
+    """The same error with the instruction's PTX line appended (once)."""
+    if "PTX line" in str(e) or not (ins.loc and len(ins.loc) == 3):
+        return e
+    return type(e)(f"{e} [PTX line {ins.loc[1]}]")
 
 
 # --- state hashes ------------------------------------------------------------------------------

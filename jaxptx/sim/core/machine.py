@@ -19,7 +19,6 @@ reads it this way), else 50,000,000.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -27,7 +26,8 @@ import numpy as np
 from ... import ir
 from .barriers import CLUSTER_BARRIER, EXITED, PARKED, RUNNING, SPINNING, WAITING, arrive, everyone, release
 from .calls import call, return_
-from .hangs import CycleWatch, Spinners, hang_message, running_message, shared_state, where
+from .hangs import (MAX_STEPS_ENV, CycleWatch, Spinners, default_max_steps, first_thread, hang_message,
+                    located, running_message, shared_state, where)
 from ..memory.spaces import Memory
 from .program import Program, Variable
 from ..errors import SimError
@@ -48,27 +48,9 @@ NO_OPS = frozenset(["fence", "fence_proxy", "prefetch", "nanosleep", "pmevent", 
 operation in program order, has no caches to prefetch into and no register
 allocation to change."""
 
-MAX_STEPS_ENV = "JAXPTX_SIM_MAX_STEPS"
-"""The environment variable that sets ``max_steps`` when a launch passes none."""
-
-_DEFAULT_MAX_STEPS = 50_000_000
 _BARRIERS = ("bar_sync", "bar_red", "bar_arrive")
 _NOT_PLAIN = MACHINE | NO_OPS
 _EMPTY = np.zeros(0, dtype=np.int64)
-
-
-def default_max_steps() -> int:
-    """``JAXPTX_SIM_MAX_STEPS`` if set, else 50,000,000.
-
-    Raises:
-        SimError: the variable is set to something other than an int >= 1.
-    """
-    text = os.environ.get(MAX_STEPS_ENV, "").strip().replace("_", "")
-    if not text:
-        return _DEFAULT_MAX_STEPS
-    if not text.isdigit() or int(text) < 1:
-        raise SimError(f"{MAX_STEPS_ENV}: expected an int >= 1, got {os.environ[MAX_STEPS_ENV]!r}")
-    return int(text)
 
 
 class Machine:
@@ -396,7 +378,7 @@ class Machine:
             try:
                 fn(Step(self, ins, self.program.resolved[pc], taken))
             except SimError as e:
-                raise _located(e, ins) from None
+                raise located(e, ins) from None
             if self._parking:
                 threads = self._park(threads, pc + 1)
         self._place(pc + 1, threads)
@@ -425,7 +407,7 @@ class Machine:
                 self._place(target, taken)
         elif sim == "trap":
             if len(taken):
-                raise SimError(f"{self.program.name}: trap executed by {_threads(self, taken)}{where(ins)}")
+                raise SimError(f"{self.program.name}: trap executed by {first_thread(self, taken)}{where(ins)}")
             self._place(pc + 1, threads)
         elif sim == "ret" and self.program.function_of[pc]:
             if len(taken):
@@ -482,7 +464,7 @@ class Machine:
         if bad.any():
             t = s.threads[np.flatnonzero(bad)[0]]
             raise SimError(f"{self.program.name}: brx.idx index {index[bad][0]} is past the end of "
-                           f"{op.name} ({len(table)} targets), {_threads(self, np.array([t]))}")
+                           f"{op.name} ({len(table)} targets), {first_thread(self, np.array([t]))}")
         targets = np.asarray(table, dtype=np.int64)[index]
         return int(targets[0]) if (targets == targets[0]).all() else targets
 
@@ -490,22 +472,3 @@ class Machine:
         if not isinstance(op, ir.Symbol) or op.name not in self.program.labels:
             raise SimError(f"{self.program.name}: branch to unknown label {op!r}")
         return self.program.labels[op.name]
-
-
-def _threads(m: Machine, threads: np.ndarray) -> str:
-    """``thread (x, y, z) of CTA (x, y, z)`` for the first of ``threads``, and
-    how many others."""
-    t = int(threads[0])
-    cta, tid = divmod(t, m.ntid)
-    bx, by, _ = m.block
-    gx, gy, _ = m.grid
-    at = (f"thread ({tid % bx}, {tid // bx % by}, {tid // (bx * by)}) of CTA "
-          f"({cta % gx}, {cta // gx % gy}, {cta // (gx * gy)})")
-    return at + (f" and {len(threads) - 1} other threads" if len(threads) > 1 else "")
-
-
-def _located(e: SimError, ins: ir.Instruction) -> SimError:
-    """The same error with the instruction's PTX line appended (once)."""
-    if "PTX line" in str(e) or not (ins.loc and len(ins.loc) == 3):
-        return e
-    return type(e)(f"{e} [PTX line {ins.loc[1]}]")
