@@ -56,14 +56,6 @@ class Diagnostic:
 
 
 
-def _reg_names(d: ir.RegDecl) -> Iterator[str]:
-    for n in d.names:
-        if n.count is None:
-            yield n.name
-        else:
-            yield from (f"{n.name}{i}" for i in range(n.count))
-
-
 def _operand_names(op: ir.Operand) -> Iterator[ir.Register | ir.Symbol]:
     if isinstance(op, (ir.Register, ir.Symbol)):
         yield op
@@ -160,8 +152,8 @@ def _module_rules(module: ir.Module, target: isa.Target, version: tuple[int, int
 
 def _check_function(f: ir.Function, globals_: set[str], target: isa.Target,
                     version: tuple[int, int]) -> list[Diagnostic]:
-    regs: dict[str, PtxType | None] = {}
-    vectors: dict[str, int] = {}
+    regs: ir.Registers[PtxType | None] = ir.Registers()
+    vectors: ir.Registers[int] = ir.Registers()
     names = set(globals_) | set(PREDEFINED)
     for p in [*f.params, *(f.returns or [])]:
         if p.space == "reg":
@@ -173,10 +165,10 @@ def _check_function(f: ir.Function, globals_: set[str], target: isa.Target,
     for s in ir.walk(f.body or []):
         if isinstance(s, ir.RegDecl):
             t = TYPES.get(s.type)
-            for name in _reg_names(s):
-                regs[name] = t
+            for n in s.names:
+                regs.declare(n.name, t, n.count)
                 if s.vector:
-                    vectors[name] = s.vector
+                    vectors.declare(n.name, s.vector, n.count)
         elif isinstance(s, (ir.VarDecl, ir.Label)):
             names.add(s.name)
         elif isinstance(s, ir.Directive) and s.name == "callprototype":

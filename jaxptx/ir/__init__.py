@@ -17,6 +17,7 @@ from ._nodes import Trivia as Trivia
 from ._nodes import Unknown as Unknown
 from ._nodes import VarDecl as VarDecl
 from ._nodes import walk as walk
+from ._registers import Registers as Registers
 from ._operands import Address as Address
 from ._operands import Immediate as Immediate
 from ._operands import Negated as Negated

@@ -49,7 +49,7 @@ class _Parser:
         self.rest: dict[int, str] = {}
         # Register names declared so far in the current function: PTX lets a
         # register be named without `%`, so only declarations tell them apart.
-        self.registers: set[str] = set()
+        self.registers: ir.Registers[bool] = ir.Registers()
         self.located: list[tuple[ir.Instruction, int]] = []   # (instruction, opcode token)
 
     # token access --------------------------------------------------------
@@ -197,7 +197,10 @@ class _Parser:
         params_parens = self.peek() == "("
         params = self.param_list() if params_parens else []
         f = ir.Function(kind, name, params, returns, tuple(linkage), params_parens=params_parens)
-        self.registers = {p.name for p in [*params, *(returns or [])] if p.space == "reg"}
+        self.registers = ir.Registers()
+        for p in [*params, *(returns or [])]:
+            if p.space == "reg":
+                self.registers.declare(p.name, True)
         if function_header_tokens(f) != self.t[first:self.i]:
             raise self.toks.error("jaxptx cannot represent this function header exactly", first)
         f.trivia = self.trivia(first, self.i - 1)
@@ -293,9 +296,9 @@ class _Parser:
         self.expect(";")
         d = ir.RegDecl(type_[1:], tuple(names), vector)
         for n in names:
-            self.registers.add(n.name)
+            self.registers.declare(n.name, True)
             if n.count is not None:
-                self.registers.update(f"{n.name}{i}" for i in range(n.count))
+                self.registers.declare(n.name, True, n.count)
         return self.finish(d, first, statement_tokens(d))
 
     def int_token(self, what: str) -> int:
