@@ -138,6 +138,26 @@ E:
     st.global.u32 [%rd1], %r3;
     ret;
 }"""
+
+
+def _fence_loop(fences: int) -> str:
+    """One thread: a loop of ``fences`` no-op fences and add/setp/bra (a
+    fence costs the machine only: no operands, no semantics)."""
+    return _HEAD + """.visible .entry k(.param .u64 out, .param .u32 n)
+{
+    .reg .b32 %r<4>; .reg .pred %p<2>; .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [out];
+    ld.param.u32 %r2, [n];
+    mov.u32 %r1, 0;
+L:
+""" + "    fence.acq_rel.gpu;\n" * fences + """    add.u32 %r1, %r1, 1;
+    setp.lt.u32 %p1, %r1, %r2;
+    @%p1 bra L;
+    st.global.u32 [%rd1], %r1;
+    ret;
+}"""
+
+
 # Warp 1 (lane 0) makes 64 items, 16 dependent adds each, into a 2-slot ring
 # (full/empty mbarriers); warp 0 waits for each and sums it.
 _SPIN = _HEAD + """.visible .entry k(.param .u64 out, .param .u32 n)
@@ -230,6 +250,8 @@ def step_costs(repeat: int) -> None:
         return (times[1] - times[0]) / (steps[1] - steps[0])
 
     print("\nfixed cost per step (the difference of two launches over their steps), best of", repeat)
+    iteration = [per_step(_fence_loop(k), 1, 2000) * (k + 3) for k in (0, 8)]
+    print(f"| machine only: a step of a no-op fence (1 thread)  | {(iteration[1] - iteration[0]) / 8 * 1e6:6.1f} us |")
     print(f"| uniform: 1 thread in a loop of add/setp/bra       | {per_step(_LOOPS, 1, 2000) * 1e6:6.1f} us |")
     print(f"| divergent: 2 warps in 2 loops                     | {per_step(_LOOPS, 64, 1000) * 1e6:6.1f} us |")
     print(f"| divergent, 64 CTAs x 384 threads in 2 loops       | {per_step(_LOOPS, 384, 250, 64) * 1e6:6.1f} us |")

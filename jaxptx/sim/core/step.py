@@ -86,7 +86,7 @@ class Step:
                 return from_bits(t, reg)
             return from_bits(t, m.read_register(op.name, self.threads))
         if isinstance(op, ir.Immediate):
-            if t.lanes == 1 and self.n > 1:
+            if t.lanes == 1:
                 # One value for every thread: a read-only broadcast, which
                 # costs numpy no memory traffic.
                 key = (op, t.name, self.n)
