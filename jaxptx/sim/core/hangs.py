@@ -43,7 +43,8 @@ arrivals; a point where nothing is ready is reached only when nothing that
 could run is left. A loop that changes memory and changes it back within
 one turn counts as changing nothing. ``max_steps`` bounds everything else
 (a loop whose state keeps changing, like a counter that never reaches its
-bound); its error names the threads still running and their lines.
+bound, or a loop that reads ``%clock``: the emulator's clocks count steps);
+its error names the threads still running and their lines.
 """
 
 from __future__ import annotations
