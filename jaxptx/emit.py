@@ -26,10 +26,22 @@ INDENT = "\t"
 
 
 def operand_text(op: ir.Operand) -> str:
-    """An operand in canonical spelling (``[%rd1+4]``, ``{%f1, %f2}``)."""
+    """An operand in canonical spelling (``[%rd1+4]``, ``{%f1, %f2}``; a
+    constant expression as its value)."""
     if type(op) is ir.Register:
         return op.name  # the common case, without building a token list
-    return "".join(", " if t == "," else t for t in op.tokens())
+    return "".join(", " if t == "," else t for t in _folded(op).tokens())
+
+
+def _folded(op: ir.Operand) -> ir.Operand:
+    """``op`` with constant expressions replaced by their values (canonical
+    text spells values: an expression's tokens joined without their spacing
+    can read differently, as ``-10%3`` does)."""
+    if isinstance(op, ir.Immediate) and op.expr is not None:
+        return ir.Immediate(op.value, unsigned=op.unsigned)
+    if isinstance(op, ir.Vector) and any(isinstance(x, ir.Immediate) and x.expr for x in op.items):
+        return ir.Vector(tuple(_folded(x) for x in op.items))
+    return op
 
 
 def _join(tokens: list[str], trivia: ir.Trivia) -> str:
@@ -62,7 +74,7 @@ def _guard_tokens(g: ir.Guard | None) -> list[str]:
 VARDECL_ORDER = ("linkage", "space", "attr", "align", "vector", "type")
 
 
-def _vardecl_tokens(d: ir.VarDecl, *, semicolon: bool) -> list[str]:
+def _vardecl_tokens(d: ir.VarDecl, *, semicolon: bool, fold: bool = False) -> list[str]:
     groups = {
         "linkage": [f".{x}" for x in d.linkage],
         "space": [f".{d.space}"],
@@ -77,10 +89,11 @@ def _vardecl_tokens(d: ir.VarDecl, *, semicolon: bool) -> list[str]:
         out.extend(["[", "]"] if n < 0 else ["[", str(n), "]"])
     if d.init is not None:
         out.append("=")
-        if d.init_braced or len(d.init) != 1:
-            out.extend(["{", *_operand_list_tokens(d.init), "}"])
+        init = tuple(_folded(x) for x in d.init) if fold else d.init
+        if d.init_braced or len(init) != 1:
+            out.extend(["{", *_operand_list_tokens(init), "}"])
         else:
-            out.extend(d.init[0].tokens())
+            out.extend(init[0].tokens())
     if semicolon:
         out.append(";")
     return out
@@ -125,6 +138,8 @@ def _canonical_statement(s: ir.Statement, indent: str) -> str:
         return f"{indent}{guard}{s.name}{' ' + ops if ops else ''};\n"
     if isinstance(s, ir.Label):
         return f"{s.name}:\n"
+    if isinstance(s, ir.VarDecl):
+        return f"{indent}{_canonical_join(_vardecl_tokens(s, semicolon=True, fold=True))}\n"
     return f"{indent}{_canonical_join(statement_tokens(s))}\n"
 
 
@@ -203,7 +218,7 @@ def _canonical_header(f: ir.Function) -> str:
 
 
 def _decl_text(d: ir.VarDecl) -> str:
-    return _canonical_join(_vardecl_tokens(d, semicolon=False))
+    return _canonical_join(_vardecl_tokens(d, semicolon=False, fold=True))
 
 
 def _function(f: ir.Function, style: str) -> Iterator[str]:

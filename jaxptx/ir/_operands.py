@@ -40,6 +40,9 @@ class Immediate:
         literal: the parser's spelling of the literal where the fields above
             do not determine it (``1.50e-3``, ``0X1f``); the value is still
             ``value``. Not part of equality; canonical output ignores it.
+        expr: the tokens of the constant expression this value folds
+            (``("(", "1", "+", "2", ")")``), or ``None`` for a literal.
+            Not part of equality.
     """
 
     value: int | float
@@ -48,13 +51,17 @@ class Immediate:
     upper: bool = True
     pad: int = 0
     literal: str | None = dataclasses.field(default=None, compare=False)
+    expr: tuple[str, ...] | None = dataclasses.field(default=None, compare=False)
 
     def tokens(self) -> list[str]:
-        """The literal as one token."""
-        return [self.spelling()]
+        """The literal as one token, or the constant expression's tokens."""
+        return list(self.expr) if self.expr is not None else [self.spelling()]
 
     def spelling(self, canonical: bool = False) -> str:
-        """The literal in PTX syntax (as written, unless ``canonical``)."""
+        """The literal in PTX syntax (as written, unless ``canonical``; a
+        constant expression's tokens joined)."""
+        if self.expr is not None and not canonical:
+            return "".join(self.expr)
         if self.literal is not None and not canonical:
             return self.literal
         v = self.value

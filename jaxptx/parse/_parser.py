@@ -17,6 +17,7 @@ import re
 from .. import ir, isa
 from ..emit import function_header_tokens, statement_tokens
 from ._lexer import Tokens, lex
+from ._constexpr import constant_expression, continues_expression, starts_expression
 from ._literals import immediate, offset_value
 
 __all__ = ["parse"]
@@ -401,6 +402,10 @@ class _Parser:
         if self.i >= self.n:
             raise self.toks.error("expected an operand, got end of input", self.i)
         tok = self.t[self.i]
+        nxt = self.t[self.i + 1] if self.i + 1 < self.n else None
+        if starts_expression(self.t, self.i) or (_is_number(tok) and continues_expression(nxt)):
+            imm, self.i = constant_expression(self.toks, self.i)
+            return imm
         self.i += 1
         if tok == "!":
             return ir.Negated(self.operand())
@@ -456,6 +461,10 @@ class _Parser:
             extra = self.operand()
         self.expect("]")
         return ir.Address(base, offset, extra, minus)
+
+
+def _is_number(tok: str) -> bool:
+    return tok[:1].isdigit() or (tok[:1] == "-" and tok[1:2].isdigit())
 
 
 def parse(text: str, source: str = "<string>") -> ir.Module:
