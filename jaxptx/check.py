@@ -39,6 +39,14 @@ _SM = re.compile(r"^sm_\d+[af]?$")
 # Names every PTX module may use (PTX ISA, "Predefined Identifiers").
 # Functions the CUDA toolchain provides to every program (PTX ISA, "System Calls").
 SYSTEM_CALLS = frozenset(["vprintf", "__assertfail", "malloc", "free"])
+# PTX ISA "PTX Directives" (9.0), without the state spaces and types the
+# parser reads as declarations.
+KNOWN_DIRECTIVES = frozenset([
+    "address_size", "version", "target", "file", "loc", "section", "pragma", "branchtargets",
+    "calltargets", "callprototype", "maxnreg", "maxntid", "reqntid", "minnctapersm", "maxnctapersm",
+    "noreturn", "explicitcluster", "reqnctapercluster", "maxclusterrank", "blocksareclusters",
+    "alias", "abi_preserve", "abi_preserve_control", "extern", "visible", "weak", "common",
+])
 _NARROW_ADDRESS_SPACES = frozenset(["shared", "shared::cta", "shared::cluster", "local", "const", "param"])
 
 
@@ -104,6 +112,7 @@ def check(source: str | ir.Module, arch: str | None = None) -> list[Diagnostic]:
         out.append(Diagnostic(0, 0, "no .target sm_XX in the module and no arch given"))
         target = isa.parse_target("sm_90a")
     out.extend(_module_rules(module, target, version))
+    out.extend(_unknown_directives(module))
     globals_ = {i.name for i in module.items if isinstance(i, (ir.VarDecl, ir.Function))}
     for item in module.items:
         if isinstance(item, ir.Unknown):
@@ -111,6 +120,17 @@ def check(source: str | ir.Module, arch: str | None = None) -> list[Diagnostic]:
         elif isinstance(item, ir.Function) and item.body is not None:
             out.extend(_check_function(item, globals_, target, version))
     return sorted(out, key=lambda d: (d.line, d.column))
+
+
+def _unknown_directives(module: ir.Module) -> Iterator[Diagnostic]:
+    """Directives PTX does not define (ptxas: a syntax error)."""
+    found: list[ir.Directive] = [i for i in module.items if isinstance(i, ir.Directive)]
+    for f in module.functions:
+        found.extend(f.directives)
+        found.extend(s for s in ir.walk(f.body or []) if isinstance(s, ir.Directive))
+    for d in found:
+        if d.name not in KNOWN_DIRECTIVES:
+            yield Diagnostic(0, 0, f"unknown directive .{d.name} (not a PTX directive)")
 
 
 def _module_rules(module: ir.Module, target: isa.Target, version: tuple[int, int]) -> Iterator[Diagnostic]:
@@ -193,9 +213,61 @@ def _check_function(f: ir.Function, globals_: set[str], target: isa.Target,
             try:
                 r = check_instruction(ins, target=target, version=version, type_of=type_of)
                 problems.extend(_narrow_addresses(ins, r, type_of))
+                out.extend(Diagnostic(line, col, p, "warning") for p in _truncated_literals(ins, r))
             except PtxError as e:
                 problems.append(str(e))
         out.extend(Diagnostic(line, col, p) for p in problems)
+        out.extend(Diagnostic(line, col, p) for p in _wide_literals(ins))
+    return out
+
+
+def _immediates(ins: ir.Instruction) -> Iterator[tuple[int, ir.Immediate]]:
+    for k, op in enumerate(ins.operands):
+        items = op.items if isinstance(op, ir.Vector) else (op,)
+        for x in items:
+            if isinstance(x, ir.Immediate) and isinstance(x.value, int):
+                yield k, x
+
+
+def _wide_literals(ins: ir.Instruction) -> list[str]:
+    """Integer constants of 2**64 or more in magnitude, anywhere in an operand
+    (ptxas: "Constant overflow"; the emulator would truncate them)."""
+    return [f"{ins.name}: the integer constant {v} does not fit in 64 bits (ptxas: Constant overflow)"
+            for v in _integers(ins.operands) if abs(v) >= 1 << 64]
+
+
+def _integers(operands: tuple) -> Iterator[int]:
+    for op in operands:
+        if isinstance(op, int) and not isinstance(op, bool):
+            yield op
+        elif isinstance(op, ir.Immediate):
+            if isinstance(op.value, int):
+                yield op.value
+        elif isinstance(op, ir.Address):
+            yield from _integers(tuple(x for x in (op.offset, op.extra) if x is not None))
+        elif isinstance(op, ir.Symbol) and op.offset is not None:
+            yield from _integers((op.offset,))
+        elif isinstance(op, (ir.Vector, ir.Parens)):
+            yield from _integers(op.items)
+        elif isinstance(op, ir.Pair):
+            yield from _integers((op.first, op.second))
+        elif isinstance(op, ir.Negated):
+            yield from _integers((op.operand,))
+
+
+def _truncated_literals(ins: ir.Instruction, r: isa.Resolved) -> list[str]:
+    """Integer literals wider than their operand's type: ptxas accepts them
+    and keeps the low bits, which is rarely what was meant (a warning)."""
+    out = []
+    for k, x in _immediates(ins):
+        want = r.types[k] if k < len(r.types) else None
+        if want is None or want.kind not in ("u", "s", "b") or want.bits >= 64 or want.lanes > 1 \
+                or abs(x.value) >= 1 << 64:        # past 64 bits: an error instead
+            continue
+        lo = -(1 << (want.bits - 1))            # any two's complement or unsigned spelling
+        if not lo <= x.value < (1 << want.bits):
+            out.append(f"{ins.name} operand {r.operands[k].name}: literal {x.spelling()} does not fit "
+                       f".{want.name}; ptxas keeps its low {want.bits} bits")
     return out
 
 

@@ -55,13 +55,18 @@ def check_module(module: ir.Module, trace: Trace) -> None:
         TraceError: the first finding, at the user's line that emitted the
             instruction (or naming the kernel, for a module-level finding).
     """
-    if not trace.validate or not check(module, trace.target.name):
+    if not trace.validate or not _errors(check(module, trace.target.name)):
         return
     found, locations = _located_findings(module, trace.target.name)
     first = next((d for d in found if d.line), found[0])
     loc = locations[first.line - 1] if first.line else None
     raise with_location(TraceError(f"kernel {trace.name}: {first.message} (found by jaxptx.check "
                                    "at the end of the trace)"), loc)
+
+
+def _errors(found: list[Diagnostic]) -> list[Diagnostic]:
+    """The errors among check's findings (warnings do not stop a trace)."""
+    return [d for d in found if d.severity == "error"]
 
 
 def _located_findings(module: ir.Module, arch: str) -> tuple[list[Diagnostic], list[tuple | None]]:
@@ -73,7 +78,7 @@ def _located_findings(module: ir.Module, arch: str) -> tuple[list[Diagnostic], l
     try:
         for i, ins in enumerate(instructions):
             ins.loc = ("<trace>", i + 1, 0)
-        return check(module, arch), locations
+        return _errors(check(module, arch)), locations
     finally:
         for ins, loc in zip(instructions, locations):
             ins.loc = loc

@@ -4,9 +4,8 @@ Two checks, each done once per module (or per prepared kernel) and cached:
 
 * :func:`module_problems` — the module against its target, as
   :func:`jaxptx.check` checks it (PTX that ptxas would reject: an ``add.f32``
-  on ``.b64`` registers, a modifier the target lacks, an undefined label),
-  plus integer literals that do not fit PTX's 64-bit constants (the
-  emulator would truncate them; ptxas says "Constant overflow").
+  on ``.b64`` registers, a modifier the target lacks, an undefined label,
+  an integer constant past 64 bits).
 * :func:`program_problems` — every instruction of a prepared kernel (its
   entry and the functions it can call) that the emulator cannot run: one
   that matches no form of the instruction table, or whose table ``sim``
@@ -36,7 +35,6 @@ from .semantics import SEMANTICS, UNSUPPORTED
 
 __all__ = ["Problem", "PrecheckError", "module_problems", "program_problems", "refuse"]
 
-_INT_LIMIT = 1 << 64
 _CACHE_SIZE = 32
 
 
@@ -150,35 +148,14 @@ def _source(module: ir.Module) -> _Source:
 
 def module_problems(module: ir.Module, arch: str | None = None) -> list[Problem]:
     """Why ptxas would reject ``module`` for ``arch`` (default: its
-    ``.target``), as :func:`jaxptx.check` finds it, plus integer literals
-    wider than 64 bits. Cached per module object and arch."""
+    ``.target``), as :func:`jaxptx.check` finds it. Cached per module
+    object and arch."""
     def compute() -> list[Problem]:
         source = _source(module)
         found = [source.problem(d.line, d.message, False)
                  for d in check(source.parsed, arch) if d.severity == "error"]
-        for line, ins in zip(source.lines, _instructions(source.parsed.functions)):
-            for value in _wide_literals(ins.operands):
-                found.append(source.problem(line, f"{ins.name}: the integer constant {value} does not fit in "
-                                                  "64 bits (ptxas: Constant overflow)", False))
         return sorted(found, key=lambda p: p.line)
     return _cached(_MODULES, (id(module), arch), module, compute)
-
-
-def _wide_literals(operands: tuple) -> Iterator[int]:
-    for op in operands:
-        if isinstance(op, ir.Immediate):
-            if isinstance(op.value, int) and abs(op.value) >= _INT_LIMIT:
-                yield op.value
-        elif isinstance(op, ir.Address):
-            yield from _wide_literals(tuple(x for x in (op.offset, op.extra) if x is not None))
-        elif isinstance(op, ir.Symbol) and op.offset is not None:
-            yield from _wide_literals((op.offset,))
-        elif isinstance(op, (ir.Vector, ir.Parens)):
-            yield from _wide_literals(op.items)
-        elif isinstance(op, ir.Pair):
-            yield from _wide_literals((op.first, op.second))
-        elif isinstance(op, ir.Negated):
-            yield from _wide_literals((op.operand,))
 
 
 def program_problems(module: ir.Module, program: Program) -> list[Problem]:

@@ -94,7 +94,8 @@ def _arch(target: str) -> str:
 def test_agreement_with_ptxas_over_the_corpus() -> None:
     false_errors, misses = set(), set()
     for row in _corpus():
-        errors = check((CORPUS / row["path"]).read_text(), arch=_arch(row["target"]))
+        errors = [d for d in check((CORPUS / row["path"]).read_text(), arch=_arch(row["target"]))
+                  if d.severity == "error"]
         if row["ptxas_ok"] == "yes" and errors:
             false_errors.add(row["path"])
         if row["ptxas_ok"] == "no" and not errors:

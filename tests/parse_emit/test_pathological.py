@@ -3,6 +3,7 @@ memory: a register range declares its names without listing them."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -55,3 +56,35 @@ def test_registers_table_answers_ranges():
     regs.declare("%p", "pred")
     assert regs["%r3"] == "b16" and regs["%r4"] == "b32" and regs["%p"] == "pred"
     assert "%r" not in regs and "%rd1" not in regs and regs.get("%r" + "9" * 13) is None
+
+
+_ONE = """.version 8.5
+.target sm_90a
+.address_size 64
+.visible .entry k()
+{{
+  .reg .b32 %r<3>;
+  .reg .b16 %h<3>;
+  {}
+  ret;
+}}
+"""
+
+
+@pytest.mark.parametrize("line, severity, message", [
+    ("mov.u32 %r1, 4294967296;", "warning", r"literal 4294967296 does not fit \.u32; ptxas keeps its low 32 bits"),
+    ("mov.u16 %h1, 65536;", "warning", r"does not fit \.u16"),
+    ("mov.s32 %r1, -2147483649;", "warning", r"does not fit \.s32"),
+    ("add.u32 %r1, %r1, 99999999999999999999999999;", "error", r"does not fit in 64 bits \(ptxas: Constant overflow\)"),
+    (".foo 1;", "error", r"unknown directive \.foo"),
+])
+def test_check_reports_literals_past_their_type_and_unknown_directives(line, severity, message):
+    found = jaxptx.check(_ONE.format(line))
+    assert len(found) == 1 and found[0].severity == severity
+    assert re.search(message, found[0].message)
+
+
+@pytest.mark.parametrize("line", ["mov.u32 %r1, 4294967295;", "mov.u32 %r1, -1;", "mov.b16 %h1, 0xFFFF;",
+                                  '.pragma "nounroll";'])
+def test_literals_that_fit_and_known_directives_pass(line):
+    assert jaxptx.check(_ONE.format(line)) == []
