@@ -182,20 +182,18 @@ def _check_function(f: ir.Function, globals_: set[str], target: isa.Target,
                 vectors[p.name] = p.vector
         names.add(p.name)
     instructions = []
-    for s in ir.walk(f.body or []):
+    out: list[Diagnostic] = []
+    for s, labels in _scoped(f.body or [], frozenset(), out):
         if isinstance(s, ir.RegDecl):
             t = TYPES.get(s.type)
             for n in s.names:
                 regs.declare(n.name, t, n.count)
                 if s.vector:
                     vectors.declare(n.name, s.vector, n.count)
-        elif isinstance(s, (ir.VarDecl, ir.Label)):
+        elif isinstance(s, ir.VarDecl):
             names.add(s.name)
-        elif isinstance(s, ir.Directive) and s.name == "callprototype":
-            pass
         elif isinstance(s, ir.Instruction):
-            instructions.append(s)
-    names.update(s.name for s in ir.walk(f.body or []) if isinstance(s, ir.Label))
+            instructions.append((s, labels))
 
     def type_of(name: str) -> PtxType | None:
         t = regs.get(name) or regs.get(name.rsplit(".", 1)[0])
@@ -204,11 +202,10 @@ def _check_function(f: ir.Function, globals_: set[str], target: isa.Target,
         special = isa.SPECIAL_REGS.get(name[1:].split(".")[0]) if name.startswith("%") else None
         return TYPES[special.type] if special is not None else None
 
-    out = []
-    for ins in instructions:
+    for ins, labels in instructions:
         line, col = (ins.loc[1], ins.loc[2]) if ins.loc and len(ins.loc) == 3 else (0, 0)
         ins = normalize(ins, regs, vectors)
-        problems = _undefined(ins, regs, names)
+        problems = _undefined(ins, regs, names | labels)
         if not problems:
             try:
                 r = check_instruction(ins, target=target, version=version, type_of=type_of)
@@ -269,6 +266,25 @@ def _truncated_literals(ins: ir.Instruction, r: isa.Resolved) -> list[str]:
             out.append(f"{ins.name} operand {r.operands[k].name}: literal {x.spelling()} does not fit "
                        f".{want.name}; ptxas keeps its low {want.bits} bits")
     return out
+
+
+def _scoped(body: list[ir.Statement], outer: frozenset[str],
+            out: list[Diagnostic]) -> Iterator[tuple[ir.Statement, frozenset[str]]]:
+    """Each statement with the labels it can branch to: a label belongs to the
+    ``{ }`` block that declares it and the blocks inside it (PTX ISA "Scope";
+    ptxas: "Unknown symbol" for a label of a sibling block). A label or
+    register declared twice in one block is a duplicate."""
+    here = [s.name for s in body if isinstance(s, ir.Label)]
+    regs_here = [n.name for s in body if isinstance(s, ir.RegDecl) for n in s.names]
+    for kind, declared in (("label", here), ("register", regs_here)):
+        for name in sorted({n for n in declared if declared.count(n) > 1}):
+            out.append(Diagnostic(0, 0, f"duplicate definition of {kind} {name} in one block"))
+    visible = outer | frozenset(here)
+    for s in body:
+        if isinstance(s, ir.Block):
+            yield from _scoped(s.body, visible, out)
+        else:
+            yield s, visible
 
 
 def _narrow_addresses(ins: ir.Instruction, r: isa.Resolved, type_of) -> list[str]:
