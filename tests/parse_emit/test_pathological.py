@@ -88,3 +88,39 @@ def test_check_reports_literals_past_their_type_and_unknown_directives(line, sev
                                   '.pragma "nounroll";'])
 def test_literals_that_fit_and_known_directives_pass(line):
     assert jaxptx.check(_ONE.format(line)) == []
+
+
+# A generator of pathological sizes: huge register ranges, deep block and
+# parenthesis nesting, long constant expressions, huge literals. Parse, emit
+# and check must finish quickly and raise nothing but jaxptx's own errors.
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from jaxptx.errors import PtxError  # noqa: E402
+
+_sizes = st.one_of(st.integers(0, 64), st.integers(10**5, 10**12), st.just(2**64 + 5))
+_pathological = st.tuples(_sizes, st.integers(0, 300), st.integers(0, 400), st.integers(0, 2000),
+                          st.sampled_from(["1", "99999999999999999999999999", "0x" + "F" * 40, "-1"]))
+
+
+def _pathological_text(count: int, blocks: int, parens: int, terms: int, literal: str) -> str:
+    expr = "(" * parens + "1" + ")" * parens + " + 2" * terms
+    body = "{\n" * blocks + f"  mov.u32 %r{max(count - 1, 0)}, {expr};\n  mov.u32 %r0, {literal};\n" + \
+        "}\n" * blocks
+    return (".version 8.5\n.target sm_90a\n.address_size 64\n.visible .entry k()\n{\n"
+            f"  .reg .b32 %r<{count}>;\n{body}  ret;\n}}\n")
+
+
+@settings(max_examples=60, derandomize=True, database=None, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(_pathological)
+def test_pathological_sizes_are_fast_and_never_crash(case):
+    text = _pathological_text(*case)
+    start = time.perf_counter()
+    try:
+        module = jaxptx.parse(text)
+        assert jaxptx.emit(module) == text
+        jaxptx.check(module)
+    except PtxError:
+        pass                                  # a clear refusal (ParseError is one)
+    assert time.perf_counter() - start < 2.0, case
