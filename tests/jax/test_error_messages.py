@@ -72,3 +72,12 @@ def test_differentiating_a_bare_kernel_names_custom_vjp():
     # no gradient through the kernel: fine
     g = jax.grad(lambda x: (affine(jax.lax.stop_gradient(x)) * x).sum())(X)
     np.testing.assert_array_equal(g, X * 2 + 1)
+
+
+def test_max_steps_from_the_environment_bounds_a_jax_cpu_launch(monkeypatch):
+    monkeypatch.setenv("JAXPTX_SIM_MAX_STEPS", "5")
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"SimError: .*more than 5 steps"):
+        jax.block_until_ready(jax.jit(affine)(X))
+    monkeypatch.setenv("JAXPTX_SIM_MAX_STEPS", "five")
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"JAXPTX_SIM_MAX_STEPS: expected an int >= 1"):
+        jax.block_until_ready(jax.jit(affine)(X + 1))
