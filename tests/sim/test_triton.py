@@ -8,25 +8,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jaxptx import parse, sim
+from jaxptx import sim
 
 triton = pytest.importorskip("triton", reason="triton is not installed (pip install triton)")
 tl = pytest.importorskip("triton.language")
 
+from triton_compile import compile_ptx, extra_params  # noqa: E402
+
 
 def _compile(fn, signature: dict, constexprs: dict, num_warps: int = 4):
-    import os
-    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")   # Triton 3.9 warns when unset
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    source = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
-    return triton.compile(source, target=GPUTarget("cuda", 80, 32), options={"num_warps": num_warps})
-
-
-def _extra_params(ptx: str, given: int) -> list[np.ndarray]:
-    # Triton appends scratch-pointer params the kernel does not use here.
-    count = len(parse(ptx).functions[0].params)
-    return [np.zeros(16, np.uint8) for _ in range(count - given)]
+    return compile_ptx(fn, signature, constexprs, 80, num_warps)
 
 
 @triton.jit
@@ -60,7 +51,7 @@ def test_triton_softmax() -> None:
     ptx = kernel.asm["ptx"]
     x = np.random.default_rng(1).standard_normal((64, 1000)).astype(np.float32)
     y = np.zeros_like(x)
-    sim.launch(ptx, x, y, np.int32(1000), *_extra_params(ptx, 3), grid=(64, 1, 1), block=(128, 1, 1),
+    sim.launch(ptx, x, y, np.int32(1000), *extra_params(ptx, 3), grid=(64, 1, 1), block=(128, 1, 1),
                smem=kernel.metadata.shared)
     ref = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
     ref /= ref.sum(1, keepdims=True)
@@ -77,7 +68,7 @@ def test_triton_matmul_uses_mma_sync() -> None:
     a = rng.standard_normal((64, 64)).astype(np.float16)
     b = rng.standard_normal((64, 64)).astype(np.float16)
     c = np.zeros((64, 64), np.float32)
-    sim.launch(ptx, a, b, c, np.int32(64), np.int32(64), np.int32(64), *_extra_params(ptx, 6),
+    sim.launch(ptx, a, b, c, np.int32(64), np.int32(64), np.int32(64), *extra_params(ptx, 6),
                grid=(2, 2, 1), block=(128, 1, 1), smem=kernel.metadata.shared)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)

@@ -7,32 +7,19 @@ to run these)."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
-from jaxptx import parse, sim
-from jaxptx.runtime._toolchain import find_tool
+from jaxptx import sim
 
 triton = pytest.importorskip("triton", reason="triton is not installed (pip install triton)")
 tl = pytest.importorskip("triton.language")
 
+from triton_compile import compile_ptx, extra_params  # noqa: E402
+
 
 def _compile(fn, signature: dict, constexprs: dict, num_warps: int = 4):
-    # Triton's own ptxas would write .version 9.4, which ptxas 13.0 rejects.
-    os.environ.setdefault("TRITON_PTXAS_BLACKWELL_PATH", find_tool("ptxas"))
-    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    source = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
-    return triton.compile(source, target=GPUTarget("cuda", 100, 32), options={"num_warps": num_warps})
-
-
-def _extra_params(ptx: str, given: int) -> list[np.ndarray]:
-    # Triton appends scratch-pointer params the kernel does not use here.
-    count = len(parse(ptx).functions[0].params)
-    return [np.zeros(16, np.uint8) for _ in range(count - given)]
+    return compile_ptx(fn, signature, constexprs, 100, num_warps)
 
 
 @triton.jit
@@ -69,7 +56,7 @@ def test_triton_sm100_softmax_uses_three_input_max_and_f32_redux() -> None:
     x = np.random.default_rng(1).standard_normal((32, 1000)).astype(np.float32)
     x[3, 17] = 40.0                   # a maximum in one lane only
     y = np.zeros_like(x)
-    sim.launch(ptx, x, y, np.int32(1000), *_extra_params(ptx, 3), grid=(32, 1, 1), block=(128, 1, 1),
+    sim.launch(ptx, x, y, np.int32(1000), *extra_params(ptx, 3), grid=(32, 1, 1), block=(128, 1, 1),
                smem=kernel.metadata.shared)
     ref = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
     ref /= ref.sum(1, keepdims=True)
@@ -85,9 +72,39 @@ def test_triton_sm100_layer_norm_uses_packed_f32x2() -> None:
     x = (rng.standard_normal((16, 1000)) * 3 + 1).astype(np.float32)
     w, b = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
     y = np.zeros_like(x)
-    sim.launch(ptx, x, w, b, y, np.int32(1000), np.float32(1e-5), *_extra_params(ptx, 6),
+    sim.launch(ptx, x, w, b, y, np.int32(1000), np.float32(1e-5), *extra_params(ptx, 6),
                grid=(16, 1, 1), block=(128, 1, 1), smem=kernel.metadata.shared)
     xd = x.astype(np.float64)
     mean = xd.mean(1, keepdims=True)
     ref = (xd - mean) / np.sqrt(xd.var(1, keepdims=True) + 1e-5) * w + b
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+@triton.jit
+def _matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+
+def test_triton_sm100_matmul_uses_tcgen05() -> None:
+    kernel = _compile(_matmul, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32", "N": "i32",
+                                "K": "i32", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"},
+                      {"BM": 128, "BN": 64, "BK": 64})
+    ptx = kernel.asm["ptx"]
+    assert "tcgen05.mma" in ptx and "tcgen05.ld" in ptx
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((128, 256)).astype(np.float16)
+    b = rng.standard_normal((256, 128)).astype(np.float16)
+    c = np.zeros((128, 128), np.float32)
+    sim.launch(ptx, a, b, c, np.int32(128), np.int32(128), np.int32(256), *extra_params(ptx, 6),
+               grid=(1, 2, 1), block=(128, 1, 1), smem=kernel.metadata.shared)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
