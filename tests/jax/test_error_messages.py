@@ -75,9 +75,11 @@ def test_differentiating_a_bare_kernel_names_custom_vjp():
 
 
 def test_max_steps_from_the_environment_bounds_a_jax_cpu_launch(monkeypatch):
+    # XLA surfaces the handler's error as JaxRuntimeError, or as ValueError
+    # when the call runs eagerly after an earlier compilation of the kernel.
     monkeypatch.setenv("JAXPTX_SIM_MAX_STEPS", "5")
-    with pytest.raises(jax.errors.JaxRuntimeError, match=r"SimError: .*more than 5 steps"):
+    with pytest.raises((RuntimeError, ValueError), match=r"SimError: .*more than 5 steps"):
         jax.block_until_ready(jax.jit(affine)(X))
     monkeypatch.setenv("JAXPTX_SIM_MAX_STEPS", "five")
-    with pytest.raises(jax.errors.JaxRuntimeError, match=r"JAXPTX_SIM_MAX_STEPS: expected an int >= 1"):
+    with pytest.raises((RuntimeError, ValueError), match=r"JAXPTX_SIM_MAX_STEPS: expected an int >= 1"):
         jax.block_until_ready(jax.jit(affine)(X + 1))
