@@ -75,8 +75,9 @@ def test_differentiating_a_bare_kernel_names_custom_vjp():
 
 
 def test_max_steps_from_the_environment_bounds_a_jax_cpu_launch(monkeypatch):
-    # XLA surfaces the handler's error as JaxRuntimeError, or as ValueError
-    # when the call runs eagerly after an earlier compilation of the kernel.
+    # The handler's error arrives as JaxRuntimeError when this file runs alone
+    # and as ValueError in the whole suite's process (seen; cause not pinned
+    # down); the message is what matters here.
     monkeypatch.setenv("JAXPTX_SIM_MAX_STEPS", "5")
     with pytest.raises((RuntimeError, ValueError), match=r"SimError: .*more than 5 steps"):
         jax.block_until_ready(jax.jit(affine)(X))
