@@ -91,12 +91,18 @@ def _target(module: ir.Module, arch: str | None) -> isa.Target | None:
     return None
 
 
-def check(source: str | ir.Module, arch: str | None = None) -> list[Diagnostic]:
+def check(source: str | ir.Module, arch: str | None = None, *,
+          instructions: bool = True) -> list[Diagnostic]:
     """Check PTX against the ISA table.
 
     Args:
         source: PTX text or a parsed/traced module.
         arch: target to check for; defaults to the module's ``.target``.
+        instructions: check each instruction against the table (modifiers,
+            target, operand kinds and types). A tracer that validated every
+            instruction as it emitted it passes False and keeps the rest:
+            module rules, directives, undefined names and labels, scoping,
+            duplicates, constants past 64 bits.
 
     Returns:
         Diagnostics in source order (empty when nothing is wrong).
@@ -118,7 +124,7 @@ def check(source: str | ir.Module, arch: str | None = None) -> list[Diagnostic]:
         if isinstance(item, ir.Unknown):
             out.append(Diagnostic(0, 0, f"not a PTX statement: {' '.join(item.tokens)[:60]}"))
         elif isinstance(item, ir.Function) and item.body is not None:
-            out.extend(_check_function(item, globals_, target, version))
+            out.extend(_check_function(item, globals_, target, version, instructions))
     return sorted(out, key=lambda d: (d.line, d.column))
 
 
@@ -171,7 +177,7 @@ def _module_rules(module: ir.Module, target: isa.Target, version: tuple[int, int
 
 
 def _check_function(f: ir.Function, globals_: set[str], target: isa.Target,
-                    version: tuple[int, int]) -> list[Diagnostic]:
+                    version: tuple[int, int], validate: bool = True) -> list[Diagnostic]:
     regs: ir.Registers[PtxType | None] = ir.Registers()
     vectors: ir.Registers[int] = ir.Registers()
     names = set(globals_) | set(PREDEFINED)
@@ -206,7 +212,7 @@ def _check_function(f: ir.Function, globals_: set[str], target: isa.Target,
         line, col = (ins.loc[1], ins.loc[2]) if ins.loc and len(ins.loc) == 3 else (0, 0)
         ins = normalize(ins, regs, vectors)
         problems = _undefined(ins, regs, names | labels)
-        if not problems:
+        if not problems and validate:
             try:
                 r = check_instruction(ins, target=target, version=version, type_of=type_of)
                 problems.extend(_narrow_addresses(ins, r, type_of))

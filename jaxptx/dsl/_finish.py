@@ -55,7 +55,9 @@ def check_module(module: ir.Module, trace: Trace) -> None:
         TraceError: the first finding, at the user's line that emitted the
             instruction (or naming the kernel, for a module-level finding).
     """
-    if not trace.validate or not _errors(check(module, trace.target.name)):
+    # Every instruction was validated against the table when it was emitted;
+    # this pass adds what needs the whole module (names, labels, scopes).
+    if not trace.validate or not _errors(check(module, trace.target.name, instructions=False)):
         return
     found, locations = _located_findings(module, trace.target.name)
     first = next((d for d in found if d.line), found[0])
@@ -78,7 +80,7 @@ def _located_findings(module: ir.Module, arch: str) -> tuple[list[Diagnostic], l
     try:
         for i, ins in enumerate(instructions):
             ins.loc = ("<trace>", i + 1, 0)
-        return _errors(check(module, arch)), locations
+        return _errors(check(module, arch, instructions=False)), locations
     finally:
         for ins, loc in zip(instructions, locations):
             ins.loc = loc

@@ -30,6 +30,7 @@ class Registers(MutableMapping[str, V], Generic[V]):
     def __init__(self) -> None:
         self._names: dict[str, V] = {}
         self._ranges: dict[str, list[tuple[int, V]]] = {}
+        self._hits: dict[str, V] = {}       # names found in a range (bounded by the names looked up)
 
     def declare(self, name: str, value: V, count: int | None = None) -> None:
         """Declare ``name`` (``count`` None) or ``name0`` .. ``name{count-1}``;
@@ -38,8 +39,11 @@ class Registers(MutableMapping[str, V], Generic[V]):
             self._names[name] = value
         else:
             self._ranges.setdefault(name, []).append((count, value))
+            self._hits.clear()
 
     def _in_range(self, name: str) -> tuple[bool, V | None]:
+        if name in self._hits:
+            return True, self._hits[name]
         stem = name.rstrip("0123456789")
         digits = name[len(stem):]
         ranges = self._ranges.get(stem)
@@ -48,6 +52,7 @@ class Registers(MutableMapping[str, V], Generic[V]):
         index = int(digits)
         for count, value in reversed(ranges):
             if index < count:
+                self._hits[name] = value
                 return True, value
         return False, None
 
@@ -58,6 +63,13 @@ class Registers(MutableMapping[str, V], Generic[V]):
         if not found:
             raise KeyError(name)
         return value  # type: ignore[return-value]
+
+    def get(self, name: str, default: V | None = None) -> V | None:  # type: ignore[override]
+        """The value of ``name``, or ``default`` when it is not declared."""
+        if name in self._names:
+            return self._names[name]
+        found, value = self._in_range(name)
+        return value if found else default
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and (name in self._names or self._in_range(name)[0])
