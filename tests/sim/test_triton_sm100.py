@@ -1,7 +1,9 @@
 """Blackwell kernels compiled by a real compiler run correctly: Triton 3.9
 compiles to sm_100a PTX on this CPU-only machine (packed ``.f32x2``
 arithmetic, three-input ``max.f32``, ``redux.sync`` on ``.f32``, ``tcgen05``
-for ``tl.dot``), and the emulator runs the result against numpy. Skipped when
+for ``tl.dot``), and the emulator runs the result against numpy; causal flash
+attention and a matmul with device-built tensor maps also run for sm_90a
+(``wgmma``). Skipped when
 triton is not installed (it is not a test dependency: ``pip install triton``
 to run these)."""
 
@@ -108,3 +110,81 @@ def test_triton_sm100_matmul_uses_tcgen05() -> None:
                grid=(1, 2, 1), block=(128, 1, 1), smem=kernel.metadata.shared)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
+
+
+@triton.jit
+def _causal_attention(q_ptr, k_ptr, v_ptr, o_ptr, S, scale, D: tl.constexpr, BM: tl.constexpr,
+                      BN: tl.constexpr):
+    pid = tl.program_id(0)
+    rm = pid * BM + tl.arange(0, BM)
+    rd = tl.arange(0, D)
+    q = tl.load(q_ptr + rm[:, None] * D + rd[None, :])
+    m_i = tl.full((BM,), -float("inf"), tl.float32)
+    l_i = tl.zeros((BM,), tl.float32)
+    acc = tl.zeros((BM, D), tl.float32)
+    for start in range(0, S, BN):
+        rn = start + tl.arange(0, BN)
+        k = tl.load(k_ptr + rn[:, None] * D + rd[None, :])
+        v = tl.load(v_ptr + rn[:, None] * D + rd[None, :])
+        s = tl.dot(q, tl.trans(k)) * scale
+        s = tl.where(rm[:, None] >= rn[None, :], s, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(tl.float16), v)
+        m_i = m_new
+    tl.store(o_ptr + rm[:, None] * D + rd[None, :], acc / l_i[:, None])
+
+
+@pytest.mark.parametrize("capability, instruction", [(90, "wgmma.mma_async"), (100, "tcgen05.mma")])
+def test_triton_causal_flash_attention(capability, instruction) -> None:
+    S, D = 128, 64
+    kernel = compile_ptx(_causal_attention, {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16",
+                                             "o_ptr": "*fp32", "S": "i32", "scale": "fp32", "D": "constexpr",
+                                             "BM": "constexpr", "BN": "constexpr"},
+                         {"D": D, "BM": 64, "BN": 64}, capability)
+    ptx = kernel.asm["ptx"]
+    assert instruction in ptx
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((S, D)).astype(np.float16) for _ in range(3))
+    o = np.zeros((S, D), np.float32)
+    sim.launch(ptx, q, k, v, o, np.int32(S), np.float32(1 / 8), *extra_params(ptx, 6), grid=(S // 64, 1, 1),
+               block=(128, 1, 1), smem=kernel.metadata.shared)
+    s = (q.astype(np.float64) @ k.astype(np.float64).T) / 8
+    s = np.where(np.tril(np.ones((S, S), bool)), s, -np.inf)
+    p = np.exp(s - s.max(1, keepdims=True))
+    # the kernel rounds P to f16 before the second product: a few 1e-4
+    np.testing.assert_allclose(o, (p / p.sum(1, keepdims=True)) @ v.astype(np.float64), atol=2e-3)
+
+
+@triton.jit
+def _matmul_descriptors(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    a_d = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    b_d = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
+    c_d = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        acc += tl.dot(a_d.load([pid_m * BM, k]), b_d.load([k, pid_n * BN]))
+    c_d.store([pid_m * BM, pid_n * BN], acc)
+
+
+@pytest.mark.parametrize("capability", [90, 100])
+def test_triton_matmul_with_device_built_tensor_maps(capability) -> None:
+    """TMA descriptors made on the device (tensormap.replace into global
+    scratch, then cp.async.bulk.tensor loads and a TMA store)."""
+    M, N, K = 256, 128, 256
+    kernel = compile_ptx(_matmul_descriptors, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32",
+                                               "N": "i32", "K": "i32", "BM": "constexpr", "BN": "constexpr",
+                                               "BK": "constexpr"}, {"BM": 128, "BN": 64, "BK": 64}, capability)
+    ptx = kernel.asm["ptx"]
+    assert "tensormap.replace" in ptx and "cp.async.bulk.tensor" in ptx
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((M, K)).astype(np.float16), rng.standard_normal((K, N)).astype(np.float16)
+    c = np.zeros((M, N), np.float32)
+    blocks = (M // 128) * (N // 64)
+    scratch = np.zeros(kernel.metadata.global_scratch_size * blocks, np.uint8)
+    sim.launch(ptx, a, b, c, np.int32(M), np.int32(N), np.int32(K), scratch, *extra_params(ptx, 7),
+               grid=(M // 128, N // 64, 1), block=(128, 1, 1), smem=kernel.metadata.shared)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-4)
