@@ -263,8 +263,11 @@ class _Parser:
                 self.i += 1
                 semicolon = True
                 break
-            # Arguments end at a brace, or at a line break not after a comma.
-            if tok in ("{", "}") or ("\n" in self.g[self.i] and not (args and args[-1] == ",")):
+            # Arguments end at a brace, or at a line break not after a comma;
+            # a target list (.branchtargets, .calltargets) runs to its ';'
+            # and may start on the next line (LLVM writes it so).
+            if tok in ("{", "}") or ("\n" in self.g[self.i] and not (args and args[-1] == ",")
+                                     and name not in (".branchtargets", ".calltargets")):
                 break
             args.append(tok)
             self.i += 1

@@ -61,3 +61,21 @@ def test_the_transpiler_keeps_repeated_scoped_labels_apart():
     kernel = namespace["k"]
     assert kernel.module() == module
     ptxas(kernel.ptx(), "sm_90a")
+
+
+def test_a_branch_target_list_may_start_on_the_next_line():
+    text = _kernel("""  mov.u32 %r1, 1;
+JT:
+\t.branchtargets
+\t\tA,
+\t\tB;
+  brx.idx %r1, JT;
+A:
+  add.u32 %r1, %r1, 1;
+B:
+""")
+    module = jaxptx.parse(text)
+    assert jaxptx.emit(module) == text and jaxptx.check(module) == []
+    directive = next(s for s in module.functions[0].body if isinstance(s, jaxptx.ir.Directive))
+    assert [a for a in directive.args if a != ","] == ["A", "B"]
+    ptxas(text, "sm_90a")

@@ -188,3 +188,36 @@ def test_triton_matmul_with_device_built_tensor_maps(capability) -> None:
     sim.launch(ptx, a, b, c, np.int32(M), np.int32(N), np.int32(K), scratch, *extra_params(ptx, 7),
                grid=(M // 128, N // 64, 1), block=(128, 1, 1), smem=kernel.metadata.shared)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-4)
+
+
+@triton.jit
+def _persistent_matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    a_d = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    b_d = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
+    c_d = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN)
+    for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), warp_specialize=True):
+        pid_m, pid_n = tile // tl.cdiv(N, BN), tile % tl.cdiv(N, BN)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in tl.range(0, K, BK, num_stages=3):
+            acc += tl.dot(a_d.load([pid_m * BM, k]), b_d.load([pid_n * BN, k]).T)
+        c_d.store([pid_m * BM, pid_n * BN], acc)
+
+
+def test_triton_sm100_warp_specialised_persistent_matmul() -> None:
+    """Warp specialisation (setmaxnreg, named barriers, a brx.idx jump table
+    whose .branchtargets list starts on the next line), a 3-stage mbarrier
+    pipeline feeding tcgen05.mma, two persistent CTAs over four tiles."""
+    M = N = K = 256
+    kernel = _compile(_persistent_matmul, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32",
+                                           "N": "i32", "K": "i32", "BM": "constexpr", "BN": "constexpr",
+                                           "BK": "constexpr"}, {"BM": 128, "BN": 128, "BK": 64})
+    ptx = kernel.asm["ptx"]
+    assert all(x in ptx for x in ("tcgen05.mma", "setmaxnreg", "brx.idx", "mbarrier.try_wait"))
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((M, K)).astype(np.float16), rng.standard_normal((N, K)).astype(np.float16)
+    c = np.zeros((M, N), np.float32)
+    scratch = np.zeros(kernel.metadata.global_scratch_size * 2, np.uint8)
+    sim.launch(ptx, a, b, c, np.int32(M), np.int32(N), np.int32(K), scratch, *extra_params(ptx, 7),
+               grid=(2, 1, 1), block=(32 * kernel.metadata.num_warps, 1, 1), smem=kernel.metadata.shared)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64).T, rtol=1e-5, atol=1e-4)
