@@ -221,3 +221,42 @@ def test_triton_sm100_warp_specialised_persistent_matmul() -> None:
     sim.launch(ptx, a, b, c, np.int32(M), np.int32(N), np.int32(K), scratch, *extra_params(ptx, 7),
                grid=(2, 1, 1), block=(32 * kernel.metadata.num_warps, 1, 1), smem=kernel.metadata.shared)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64).T, rtol=1e-5, atol=1e-4)
+
+
+@triton.jit
+def _scaled_matmul(a_ptr, b_ptr, as_ptr, bs_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr,
+                   BK: tl.constexpr):
+    rm, rn, rk, rs = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK), tl.arange(0, BK // 32)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        sa = tl.load(as_ptr + rm[:, None] * (K // 32) + (k // 32 + rs)[None, :])
+        sb = tl.load(bs_ptr + rn[:, None] * (K // 32) + (k // 32 + rs)[None, :])
+        acc = tl.dot_scaled(a, sa, "e4m3", b, sb, "e4m3", acc)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+
+def test_triton_sm100_block_scaled_fp8_matmul() -> None:
+    """tl.dot_scaled: tcgen05.mma.kind::mxf8f6f4.block_scale with ue8m0 scale
+    factors per 32 elements of K, copied into tensor memory."""
+    import ml_dtypes
+    M = N = 128
+    K = 256
+    kernel = _compile(_scaled_matmul, {"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e4nv", "as_ptr": "*u8", "bs_ptr": "*u8",
+                                       "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "BM": "constexpr",
+                                       "BN": "constexpr", "BK": "constexpr"}, {"BM": 128, "BN": 128, "BK": 128})
+    ptx = kernel.asm["ptx"]
+    assert "kind::mxf8f6f4.block_scale" in ptx
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((M, K)).astype(ml_dtypes.float8_e4m3fn)
+    b = rng.standard_normal((K, N)).astype(ml_dtypes.float8_e4m3fn)
+    sa = rng.integers(120, 134, (M, K // 32)).astype(np.uint8)
+    sb = rng.integers(120, 134, (N, K // 32)).astype(np.uint8)
+    c = np.zeros((M, N), np.float32)
+    sim.launch(ptx, a, b, sa, sb, c, np.int32(M), np.int32(N), np.int32(K), *extra_params(ptx, 8),
+               grid=(1, 1, 1), block=(128, 1, 1), smem=kernel.metadata.shared)
+    scale_a = np.repeat(2.0 ** (sa.astype(np.float64) - 127), 32, axis=1)
+    scale_b = np.repeat(2.0 ** (sb.astype(np.float64) - 127), 32, axis=1).T
+    ref = (a.astype(np.float64) * scale_a) @ (b.astype(np.float64) * scale_b)
+    np.testing.assert_allclose(c, ref, rtol=1e-6, atol=1e-6 * np.abs(ref).max())
