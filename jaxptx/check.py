@@ -210,8 +210,9 @@ def _check_function(f: ir.Function, globals_: set[str], target: isa.Target,
 
     for ins, labels in instructions:
         line, col = (ins.loc[1], ins.loc[2]) if ins.loc and len(ins.loc) == 3 else (0, 0)
-        ins = normalize(ins, regs, vectors)
-        problems = _undefined(ins, regs, names | labels)
+        if validate:
+            ins = normalize(ins, regs, vectors)
+        problems = _undefined(ins, regs, names, labels)
         if not problems and validate:
             try:
                 r = check_instruction(ins, target=target, version=version, type_of=type_of)
@@ -309,7 +310,7 @@ def _narrow_addresses(ins: ir.Instruction, r: isa.Resolved, type_of) -> list[str
     return problems
 
 
-def _undefined(ins: ir.Instruction, regs: dict, names: set[str]) -> list[str]:
+def _undefined(ins: ir.Instruction, regs: ir.Registers, names: set[str], labels: frozenset[str]) -> list[str]:
     problems = []
     operands = list(ins.operands)
     if ins.guard is not None:
@@ -321,6 +322,6 @@ def _undefined(ins: ir.Instruction, regs: dict, names: set[str]) -> list[str]:
                 declared = x.name in regs or x.name.rsplit(".", 1)[0] in regs
                 if not declared and base not in isa.SPECIAL_REGS and not base.startswith("envreg"):
                     problems.append(f"{ins.name}: undeclared register {x.name}")
-            elif x.name not in names:
+            elif x.name not in names and x.name not in labels and x.name not in regs:
                 problems.append(f"{ins.name}: undefined name {x.name}")
     return problems

@@ -66,13 +66,18 @@ class Registers(MutableMapping[str, V], Generic[V]):
 
     def get(self, name: str, default: V | None = None) -> V | None:  # type: ignore[override]
         """The value of ``name``, or ``default`` when it is not declared."""
-        if name in self._names:
-            return self._names[name]
+        names = self._names
+        if name in names:
+            return names[name]
+        hits = self._hits
+        if name in hits:
+            return hits[name]
         found, value = self._in_range(name)
         return value if found else default
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and (name in self._names or self._in_range(name)[0])
+        return name in self._names or name in self._hits or \
+            (isinstance(name, str) and self._in_range(name)[0])
 
     def __setitem__(self, name: str, value: V) -> None:
         self._names[name] = value
