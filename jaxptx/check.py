@@ -210,6 +210,7 @@ def _check_function(f: ir.Function, globals_: set[str], target: isa.Target,
 
     for ins, labels in instructions:
         line, col = (ins.loc[1], ins.loc[2]) if ins.loc and len(ins.loc) == 3 else (0, 0)
+        written = ins
         if validate:
             ins = normalize(ins, regs, vectors)
         problems = _undefined(ins, regs, names, labels)
@@ -217,6 +218,7 @@ def _check_function(f: ir.Function, globals_: set[str], target: isa.Target,
             try:
                 r = check_instruction(ins, target=target, version=version, type_of=type_of)
                 problems.extend(_narrow_addresses(ins, r, type_of))
+                problems.extend(_bare_vectors(written, r, vectors))
                 out.extend(Diagnostic(line, col, p, "warning") for p in _truncated_literals(ins, r))
             except PtxError as e:
                 problems.append(str(e))
@@ -292,6 +294,15 @@ def _scoped(body: list[ir.Statement], outer: frozenset[str],
             yield from _scoped(s.body, visible, out)
         else:
             yield s, visible
+
+
+def _bare_vectors(ins: ir.Instruction, r: isa.Resolved, vectors: ir.Registers[int]) -> list[str]:
+    """A lone register where the form takes only a vector (``ldmatrix .x1``'s
+    ``{%r1}``, an f64 ``mma`` fragment): ptxas wants the braces ("Vector of
+    size 1 is expected") though the table reads both alike."""
+    return [f"{ins.name} operand {o.name}: write a vector, {{{x.name}}} (ptxas refuses a bare register)"
+            for o, x in zip(r.operands, ins.operands)
+            if o.kinds == ("vec",) and type(x) is ir.Register and x.name not in vectors]
 
 
 def _narrow_addresses(ins: ir.Instruction, r: isa.Resolved, type_of) -> list[str]:

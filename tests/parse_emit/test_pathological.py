@@ -124,3 +124,23 @@ def test_pathological_sizes_are_fast_and_never_crash(case):
     except PtxError:
         pass                                  # a clear refusal (ParseError is one)
     assert time.perf_counter() - start < 2.0, case
+
+
+@pytest.mark.parametrize("line, bad", [
+    ("ldmatrix.sync.aligned.m8n8.x1.shared.b16 %r1, [%r2];", True),
+    ("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%r1}, [%r2];", False),
+    ("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%fd0,%fd1}, %fd2, {%fd3}, {%fd0,%fd1};", True),
+    ("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%fd0,%fd1}, {%fd2}, {%fd3}, {%fd0,%fd1};", False),
+])
+def test_one_element_vectors_need_their_braces_as_ptxas_says(line, bad):
+    from jaxptx.errors import PtxasError
+    from jaxptx.runtime import ptxas
+    text = _ONE.format(line).replace(".reg .b16 %h<3>;", ".reg .f64 %fd<4>;")
+    found = jaxptx.check(text)
+    if bad:
+        assert len(found) == 1 and "write a vector, {%" in found[0].message
+        with pytest.raises(PtxasError, match="[Vv]ector"):
+            ptxas(text, "sm_90a")
+    else:
+        assert found == []
+        ptxas(text, "sm_90a")
