@@ -10,43 +10,17 @@ import pytest
 
 from jaxptx import sim
 
-triton = pytest.importorskip("triton", reason="triton is not installed (pip install triton)")
-tl = pytest.importorskip("triton.language")
+pytest.importorskip("triton", reason="triton is not installed (pip install triton)")
 
-from triton_compile import compile_ptx, extra_params  # noqa: E402
+from triton_compile import compile_ptx, extra_params, matmul_kernel, softmax_kernel  # noqa: E402
 
 
 def _compile(fn, signature: dict, constexprs: dict, num_warps: int = 4):
     return compile_ptx(fn, signature, constexprs, 80, num_warps)
 
 
-@triton.jit
-def _softmax(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=-float("inf"))
-    x = x - tl.max(x, axis=0)
-    e = tl.exp(x)
-    tl.store(y_ptr + row * n_cols + cols, e / tl.sum(e, axis=0), mask=mask)
-
-
-@triton.jit
-def _matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
-    rm = pid_m * BM + tl.arange(0, BM)
-    rn = pid_n * BN + tl.arange(0, BN)
-    rk = tl.arange(0, BK)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, K, BK):
-        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
-        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
-        acc += tl.dot(a, b)
-    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
-
-
 def test_triton_softmax() -> None:
-    kernel = _compile(_softmax, {"x_ptr": "*fp32", "y_ptr": "*fp32", "n_cols": "i32", "BLOCK": "constexpr"},
+    kernel = _compile(softmax_kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32", "n_cols": "i32", "BLOCK": "constexpr"},
                       {"BLOCK": 1024})
     ptx = kernel.asm["ptx"]
     x = np.random.default_rng(1).standard_normal((64, 1000)).astype(np.float32)
@@ -59,7 +33,7 @@ def test_triton_softmax() -> None:
 
 
 def test_triton_matmul_uses_mma_sync() -> None:
-    kernel = _compile(_matmul, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32", "N": "i32",
+    kernel = _compile(matmul_kernel, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32", "N": "i32",
                                 "K": "i32", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"},
                       {"BM": 32, "BN": 32, "BK": 32})
     ptx = kernel.asm["ptx"]

@@ -1,11 +1,15 @@
 """Compiling Triton kernels to PTX on this CPU-only machine, for the tests
-that run real compiler output on the emulator (triton must be installed)."""
+that run real compiler output on the emulator, and the kernels the sm_80 and
+sm_100a tests share (import it only once triton is known to be installed)."""
 
 from __future__ import annotations
 
 import os
 
 import numpy as np
+
+import triton
+import triton.language as tl
 
 from jaxptx import parse
 from jaxptx.runtime._toolchain import find_tool
@@ -14,7 +18,6 @@ from jaxptx.runtime._toolchain import find_tool
 def compile_ptx(fn, signature: dict, constexprs: dict, capability: int, num_warps: int = 4):
     """``triton.compile`` for ``sm_<capability>``; the result's ``.asm["ptx"]``
     is the PTX."""
-    import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")   # Triton 3.9 warns when unset
@@ -28,3 +31,28 @@ def extra_params(ptx: str, given: int) -> list[np.ndarray]:
     """Arguments for the scratch-pointer params Triton appends (unused here)."""
     count = len(parse(ptx).functions[0].params)
     return [np.zeros(16, np.uint8) for _ in range(count - given)]
+
+
+@triton.jit
+def softmax_kernel(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=-float("inf"))
+    x = x - tl.max(x, axis=0)
+    e = tl.exp(x)
+    tl.store(y_ptr + row * n_cols + cols, e / tl.sum(e, axis=0), mask=mask)
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
