@@ -65,21 +65,7 @@ class Diagnostic:
 
 
 def _operand_names(op: ir.Operand) -> Iterator[ir.Register | ir.Symbol]:
-    if isinstance(op, (ir.Register, ir.Symbol)):
-        yield op
-    elif isinstance(op, ir.Address):
-        if op.base is not None:
-            yield op.base
-        if op.extra is not None:
-            yield from _operand_names(op.extra)
-    elif isinstance(op, (ir.Vector, ir.Parens)):
-        for item in op.items:
-            yield from _operand_names(item)
-    elif isinstance(op, ir.Pair):
-        yield from _operand_names(op.first)
-        yield from _operand_names(op.second)
-    elif isinstance(op, ir.Negated):
-        yield from _operand_names(op.operand)
+    return (x for x in ir.leaves(op) if isinstance(x, (ir.Register, ir.Symbol)))
 
 
 def _target(module: ir.Module, arch: str | None) -> isa.Target | None:
@@ -244,21 +230,11 @@ def _wide_literals(ins: ir.Instruction) -> list[str]:
 
 def _integers(operands: tuple) -> Iterator[int]:
     for op in operands:
-        if isinstance(op, int) and not isinstance(op, bool):
-            yield op
-        elif isinstance(op, ir.Immediate):
-            if isinstance(op.value, int):
-                yield op.value
-        elif isinstance(op, ir.Address):
-            yield from _integers(tuple(x for x in (op.offset, op.extra) if x is not None))
-        elif isinstance(op, ir.Symbol) and op.offset is not None:
-            yield from _integers((op.offset,))
-        elif isinstance(op, (ir.Vector, ir.Parens)):
-            yield from _integers(op.items)
-        elif isinstance(op, ir.Pair):
-            yield from _integers((op.first, op.second))
-        elif isinstance(op, ir.Negated):
-            yield from _integers((op.operand,))
+        for x in ir.leaves(op):
+            if isinstance(x, ir.Immediate):
+                x = x.value
+            if isinstance(x, int) and not isinstance(x, bool):
+                yield x
 
 
 def _truncated_literals(ins: ir.Instruction, r: isa.Resolved) -> list[str]:

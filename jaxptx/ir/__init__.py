@@ -28,3 +28,4 @@ from ._operands import Register as Register
 from ._operands import Sink as Sink
 from ._operands import Symbol as Symbol
 from ._operands import Vector as Vector
+from ._operands import leaves as leaves

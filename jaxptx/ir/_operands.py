@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from collections.abc import Iterator
 from typing import Union
 
 
@@ -212,3 +213,27 @@ def _enclosed(open_: str, items: tuple["Operand", ...], close: str) -> list[str]
 
 
 Operand = Union[Register, Immediate, Symbol, Sink, Negated, Vector, Pair, Address, Parens]
+
+
+def leaves(op: "Operand | int") -> Iterator["Register | Immediate | Symbol | Sink | int"]:
+    """The leaves of an operand, in order: registers, symbols, immediates,
+    sinks, and the plain-int offsets of addresses and symbols (``[%rd1+4]``
+    gives ``%rd1`` then ``4``)."""
+    if isinstance(op, (Register, Immediate, Sink, int)):
+        yield op
+    elif isinstance(op, Symbol):
+        yield op
+        if op.offset is not None:
+            yield op.offset
+    elif isinstance(op, Address):
+        for part in (op.base, op.offset, op.extra):
+            if part is not None:
+                yield from leaves(part)
+    elif isinstance(op, (Vector, Parens)):
+        for item in op.items:
+            yield from leaves(item)
+    elif isinstance(op, Pair):
+        yield from leaves(op.first)
+        yield from leaves(op.second)
+    elif isinstance(op, Negated):
+        yield from leaves(op.operand)

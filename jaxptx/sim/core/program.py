@@ -168,31 +168,14 @@ def _scoped(body: list[ir.Statement], scope: _Scope,
             yield s, scope
 
 
-def _operand_registers(op: ir.Operand, out: set[str]) -> None:
-    if isinstance(op, ir.Register):
-        out.add(op.name.partition(".")[0])
-    elif isinstance(op, ir.Address):
-        for part in (op.base, op.extra):
-            if part is not None:
-                _operand_registers(part, out)
-    elif isinstance(op, (ir.Vector, ir.Parens)):
-        for x in op.items:
-            _operand_registers(x, out)
-    elif isinstance(op, ir.Pair):
-        _operand_registers(op.first, out)
-        _operand_registers(op.second, out)
-    elif isinstance(op, ir.Negated):
-        _operand_registers(op.operand, out)
-
-
 def _used_registers(body: list[ir.Statement]) -> dict[str, list[int]]:
     """The numbered register names the instructions of ``body`` use, as
     prefix → indices (``%r12`` → ``"%r": [12]``)."""
     names: set[str] = set()
     for s in ir.walk(body):
         if isinstance(s, ir.Instruction):
-            for op in s.operands:
-                _operand_registers(op, names)
+            names.update(x.name.partition(".")[0] for op in s.operands for x in ir.leaves(op)
+                         if isinstance(x, ir.Register))
             if s.guard is not None:
                 names.add(s.guard.register.name.partition(".")[0])
     used: dict[str, list[int]] = {}
