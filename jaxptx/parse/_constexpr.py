@@ -32,6 +32,23 @@ _BINARY: dict[str, int] = {"||": 1, "&&": 2, "|": 3, "^": 4, "&": 5, "==": 6, "!
 _MASK = (1 << 64) - 1
 
 
+def _quotient(p: int, q: int) -> int:
+    """C's ``/``: truncated toward zero."""
+    return abs(p) // abs(q) * (1 if (p < 0) == (q < 0) else -1)
+
+
+_OPS: dict[str, Callable[[int, int], int]] = {
+    "+": lambda p, q: p + q, "-": lambda p, q: p - q, "*": lambda p, q: p * q,
+    "/": _quotient, "%": lambda p, q: p - _quotient(p, q) * q,
+    "<<": lambda p, q: p << (q & 63), ">>": lambda p, q: p >> (q & 63),
+    "&": lambda p, q: p & q, "|": lambda p, q: p | q, "^": lambda p, q: p ^ q,
+    "<": lambda p, q: int(p < q), ">": lambda p, q: int(p > q), "<=": lambda p, q: int(p <= q),
+    ">=": lambda p, q: int(p >= q), "==": lambda p, q: int(p == q), "!=": lambda p, q: int(p != q),
+    "&&": lambda p, q: int(bool(p) and bool(q)), "||": lambda p, q: int(bool(p) or bool(q)),
+}
+_LOGICAL = frozenset(["<", ">", "<=", ">=", "==", "!=", "&&", "||"])
+
+
 def _number(tok: str) -> bool:
     return tok[:1].isdigit() or (tok[:1] == "-" and tok[1:2].isdigit())
 
@@ -143,18 +160,8 @@ def _apply(r: _Reader, op: str, a: tuple[int, bool], b: tuple[int, bool]) -> tup
     x, y = (a[0] & _MASK, b[0] & _MASK) if unsigned else (_signed(a[0]), _signed(b[0]))
     if op in ("/", "%") and y == 0:
         raise r.error("division by zero in a constant expression")
-    ops: dict[str, Callable[[int, int], int]] = {
-        "+": lambda p, q: p + q, "-": lambda p, q: p - q, "*": lambda p, q: p * q,
-        "/": lambda p, q: abs(p) // abs(q) * (1 if (p < 0) == (q < 0) else -1),
-        "%": lambda p, q: p - abs(p) // abs(q) * (1 if (p < 0) == (q < 0) else -1) * q,
-        "<<": lambda p, q: p << (q & 63), ">>": lambda p, q: p >> (q & 63),
-        "&": lambda p, q: p & q, "|": lambda p, q: p | q, "^": lambda p, q: p ^ q,
-        "<": lambda p, q: int(p < q), ">": lambda p, q: int(p > q), "<=": lambda p, q: int(p <= q),
-        ">=": lambda p, q: int(p >= q), "==": lambda p, q: int(p == q), "!=": lambda p, q: int(p != q),
-        "&&": lambda p, q: int(bool(p) and bool(q)), "||": lambda p, q: int(bool(p) or bool(q)),
-    }
-    result = ops[op](x, y)
-    if op in ("<", ">", "<=", ">=", "==", "!=", "&&", "||"):
+    result = _OPS[op](x, y)
+    if op in _LOGICAL:
         return result, False
     return (result & _MASK if unsigned else _signed(result)), unsigned
 
