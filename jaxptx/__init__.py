@@ -47,11 +47,11 @@ __all__ = ["errors", "ir", "isa", "specs", "types", "Kernel", "Layout", "Special
 # Subpackages loaded on first attribute access (PEP 562), so that a plain
 # ``import jaxptx`` reaches ``jaxptx.sim`` without paying for the emulator's
 # import (~150 ms) in processes that never use it.
-_LAZY_SUBPACKAGES = ("sim", "codegen", "runtime")
+_LAZY_SUBPACKAGES = ("sim", "codegen", "runtime", "kernels")
 
 
 def __getattr__(name: str):
-    """``jaxptx.sim``, ``jaxptx.codegen``, ``jaxptx.runtime``: imported on first use."""
+    """``jaxptx.sim``, ``jaxptx.codegen``, ``jaxptx.runtime``, ``jaxptx.kernels``: imported on first use."""
     if name in _LAZY_SUBPACKAGES:
         import importlib
         return importlib.import_module(f"{__name__}.{name}")

@@ -1,0 +1,146 @@
+"""The kernel library against XLA, side by side in one run.
+
+Each op of :mod:`jaxptx.kernels` is timed next to its XLA equivalent on the
+same inputs: ``matmul`` against ``jnp.dot`` (cuBLAS on a GPU),
+``flash_attention`` against ``jax.nn.dot_product_attention`` (cuDNN where
+JAX offers it), the norms, softmax and SwiGLU against their ``jnp``
+formulas. Each row prints both times, the ratio, and the throughput —
+TFLOPS for the products, GB/s of compulsory traffic (inputs read once,
+outputs written once) for the rest — with the fraction of the GPU's peak.
+
+With a GPU: every variant the GPU runs, at sizes that fill it.
+Without one: says so, and times the same calls at small sizes on the CPU,
+where a kernel call runs the emulator; those figures measure the emulator,
+not the kernel, and the ratio is to XLA on the CPU.
+
+    python benchmarks/kernels.py [--repeat 20] [--arch auto]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from _timing import wall_times
+
+# Dense bf16 tensor-core TFLOPS and HBM GB/s by device name, from the vendor
+# data sheets (SXM parts; dense, not the 2:4-sparse figure).
+PEAKS = {"A100": (312.0, 2039.0), "H100": (989.0, 3350.0), "H200": (989.0, 4800.0),
+         "B200": (2250.0, 8000.0)}
+
+
+def peak_for(device_kind: str) -> tuple[float, float] | None:
+    """(TFLOPS, GB/s) peaks of the GPU whose ``device_kind`` names one of
+    :data:`PEAKS`, or None."""
+    for name, peak in PEAKS.items():
+        if name in device_kind:
+            return peak
+    return None
+
+
+def median_ms(fn: Callable[[], Any], repeat: int) -> float:
+    """Median of ``repeat`` blocked calls of ``fn``, in milliseconds."""
+    return statistics.median(wall_times(lambda: _block(fn()), repeat, warmup=2)) * 1e3
+
+
+def _block(out: Any) -> None:
+    import jax
+    jax.block_until_ready(out)
+
+
+def cases(gpu: bool, arch: str) -> list[tuple[str, str, Callable, Callable, tuple, float, float]]:
+    """(op, shape, jaxptx fn, XLA fn, args, flops, bytes) for each benchmarked call."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxptx import kernels
+
+    rng = np.random.default_rng(0)
+
+    def rand(shape, dtype=jnp.bfloat16):
+        return jnp.asarray(rng.standard_normal(shape, dtype=np.float32), dtype)
+
+    rows: list = []
+    mm = [(8192, 8192, 8192), (4096, 4096, 4096)] if gpu else [(256, 256, 512)]
+    for m, n, k in mm:
+        a, b = rand((m, k)), rand((k, n))
+        rows.append(("matmul", f"{m}x{n}x{k}", lambda a, b: kernels.matmul(a, b, arch=arch),
+                     lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32),
+                     (a, b), 2.0 * m * n * k, 2.0 * (m * k + k * n) + 4.0 * m * n))
+    bshd = [(4, 4096, 16, 128), (16, 1024, 16, 64)] if gpu else [(1, 128, 2, 64)]
+    for b_, s, h, d in bshd:
+        q, k_, v = rand((b_, s, h, d)), rand((b_, s, h, d)), rand((b_, s, h, d))
+        impl = "cudnn" if gpu else None
+        rows.append(("flash_attention", f"{b_}x{s}x{h}x{d}",
+                     lambda q, k, v: kernels.flash_attention(q, k, v, arch=arch),
+                     lambda q, k, v: jax.nn.dot_product_attention(q, k, v, implementation=impl),
+                     (q, k_, v), 4.0 * b_ * h * s * s * d, 8.0 * b_ * s * h * d))
+    rn = [(16384, 8192), (65536, 1024)] if gpu else [(64, 1024)]
+    for r, n in rn:
+        x, w, bias = rand((r, n)), rand((n,)), rand((n,))
+        nbytes = 4.0 * r * n + 2.0 * n
+        rows.append(("rms_norm", f"{r}x{n}", lambda x, w: kernels.rms_norm(x, w, arch=arch),
+                     lambda x, w: (x * jax.lax.rsqrt(jnp.mean(jnp.square(x.astype(jnp.float32)), -1,
+                                                                 keepdims=True) + 1e-6) * w).astype(x.dtype),
+                     (x, w), 0.0, nbytes))
+        rows.append(("layer_norm", f"{r}x{n}", lambda x, w, b: kernels.layer_norm(x, w, b, arch=arch),
+                     _jnp_layer_norm, (x, w, bias), 0.0, nbytes + 2.0 * n))
+        rows.append(("softmax", f"{r}x{n}", lambda x: kernels.softmax(x, arch=arch),
+                     lambda x: jax.nn.softmax(x.astype(jnp.float32), -1).astype(x.dtype),
+                     (x,), 0.0, 4.0 * r * n))
+        g, u = rand((r, n)), rand((r, n))
+        rows.append(("swiglu", f"{r}x{n}", lambda g, u: kernels.swiglu(g, u, arch=arch),
+                     lambda g, u: (jax.nn.silu(g.astype(jnp.float32)) * u).astype(g.dtype),
+                     (g, u), 0.0, 6.0 * r * n))
+    return rows
+
+
+def _jnp_layer_norm(x, w, b):
+    import jax.numpy as jnp
+    x32 = x.astype(jnp.float32)
+    mean = x32.mean(-1, keepdims=True)
+    var = ((x32 - mean) ** 2).mean(-1, keepdims=True)
+    return ((x32 - mean) / jnp.sqrt(var + 1e-5) * w + b).astype(x.dtype)
+
+
+def main() -> None:
+    """Print one table: each op, jaxptx and XLA times, ratio, throughput."""
+    import jax
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--arch", default="auto")
+    args = parser.parse_args()
+    dev = jax.devices()[0]
+    gpu = dev.platform == "gpu"
+    peak = peak_for(getattr(dev, "device_kind", "")) if gpu else None
+    if gpu:
+        print(f"GPU: {dev.device_kind}; peaks {peak or 'unknown'} (bf16 TFLOPS, GB/s)")
+    else:
+        print("No GPU: the jaxptx column is the CPU emulator running each kernel at a small size, "
+              "the XLA column XLA on the CPU. These figures measure the emulator, not the kernels.")
+    repeat = args.repeat if gpu else min(args.repeat, 3)
+    print(f"{'op':16} {'shape':18} {'jaxptx ms':>10} {'XLA ms':>9} {'XLA/jaxptx':>10} "
+          f"{'jaxptx rate':>14} {'of peak':>8}")
+    for op, shape, ours, theirs, inputs, flops, nbytes in cases(gpu, args.arch):
+        try:
+            f_ours, f_xla = jax.jit(ours), jax.jit(theirs)
+            t_ours = median_ms(lambda: f_ours(*inputs), repeat)
+            t_xla = median_ms(lambda: f_xla(*inputs), repeat)
+        except Exception as e:  # noqa: BLE001 - a missing op or variant is a row, not a crash
+            print(f"{op:16} {shape:18} {type(e).__name__}: {str(e).splitlines()[0][:60]}")
+            continue
+        if flops:
+            rate, unit, of = flops / t_ours / 1e9, "TFLOPS", (peak[0] if peak else None)
+        else:
+            rate, unit, of = nbytes / t_ours / 1e6, "GB/s", (peak[1] if peak else None)
+        frac = f"{rate / of:7.0%}" if of else "    n/a"
+        print(f"{op:16} {shape:18} {t_ours:10.3f} {t_xla:9.3f} {t_xla / t_ours:10.2f} "
+              f"{rate:8.2f} {unit:6}{frac:>8}")
+
+
+if __name__ == "__main__":
+    main()
