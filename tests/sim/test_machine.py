@@ -206,7 +206,8 @@ SANITIZER_CASES = [
     ld.shared.u32 %r5, [%r5];
     ret;
 }""", r"shared-memory race: read of offset 0x4 at PTX line 15 \(ld.shared.u32\), CTA \(0, 0, 0\) thread "
-      r"\(0, 0, 0\) conflicts with another thread"),
+      r"\(0, 0, 0\) conflicts with the write at PTX line 12 \(st.shared.u32\) by thread \(1, 0, 0\): "
+      r"no barrier or mbarrier orders them"),
     ("same address written by two threads", """.visible .entry k(.param .u64 out)
 {
     .shared .align 4 .b8 buf[16];

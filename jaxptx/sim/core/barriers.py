@@ -49,8 +49,13 @@ def arrive(m: "Machine", s: Step, pc: int) -> None:
     ops = s.ins.operands[1:-1] if red else s.ins.operands   # bar.red d, a{, b}, c
     ident = s.value(ops[0], TYPES["u32"]).astype(np.int64)
     count = s.value(ops[1], TYPES["u32"]).astype(np.int64) if len(ops) > 1 else np.zeros(s.n, np.int64)
+    san = m.sanitizer
+    if san is not None and (s.ins.opcode == "bar" or "aligned" in s.ins.modifiers):
+        san.aligned_barrier(s.threads)
     if sim == "bar_arrive":
         np.add.at(m.arrived, (s.threads // m.ntid) * 16 + ident, 1)
+        if san is not None:
+            san.barrier_arrive(s.threads, (s.threads // m.ntid) * 16 + ident)
         return
     m.state[s.threads] = WAITING
     m.barrier[s.threads] = ident
@@ -75,6 +80,8 @@ def _release_cluster(m: "Machine", waiting: np.ndarray, released: list[np.ndarra
         m.state[at[done]] = RUNNING
         m.barrier[at[done]] = -1
         released.append(at[done])
+        if m.sanitizer is not None:
+            m.sanitizer.cluster_complete(at[done])
         finished = np.unique(cluster[done])
         m.cluster_arrivals[finished] -= alive[finished]
     # the rest: those waiting at CTA barriers (not the ones released just now)
@@ -116,7 +123,7 @@ def _release_cta(m: "Machine", waiting: np.ndarray, released: list[np.ndarray]) 
         m.arrived[key[done]] = 0
         _reduce(m, go, key[done])
         if m.sanitizer is not None:
-            m.sanitizer.barrier_released(np.unique(ctas[done]))
+            m.sanitizer.barrier_complete(go, key[done])
 
 
 def _reduce(m: "Machine", go: np.ndarray, key: np.ndarray) -> None:

@@ -103,7 +103,7 @@ class Machine:
         self.all_threads = np.arange(self.nthreads, dtype=np.int64)
         self.frames: dict[str, np.ndarray] = {}   # function -> calling PC per thread (-1: not in it)
         self.current_pc: int | None = None
-        self.sanitizer = Sanitizer(self) if check else None
+        self.sanitizer = Sanitizer(self, check) if check else None
         memory.cluster_cta = self.cluster_cta
         self.cluster_arrivals = np.zeros(self.nctas, dtype=np.int64)   # by rank-0 CTA
         self.groups: dict[int, np.ndarray] = {0: self.all_threads} if self.nthreads else {}
@@ -375,8 +375,14 @@ class Machine:
         if ins.guard is not None:
             taken = self._guard(ins, threads)[0]
         if len(taken):
+            san = self.sanitizer
             try:
-                fn(Step(self, ins, self.program.resolved[pc], taken))
+                step = Step(self, ins, self.program.resolved[pc], taken)
+                if san is not None:
+                    san.begin(pc, step.r.inst.sim)
+                fn(step)
+                if san is not None:
+                    san.after(step.r.inst.sim, step)
             except SimError as e:
                 raise located(e, ins) from None
             if self._parking:
@@ -423,10 +429,14 @@ class Machine:
         elif sim == "bar_sync" and len(rest) == 0 and len(ins.operands) == 1 and everyone(self, taken):
             # Every live thread of every CTA is here: the barrier completes at once.
             if self.sanitizer is not None:
-                self.sanitizer.barrier_released(np.arange(self.nctas))
+                self.sanitizer.begin(pc, sim)
+                self.sanitizer.aligned_barrier(taken)
+                self.sanitizer.everyone_synchronised()
             self._place(pc + 1, threads)
         elif sim in _BARRIERS:
             if len(taken):
+                if self.sanitizer is not None:
+                    self.sanitizer.begin(pc, sim)
                 arrive(self, Step(self, ins, r, taken), pc)
             self.pc[taken] = pc + 1
             self._place(pc + 1, threads[self.state[threads] == RUNNING])
@@ -443,6 +453,12 @@ class Machine:
             self._place(pc + 1, rest)
             self._release()
         elif sim in NO_OPS:
+            if self.sanitizer is not None and len(taken):
+                self.sanitizer.begin(pc, sim)
+                if sim == "fence_proxy" and "async" in ins.modifiers:
+                    self.sanitizer.proxy_fence(taken)
+                elif sim == "bar_warp_sync":
+                    self.sanitizer.warp_sync(taken)
             self._place(pc + 1, threads)
         else:
             raise SimError(f"{self.program.name}: the emulator does not run {ins.name} yet{where(ins)}")

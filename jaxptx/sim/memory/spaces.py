@@ -249,7 +249,8 @@ class Memory:
         shift = _LOG2[width]
         for buf, off, pos in self._resolve(space, addr, threads, width, what):
             if self.watch is not None and buf is self.shared:
-                self.watch(off, threads if pos is None else threads[pos], width, True)
+                self.watch(off, threads if pos is None else threads[pos], width, True,
+                           values=values if pos is None or len(pos) == len(values) else values[pos])
             buf.view(_UINT[width])[off >> shift if shift else off] = \
                 values if pos is None or len(pos) == len(values) else values[pos]
 

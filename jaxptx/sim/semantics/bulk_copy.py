@@ -63,8 +63,12 @@ def _read(s: Step, space: str, addr: np.ndarray, threads: np.ndarray, width: int
     if space != "shared":
         return s.m.memory.load(space, addr, threads, width, s.ins.name)
     out = np.empty(len(addr), dtype=_UINT[width])
+    san = s.m.sanitizer
     for view, idx, pos in s.m.memory.locations("shared", addr, threads, width, s.ins.name):
         out[pos] = view[idx]
+        if san is not None:
+            flat = ((idx.astype(np.int64) * width)[:, None] + np.arange(width)).ravel()
+            san.async_read(flat, np.repeat(threads[pos], width), "bulk")
     return out
 
 
@@ -80,9 +84,8 @@ def _write(s: Step, space: str, addr: np.ndarray, threads: np.ndarray, values: n
     for view, idx, pos in s.m.memory.locations("shared", addr, threads, width, s.ins.name):
         view[idx] = values[pos]
         if san is not None:
-            flat = (idx.astype(np.int64) * width)[:, None] + np.arange(width)
-            san.shared_init[flat] = True
-            san.writer[flat] = -1
+            flat = ((idx.astype(np.int64) * width)[:, None] + np.arange(width)).ravel()
+            san.async_write(flat, np.repeat(threads[pos], width))
 
 
 def _aligned(s: Step, addr: np.ndarray, size: int, what: str) -> None:
@@ -170,7 +173,10 @@ def _signal(s: Step, pos: np.ndarray, mbar: np.ndarray | None, nbytes: np.ndarra
     """complete-tx of the bytes each copy moved, on its mbarrier."""
     if mbar is not None and len(pos):
         sub = Step(s.m, s.ins, s.r, s.threads[pos])
-        complete_tx(sub, barrier_index(sub, 0, addr=mbar), nbytes)
+        words = barrier_index(sub, 0, addr=mbar)
+        if s.m.sanitizer is not None:
+            s.m.sanitizer.tma_signal(sub.threads, words)
+        complete_tx(sub, words, nbytes)
 
 
 def _mbar(s: Step) -> np.ndarray | None:

@@ -141,6 +141,9 @@ def _store(s: Step, uniq: np.ndarray, phase, pending, expected, tx) -> None:
 def _write(s: Step, idx: np.ndarray, words: np.ndarray) -> None:
     """Store mbarrier words and wake the threads parked on those whose
     phase or validity changed."""
+    if s.m.sanitizer is not None:
+        flipped = ((_words(s)[idx] ^ np.broadcast_to(words, np.shape(idx))) >> np.uint64(63)) & np.uint64(1)
+        s.m.sanitizer.mbarrier_phases(idx, flipped)
     _words(s)[idx] = words
     s.m.changed(np.asarray(idx), np.broadcast_to(words, np.shape(idx)) >> _MARK)
 
@@ -171,6 +174,8 @@ def arrive(s: Step, idx: np.ndarray, count: np.ndarray, expect: np.ndarray, drop
     bytes, then ``count`` arrivals; ``drop`` also lowers the expected count
     (PTX ISA, mbarrier.arrive / arrive_drop). Returns each thread's state
     token (the object just before its arrival)."""
+    if s.m.sanitizer is not None:
+        s.m.sanitizer.mbarrier_arrive(s.threads, idx)
     order = np.argsort(idx, kind="stable")
     ids = idx[order]
     c = np.asarray(count, dtype=np.int64)[order]
@@ -248,6 +253,8 @@ def mbarrier_init(s: Step) -> None:
     count = s.src(1, _U32).astype(np.int64)
     if ((count < 1) | (count > LIMIT)).any():
         raise SimError(f"{s.ins.name}: count {int(count[(count < 1) | (count > LIMIT)][0])} is not in 1..2^20-1")
+    if s.m.sanitizer is not None:
+        s.m.sanitizer.mbarrier_init(idx)
     _write(s, idx, pack(np.zeros(s.n, np.int64), count, count, np.zeros(s.n, np.int64)))
 
 
@@ -301,6 +308,8 @@ def _waited(s: Step, idx: np.ndarray, words: np.ndarray, complete: np.ndarray) -
     """Write waitComplete and park the threads that found their phase
     incomplete until the phase (or validity) of their mbarrier changes."""
     s.dst(0, complete, TYPES["pred"])
+    if s.m.sanitizer is not None and complete.any():
+        s.m.sanitizer.mbarrier_acquire(s.threads[complete], idx[complete])
     if not complete.all():
         fail = ~complete
         s.m.park(s.threads[fail], idx[fail], words[fail] >> _MARK, lambda word: _describe(s.m.memory, word))
@@ -357,6 +366,10 @@ def cp_async_mbarrier_arrive(s: Step) -> None:
     by 1, so the net change is zero; with ``.noinc`` it is one arrival (PTX
     ISA, cp.async.mbarrier.arrive)."""
     idx = barrier_index(s, 0)
+    if s.m.sanitizer is not None:
+        s.m.sanitizer.cp_async_to_mbarrier(s.threads, idx)
+        if not s.mod("noinc"):
+            s.m.sanitizer.mbarrier_arrive(s.threads, idx)
     if s.mod("noinc"):
         arrive(s, idx, np.ones(s.n, np.int64), np.zeros(s.n, np.int64), np.zeros(s.n, bool))
 

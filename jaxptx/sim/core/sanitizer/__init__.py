@@ -1,0 +1,645 @@
+"""The sanitizer of ``launch(..., check=...)``: a happens-before checker.
+
+It watches every register read and write, every shared-memory access (by
+threads and by the async proxy: TMA, bulk copies, ``wgmma``,
+``tcgen05.mma``) and every synchronisation, and reports:
+
+- **races**: two accesses to a shared byte by different threads, at least
+  one a write, that nothing orders (:mod:`.clocks` says what orders what:
+  barriers among their participants only, ``bar.arrive`` as a release,
+  ``bar.warp.sync``, mbarrier arrive → phase completion → ``try_wait``,
+  ``cp.async.wait_group``, ``wgmma.wait_group``, ``tcgen05.commit``).
+  Several threads storing the *same* value is a race only in
+  ``check="strict"`` (compilers emit such stores on purpose);
+- **async data used too early**: reading a ``cp.async`` destination before
+  ``cp.async.wait_group``, a TMA destination before its mbarrier phase is
+  observed, ``wgmma`` accumulators before ``wgmma.wait_group``,
+  ``tcgen05.ld`` results before ``tcgen05.wait::ld``; overwriting shared
+  memory an async copy or MMA is still reading;
+- **a missing proxy fence**: a generic-proxy write to shared memory read by
+  the async proxy with no ``fence.proxy.async`` after it;
+- **uninitialised reads** of registers and shared memory (a register an
+  instruction ignores — ``wgmma`` accumulators with scale-d false — is not
+  read);
+- **barrier divergence**: an ``.aligned`` barrier reached by part of a warp.
+
+Each finding names both accesses (instruction, PTX line or the kernel's
+Python line, CTA and thread) and what ordering was missing. ``check=True``
+(or ``"strict"``) raises :class:`SanitizerError` at the first finding;
+``check="all"`` collects every distinct finding and the launch returns
+them. Lanes are ordered by program order within a thread only; reads are
+remembered per (byte, warp): the last reading lane of each warp.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from ...errors import SimError
+from .clocks import Clocks
+from .shadow import ASYNC, CP_ASYNC, IN_FLIGHT, TMA, SharedShadow
+
+__all__ = ["Sanitizer", "SanitizerError", "Finding", "MODES"]
+
+MODES = (True, "strict", "all")
+
+# Instructions whose shared-memory reads are async-proxy reads, in flight
+# until the issuing thread waits: the wait that resolves them.
+_ASYNC_READERS = {"wgmma_mma_async": "wgmma", "tcgen05_mma": "tcgen05", "tcgen05_mma_sp": "tcgen05",
+                  "tcgen05_cp": "tcgen05"}
+_WGMMA_REGS = ("wgmma_mma_async",)
+
+
+class SanitizerError(SimError):
+    """A bug the sanitizer found; ``findings`` holds every finding (one with
+    ``check=True``)."""
+
+    def __init__(self, message: str, findings: list["Finding"] | None = None) -> None:
+        super().__init__(message)
+        self.findings = findings or []
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One sanitizer finding.
+
+    Attributes:
+        kind: ``race``, ``uninitialised``, ``async`` (async data used before
+            its completion was observed), ``proxy`` (missing
+            ``fence.proxy.async``) or ``divergence``.
+        message: the full report.
+        line: where the finding's access is (PTX line or file:line) and
+            ``other``: the other access's, when there is one.
+    """
+
+    kind: str
+    message: str
+    line: str
+    other: str = ""
+
+
+class Sanitizer:
+    """The shadow state of one launch and the checks on it."""
+
+    def __init__(self, machine, mode: Any = True) -> None:
+        self.m = machine
+        self.mode = mode
+        self.strict = mode == "strict"
+        self.findings: list[Finding] = []
+        self._seen: set[tuple] = set()
+        n = machine.nthreads
+        self.ntid = machine.ntid
+        self.written = {name: np.zeros(n, dtype=bool) for name in machine.regs}
+        self.clocks = Clocks(machine.nctas, machine.ntid)
+        self.shadow = SharedShadow(machine.nctas, machine.memory.shared_size, machine.ntid)
+        self.sim: str | None = None          # the executing instruction's semantics name
+        self.pc = -1
+        self._quiet = False
+        # cp.async groups, wgmma groups, tcgen05.ld issues per thread
+        self.cp_open = np.zeros(n, dtype=np.int64)
+        self.cp_done = np.zeros(n, dtype=np.int64)
+        self.wg_open = np.zeros(n, dtype=np.int64)
+        self.wg_done = np.zeros(n, dtype=np.int64)
+        self.ld_open = np.zeros(n, dtype=np.int64)
+        self.ld_done = np.zeros(n, dtype=np.int64)
+        self.pending_regs: dict[str, tuple[str, np.ndarray, np.ndarray]] = {}   # name -> (kind, tag, pc)
+        # async reads in flight: (kind, group, global threads, flat bytes)
+        self.in_flight: list[tuple[str, int, np.ndarray, np.ndarray]] = []
+        self.completions: dict[int, int] = {}   # mbarrier word -> phases completed
+        self._mbar_column: dict[int, int] = {}  # mbarrier word -> its column in the clocks
+        self._tma_bytes: list[tuple[np.ndarray, np.ndarray]] = []
+        self._cp_pending = False
+
+    # findings ----------------------------------------------------------------------------
+    def report(self, kind: str, message: str, line: str, other: str = "") -> None:
+        """Record a finding; raise at once unless collecting (``check="all"``)."""
+        finding = Finding(kind, "sanitizer: " + message, line, other)
+        if self.mode != "all":
+            raise SanitizerError(finding.message, [finding])
+        key = (kind, line, other)
+        if key not in self._seen:
+            self._seen.add(key)
+            self.findings.append(finding)
+
+    def at(self, thread: int, pc: int | None = None) -> str:
+        """``PTX line 12 (ld.shared.u32), CTA (0, 0, 0) thread (5, 0, 0)``."""
+        return f"{self.line(self.pc if pc is None else pc)}, {self.who(thread)}"
+
+    def line(self, pc: int) -> str:
+        """Where the instruction at ``pc`` came from, and its name."""
+        code = self.m.program.code
+        ins = code[pc] if 0 <= pc < len(code) else None
+        if ins is None:
+            return "?"
+        if ins.loc and len(ins.loc) == 3:
+            return f"PTX line {ins.loc[1]} ({ins.name})"
+        if ins.loc and len(ins.loc) == 2:
+            return f"{ins.loc[0]}:{ins.loc[1]} ({ins.name})"
+        return ins.name
+
+    def who(self, thread: int) -> str:
+        """``CTA (x, y, z) thread (x, y, z)`` of a global thread index."""
+        m = self.m
+        cta, tid = divmod(int(thread), m.ntid)
+        bx, by, _ = m.block
+        gx, gy, _ = m.grid
+        return (f"CTA ({cta % gx}, {(cta // gx) % gy}, {cta // (gx * gy)}) thread "
+                f"({tid % bx}, {(tid // bx) % by}, {tid // (bx * by)})")
+
+    def _thread_at(self, thread: int, tid: int) -> str:
+        """The CTA-local thread ``tid`` of ``thread``'s CTA, as ``thread (x, y, z)``."""
+        return "thread " + self.who(int(thread) // self.ntid * self.ntid + int(tid)).split(" thread ")[1]
+
+    # instructions ------------------------------------------------------------------------
+    def begin(self, pc: int, sim: str | None) -> None:
+        """An instruction starts executing."""
+        self.pc, self.sim = pc, sim
+        self._tma_bytes = []
+
+    def quiet(self, on: bool) -> None:
+        """Suspend register read checks (operands an instruction ignores)."""
+        self._quiet = on
+
+    # registers ---------------------------------------------------------------------------
+    def read_register(self, name: str, threads: np.ndarray) -> None:
+        """Check a read of register ``name`` by ``threads``."""
+        done = self.written.get(name)
+        if done is None or self._quiet:
+            return
+        bad = ~done[threads]
+        if bad.any():
+            t = int(threads[bad][0])
+            self.report("uninitialised", f"read of uninitialised register {name} at {self.at(t)}",
+                        self.line(self.pc))
+        pending = self.pending_regs.get(name)
+        if pending is not None and self.sim not in _WGMMA_REGS:
+            kind, tag, pcs = pending
+            sel = tag[threads]
+            late = sel >= (self.wg_done if kind == "wgmma" else self.ld_done)[threads]
+            late &= sel >= 0
+            if late.any():
+                t = int(threads[late][0])
+                wait = "wgmma.wait_group" if kind == "wgmma" else "tcgen05.wait::ld"
+                src = "wgmma.mma_async" if kind == "wgmma" else "tcgen05.ld"
+                self.report("async", f"read of {name} at {self.at(t)} before the {src} at "
+                            f"{self.line(int(pcs[t]))} that writes it completed (no {wait} since)",
+                            self.line(self.pc), self.line(int(pcs[t])))
+
+    def write_register(self, name: str, threads: np.ndarray) -> None:
+        """Record a write of register ``name`` by ``threads``."""
+        done = self.written.get(name)
+        if done is None:
+            return
+        done[threads] = True
+        kind = ("wgmma" if self.sim in _WGMMA_REGS else
+                "tcgen05" if self.sim == "tcgen05_ld" else None)
+        pending = self.pending_regs.get(name)
+        if kind is None:
+            if pending is not None:
+                pending[1][threads] = -1
+            return
+        if pending is None:
+            n = self.m.nthreads
+            pending = self.pending_regs[name] = (kind, np.full(n, -1, np.int64), np.zeros(n, np.int64))
+        pending[1][threads] = (self.wg_open if kind == "wgmma" else self.ld_open)[threads]
+        pending[2][threads] = self.pc
+
+    # shared memory -----------------------------------------------------------------------
+    def shared_access(self, linear: np.ndarray, threads: np.ndarray, width: int, write: bool,
+                      atomic: bool = False, values: np.ndarray | None = None) -> None:
+        """Check and record an access of ``width`` bytes at each flat shared
+        index by ``threads`` (``values``: what a store writes)."""
+        linear = np.asarray(linear, dtype=np.int64)
+        idx = (linear[:, None] + np.arange(width)).ravel()
+        th = np.repeat(np.asarray(threads, dtype=np.int64), width)
+        byte_values = None
+        if values is not None:
+            v = np.ascontiguousarray(values)
+            if v.dtype.itemsize != width:
+                v = np.ascontiguousarray(v.astype(f"<u{width}"))
+            byte_values = v.view(np.uint8).reshape(-1)       # little-endian, as memory holds it
+        local = idx // max(self.shadow.size, 1) == th // self.ntid
+        if not local.all():                 # another CTA's shared memory: initialisation only
+            far = ~local
+            if not write:
+                self._check_init(idx[far], th[far], "read of")
+            else:
+                self.shadow.init[idx[far]] = True
+            idx, th = idx[local], th[local]
+            byte_values = None if byte_values is None else byte_values[local]
+        if len(idx) == 0:
+            return
+        kind = _ASYNC_READERS.get(self.sim)
+        if write and self.sim == "cp_async":
+            self.cp_async_written(idx, th)
+        elif atomic:
+            self._atomic(idx, th)
+        elif write:
+            self._write(idx, th, byte_values)
+        elif kind is not None:
+            self.async_read(idx, th, kind)
+        else:
+            self._read(idx, th)
+
+    def _check_init(self, idx: np.ndarray, th: np.ndarray, what: str) -> None:
+        bad = ~self.shadow.init[idx]
+        if bad.any():
+            k = int(np.argmax(bad))
+            size = max(self.shadow.size, 1)
+            self.report("uninitialised", f"{what} uninitialised shared memory at offset "
+                        f"{int(idx[k] % size):#x} at {self.at(int(th[k]))}", self.line(self.pc))
+
+    def _knows(self, th: np.ndarray):
+        vc = self.clocks.vc
+        return lambda rows, others: vc[th[rows], others]
+
+    def _read(self, idx: np.ndarray, th: np.ndarray) -> None:
+        sh = self.shadow
+        self._check_init(idx, th, "read of")
+        self._check_pending(idx, th, "read")
+        tid = th % self.ntid
+        writer = sh.w_tid[idx].astype(np.int64)
+        other = (writer >= 0) & (writer != tid)
+        if other.any():
+            late = np.zeros(len(idx), dtype=bool)
+            late[other] = sh.w_clock[idx[other]] > self.clocks.knows(th[other], writer[other])
+            if late.any():
+                k = int(np.argmax(late))
+                self._race("read", idx[k], th[k], "write", int(writer[k]), int(sh.w_pc[idx[k]]))
+        slot = sh.unordered_atomics(idx, tid, self._knows(th))
+        if (slot >= 0).any():
+            k = int(np.argmax(slot >= 0))
+            self._race("read", idx[k], th[k], "atomic", int(sh.a_tid[idx[k], slot[k]]),
+                       int(sh.a_pc[idx[k], slot[k]]))
+        sh.record_read(idx, tid, self.clocks.own(th), self.pc)
+
+    def _write(self, idx: np.ndarray, th: np.ndarray, byte_values: np.ndarray | None) -> None:
+        sh = self.shadow
+        tid = th % self.ntid
+        old = self.m.memory.shared[idx] if byte_values is not None else None
+        same = (old == byte_values) & sh.init[idx] if old is not None and not self.strict else None
+        self._check_pending(idx, th, "write")
+        writer = sh.w_tid[idx].astype(np.int64)
+        other = (writer >= 0) & (writer != tid)
+        if same is not None:
+            other &= ~same
+        if other.any():
+            late = np.zeros(len(idx), dtype=bool)
+            late[other] = sh.w_clock[idx[other]] > self.clocks.knows(th[other], writer[other])
+            if late.any():
+                k = int(np.argmax(late))
+                self._race("write", idx[k], th[k], "write", int(writer[k]), int(sh.w_pc[idx[k]]))
+        slot = sh.unordered_reads(idx, tid, self._knows(th))
+        if (slot >= 0).any():
+            k = int(np.argmax(slot >= 0))
+            reader = int(sh.r_tid[idx[k], slot[k]])
+            if sh.r_clock[idx[k], slot[k]] == IN_FLIGHT:
+                self.report("async", f"write of shared offset {int(idx[k] % sh.size):#x} at "
+                            f"{self.at(int(th[k]))} while the async read by "
+                            f"{self.line(int(sh.r_pc[idx[k], slot[k]]))} ({self._thread_at(th[k], reader)}) "
+                            "is still in flight (no wait for it orders the write after it)",
+                            self.line(self.pc), self.line(int(sh.r_pc[idx[k], slot[k]])))
+            else:
+                self._race("write", idx[k], th[k], "read", reader, int(sh.r_pc[idx[k], slot[k]]))
+        slot = sh.unordered_atomics(idx, tid, self._knows(th))
+        if (slot >= 0).any():
+            k = int(np.argmax(slot >= 0))
+            self._race("write", idx[k], th[k], "atomic", int(sh.a_tid[idx[k], slot[k]]),
+                       int(sh.a_pc[idx[k], slot[k]]))
+        self._same_step_conflicts(idx, th, byte_values)
+        sh.record_write(idx, tid, self.clocks.own(th), self.pc)
+
+    def _same_step_conflicts(self, idx: np.ndarray, th: np.ndarray, byte_values: np.ndarray | None) -> None:
+        """Several threads writing one byte in the same instruction (with
+        different values, unless strict)."""
+        if len(idx) < 2:
+            return
+        order = np.argsort(idx, kind="stable")
+        i, t = idx[order], th[order]
+        dup = (i[1:] == i[:-1]) & (t[1:] != t[:-1])
+        if byte_values is not None and not self.strict:
+            v = byte_values[order]
+            dup &= v[1:] != v[:-1]
+        if dup.any():
+            k = int(np.argmax(dup))
+            self._race("write", i[k + 1], t[k + 1], "write", int(t[k] % self.ntid), self.pc)
+
+    def _atomic(self, idx: np.ndarray, th: np.ndarray) -> None:
+        sh = self.shadow
+        self._check_init(idx, th, "atomic on")
+        tid = th % self.ntid
+        writer = sh.w_tid[idx].astype(np.int64)
+        other = (writer >= 0) & (writer != tid) & ~sh.w_atomic[idx]
+        if other.any():
+            late = np.zeros(len(idx), dtype=bool)
+            late[other] = sh.w_clock[idx[other]] > self.clocks.knows(th[other], writer[other])
+            if late.any():
+                k = int(np.argmax(late))
+                self._race("atomic on", idx[k], th[k], "write", int(writer[k]), int(sh.w_pc[idx[k]]))
+        slot = sh.unordered_reads(idx, tid, self._knows(th))
+        if (slot >= 0).any():
+            k = int(np.argmax(slot >= 0))
+            self._race("atomic on", idx[k], th[k], "read", int(sh.r_tid[idx[k], slot[k]]),
+                       int(sh.r_pc[idx[k], slot[k]]))
+        a_tid, a_clock, a_pc = sh.atomics()
+        a_tid[idx, tid // 32] = tid
+        a_clock[idx, tid // 32] = self.clocks.own(th)
+        a_pc[idx, tid // 32] = self.pc
+
+    def _race(self, kind: str, byte: int, thread: int, other_kind: str, other_tid: int, other_pc: int) -> None:
+        size = max(self.shadow.size, 1)
+        other_line = self.line(other_pc)
+        other = f"the {other_kind} at {other_line} by {self._thread_at(thread, other_tid)}"
+        of = "" if kind.endswith(" on") else " of"
+        self.report("race", f"shared-memory race: {kind}{of} offset {int(byte % size):#x} at "
+                    f"{self.at(int(thread))} conflicts with {other}: no barrier or mbarrier orders them",
+                    self.line(self.pc), other_line)
+
+    def _check_pending(self, idx: np.ndarray, th: np.ndarray, what: str) -> None:
+        sh = self.shadow
+        pend = sh.pend[idx]
+        if not pend.any():
+            return
+        if (pend == CP_ASYNC).any():
+            k = int(np.argmax(pend == CP_ASYNC))
+            issuer = int(sh.pend_key[idx[k]])
+            self.report("async", f"{what} of shared offset {int(idx[k] % sh.size):#x} at "
+                        f"{self.at(int(th[k]))}: a cp.async by {self._thread_at(th[k], issuer % self.ntid)} "
+                        "is still copying into it (no cp.async.wait_group completed it)",
+                        self.line(self.pc))
+        tma = np.nonzero(pend == TMA)[0]
+        if len(tma):
+            words = sh.pend_key[idx[tma]]
+            for word in np.unique(words).tolist():
+                sel = tma[words == word]
+                column = self._column(word)
+                seen = self.clocks.vc[th[sel], column]
+                late = seen <= sh.pend_seq[idx[sel]]
+                if late.any():
+                    k = int(sel[np.argmax(late)])
+                    self.report("async", f"{what} of shared offset {int(idx[k] % sh.size):#x} at "
+                                f"{self.at(int(th[k]))}: an async copy into it completes on the mbarrier "
+                                f"at shared offset {word * 8 % sh.size:#x}, and this thread has not "
+                                "observed that phase complete (try_wait/test_wait, or a barrier after "
+                                "a thread that did)", self.line(self.pc))
+
+    # async proxy ---------------------------------------------------------------------------
+    def async_read(self, idx: np.ndarray, th: np.ndarray, kind: str) -> None:
+        """Shared bytes read by the async proxy for ``th``'s instruction:
+        initialised, complete, ordered after their writes, fenced; in flight
+        until the thread waits (``kind``: ``wgmma``, ``tcgen05``, ``bulk``)."""
+        sh = self.shadow
+        self._check_init(idx, th, "async-proxy read of")
+        self._check_pending(idx, th, "async-proxy read")
+        tid = th % self.ntid
+        writer = sh.w_tid[idx].astype(np.int64)
+        other = (writer >= 0) & (writer != tid)
+        if other.any():
+            late = np.zeros(len(idx), dtype=bool)
+            late[other] = sh.w_clock[idx[other]] > self.clocks.knows(th[other], writer[other])
+            if late.any():
+                k = int(np.argmax(late))
+                self._race("async-proxy read", idx[k], th[k], "write", int(writer[k]), int(sh.w_pc[idx[k]]))
+        unfenced = (writer >= 0) & ~sh.fenced[idx]
+        if unfenced.any():
+            k = int(np.argmax(unfenced))
+            self.report("proxy", f"the async proxy reads shared offset {int(idx[k] % sh.size):#x} at "
+                        f"{self.at(int(th[k]))}, written through the generic proxy at "
+                        f"{self.line(int(sh.w_pc[idx[k]]))} by {self._thread_at(th[k], writer[k])} with "
+                        "no fence.proxy.async between them", self.line(self.pc), self.line(int(sh.w_pc[idx[k]])))
+        sh.record_read(idx, tid, IN_FLIGHT, self.pc)
+        group = int(self.wg_open[th[0]]) if kind == "wgmma" else 0
+        self.in_flight.append((kind, group, np.unique(th), idx))
+
+    def async_write(self, idx: np.ndarray, th: np.ndarray) -> None:
+        """Shared bytes written by a TMA or bulk copy issued by ``th``:
+        checked like a write of the issuing thread (the stage must be free),
+        then in flight until the copy's mbarrier phase is observed."""
+        sh = self.shadow
+        idx = np.asarray(idx, dtype=np.int64)
+        th = np.asarray(th, dtype=np.int64)
+        local = idx // max(sh.size, 1) == th // self.ntid
+        if local.any():
+            li, lt = idx[local], th[local]
+            tid = lt % self.ntid
+            slot = sh.unordered_reads(li, tid, self._knows(lt))
+            if (slot >= 0).any():
+                k = int(np.argmax(slot >= 0))
+                self._race("async-proxy write", li[k], lt[k], "read", int(sh.r_tid[li[k], slot[k]]),
+                           int(sh.r_pc[li[k], slot[k]]))
+        sh.record_write(idx, np.full(len(idx), ASYNC), 0, self.pc)
+        self._tma_bytes.append((idx, th))
+
+    def tma_signal(self, threads: np.ndarray, words: np.ndarray) -> None:
+        """The copies this instruction issued for ``threads`` complete-tx on
+        their mbarrier ``words`` (called before the phase can complete)."""
+        sh = self.shadow
+        order = np.argsort(threads, kind="stable")
+        keys, vals = np.asarray(threads)[order], np.asarray(words, dtype=np.int64)[order]
+        rest = []
+        for idx, th in self._tma_bytes:
+            at = np.clip(np.searchsorted(keys, th), 0, len(keys) - 1)
+            mine = keys[at] == th
+            if not mine.any():
+                rest.append((idx, th))
+                continue
+            b, w = idx[mine], vals[at[mine]]
+            sh.pend[b] = TMA
+            sh.pend_key[b] = w
+            for word in np.unique(w).tolist():
+                self._column(word)
+                sh.pend_seq[b[w == word]] = self.completions.get(word, 0)
+            if not mine.all():
+                rest.append((idx[~mine], th[~mine]))
+        self._tma_bytes = rest
+
+    def _column(self, word: int) -> int:
+        """The clock column standing for mbarrier ``word``'s completed phases."""
+        col = self._mbar_column.get(word)
+        if col is None:
+            col = self._mbar_column[word] = self.clocks.vc.shape[1]
+            self.clocks.vc = np.pad(self.clocks.vc, ((0, 0), (0, 1)))
+            for key, held in list(self.clocks._mbarrier.items()):
+                self.clocks._mbarrier[key] = np.pad(held, (0, self.clocks.vc.shape[1] - len(held)))
+            for key, held in list(self.clocks._arrived.items()):
+                self.clocks._arrived[key] = np.pad(held, (0, self.clocks.vc.shape[1] - len(held)))
+        return col
+
+    def proxy_fence(self, threads: np.ndarray) -> None:
+        """``fence.proxy.async`` by ``threads``: the generic writes each has
+        seen become visible to the async proxy."""
+        sh = self.shadow
+        for cta in np.unique(threads // self.ntid).tolist():
+            mine = threads[threads // self.ntid == cta]
+            known = self.clocks.vc[mine, :self.ntid].max(axis=0)
+            r = sh.cta_range(cta)
+            w = sh.w_tid[r].astype(np.int64)
+            ok = (w >= 0) & (sh.w_clock[r] <= known[np.where(w >= 0, w, 0)])
+            sh.fenced[r] |= ok
+
+    def _resolve(self, kind: str, threads: np.ndarray, done: np.ndarray | None = None) -> None:
+        """Async reads of ``kind`` by ``threads`` are complete now (groups
+        below ``done`` per thread for wgmma): stamp them with the clock."""
+        keep = []
+        sh = self.shadow
+        mine = np.zeros(self.m.nthreads, dtype=bool)
+        mine[threads] = True
+        for entry in self.in_flight:
+            k, group, th, idx = entry
+            if k != kind or not mine[th].any() or (done is not None and group >= int(done[th[0]])):
+                keep.append(entry)
+                continue
+            t = int(th[0])
+            tid = t % self.ntid
+            warp = tid // 32
+            flying = (sh.r_clock[idx, warp] == IN_FLIGHT) & (sh.r_tid[idx, warp] == tid)
+            sh.r_clock[idx[flying], warp] = self.clocks.own(np.array([t]))[0]
+        self.in_flight = keep
+
+    # synchronisation -----------------------------------------------------------------------
+    def after(self, sim: str, s) -> None:
+        """The bookkeeping of synchronising and async instructions, after
+        their semantics ran for the threads ``s.threads``."""
+        th = s.threads
+        if sim == "cp_async":
+            return
+        if sim == "cp_async_commit_group" or (sim == "cp_async_wait_group" and s.ins.opcode.endswith("all")):
+            self.cp_open[th] += 1
+        if sim == "cp_async_wait_group":
+            n = 0 if "wait_all" in s.ins.name else int(s.src(0).astype(np.int64)[0])
+            self.cp_done[th] = self.cp_open[th] - n
+            self._complete_cp_async(th)
+        elif sim == "wgmma_commit_group":
+            self.wg_open[th] += 1
+        elif sim == "wgmma_wait_group":
+            n = int(s.src(0).astype(np.int64)[0])
+            self.wg_done[th] = self.wg_open[th] - n
+            self._resolve("wgmma", th, self.wg_done)
+        elif sim == "tcgen05_ld":
+            self.ld_open[th] += 1
+        elif sim == "tcgen05_wait":
+            if "ld" in "".join(s.ins.modifiers):
+                self.ld_done[th] = self.ld_open[th]
+        elif sim == "cp_async_bulk_commit_group":
+            pass
+        elif sim == "cp_async_bulk_wait_group":
+            self._resolve("bulk", th)
+
+    def cp_async_written(self, idx: np.ndarray, th: np.ndarray) -> None:
+        """``cp.async`` bytes: written (checked like a store), then in flight
+        in the issuing thread's open group."""
+        sh = self.shadow
+        self._write(idx, th, None)
+        sh.pend[idx] = CP_ASYNC
+        sh.pend_key[idx] = th
+        sh.pend_seq[idx] = self.cp_open[th]
+        self._cp_pending = True
+
+    def _complete_cp_async(self, threads: np.ndarray) -> None:
+        if not self._cp_pending:
+            return
+        sh = self.shadow
+        for cta in np.unique(threads // self.ntid).tolist():
+            r = sh.cta_range(cta)
+            pend = np.nonzero(sh.pend[r] == CP_ASYNC)[0] + r.start
+            if len(pend) == 0:
+                continue
+            issuer = sh.pend_key[pend]
+            mine = np.isin(issuer, threads)
+            done = mine & (sh.pend_seq[pend] < self.cp_done[issuer])
+            b = pend[done]
+            sh.pend[b] = 0
+            sh.w_clock[b] = self.clocks.own(issuer[done])
+
+    def cp_async_to_mbarrier(self, threads: np.ndarray, words: np.ndarray) -> None:
+        """``cp.async.mbarrier.arrive``: the threads' cp.async copies so far
+        complete on the mbarrier's current phase."""
+        sh = self.shadow
+        for cta in np.unique(threads // self.ntid).tolist():
+            r = sh.cta_range(cta)
+            pend = np.nonzero(sh.pend[r] == CP_ASYNC)[0] + r.start
+            for t, word in zip(threads.tolist(), words.tolist()):
+                b = pend[sh.pend_key[pend] == t]
+                sh.pend[b] = TMA
+                sh.pend_key[b] = word
+                sh.pend_seq[b] = self.completions.get(word, 0)
+                self._column(word)
+
+    def barrier_arrive(self, threads: np.ndarray, keys: np.ndarray) -> None:
+        """``bar.arrive``: a release into each barrier key (CTA * 16 + id)."""
+        for key in np.unique(keys).tolist():
+            self.clocks.barrier_release(threads[keys == key], key)
+
+    def barrier_complete(self, threads: np.ndarray, keys: np.ndarray) -> None:
+        """Barriers completed: each key's waiting threads synchronise."""
+        for key in np.unique(keys).tolist():
+            self.clocks.barrier_complete(threads[keys == key], key)
+
+    def everyone_synchronised(self) -> None:
+        """Every thread of every CTA passed one barrier."""
+        self.clocks.join_ctas(self.m.nctas)
+
+    def warp_sync(self, threads: np.ndarray) -> None:
+        """``bar.warp.sync``: the executing lanes of each warp synchronise."""
+        for mine in self._warps(threads):
+            self.clocks.join(mine)
+
+    def cluster_complete(self, threads: np.ndarray) -> None:
+        """``barrier.cluster.wait`` completed for ``threads``: each CTA's part joins."""
+        for cta in np.unique(threads // self.ntid).tolist():
+            self.clocks.join(threads[threads // self.ntid == cta])
+
+    def mbarrier_arrive(self, threads: np.ndarray, words: np.ndarray) -> None:
+        """Arrive-on operations of ``threads`` on the mbarrier ``words``."""
+        for w in np.unique(words).tolist():
+            self._column(w)
+        if self.sim in ("tcgen05_commit",):
+            self._resolve("tcgen05", threads)
+        self.clocks.mbarrier_release(threads, words)
+
+    def mbarrier_acquire(self, threads: np.ndarray, words: np.ndarray) -> None:
+        """``threads`` observed a completed phase of ``words``."""
+        self.clocks.mbarrier_acquire(threads, words)
+        for w in np.unique(words).tolist():
+            col = self._column(w)
+            sel = threads[words == w]
+            self.clocks.vc[sel, col] = np.maximum(self.clocks.vc[sel, col], self.completions.get(w, 0))
+
+    def mbarrier_phases(self, words: np.ndarray, completed: np.ndarray) -> None:
+        """Phase completions (``completed``: how many, per word)."""
+        for w, c in zip(np.asarray(words).tolist(), np.asarray(completed).tolist()):
+            if c:
+                self.completions[w] = self.completions.get(w, 0) + int(c)
+
+    def mbarrier_init(self, words: np.ndarray) -> None:
+        """``mbarrier.init``/``inval``: a fresh object."""
+        self.clocks.mbarrier_reset(words)
+
+    def _warps(self, threads: np.ndarray) -> list[np.ndarray]:
+        """``threads`` grouped by warp (warps are CTA-local: 32 lanes from
+        each CTA's thread 0)."""
+        key = threads // self.ntid * 64 + threads % self.ntid // 32
+        return [threads[key == k] for k in np.unique(key).tolist()]
+
+    def _lanes(self, thread: int) -> np.ndarray:
+        """Every lane of ``thread``'s warp."""
+        base = thread // self.ntid * self.ntid
+        first = thread % self.ntid // 32 * 32
+        return base + np.arange(first, min(first + 32, self.ntid))
+
+    def aligned_barrier(self, threads: np.ndarray) -> None:
+        """An ``.aligned`` barrier executed by ``threads``: every live lane of
+        their warps must execute it together."""
+        from ..barriers import EXITED
+        for mine in self._warps(threads):
+            lanes = self._lanes(int(mine[0]))
+            live = lanes[self.m.state[lanes] != EXITED]
+            away = live[~np.isin(live, mine)]
+            if len(away):
+                t = int(mine[0])
+                self.report("divergence", f"barrier divergence: {self.line(self.pc)} is .aligned, but "
+                            f"{self.who(t)} reaches it without {self._thread_at(t, int(away[0]) % self.ntid)} "
+                            "of its warp (the whole warp must execute it together)", self.line(self.pc))

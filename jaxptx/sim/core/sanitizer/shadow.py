@@ -1,0 +1,114 @@
+"""Shadow state of shared memory: who wrote and read each byte, when.
+
+Per byte (of every CTA's shared memory): the last write (CTA-local thread,
+its clock stamp, PC; or an async-proxy write), whether it is initialised,
+whether a ``fence.proxy.async`` has ordered its generic write before
+async-proxy reads, and what is still in flight into it (a ``cp.async``
+before its ``wait_group``, a TMA copy before its mbarrier phase). Reads
+since the last write are kept per (byte, warp): the last reading lane of
+each warp and its stamp, so a write checks every warp's reads in one
+vectorised comparison. An async-proxy read (``wgmma``, ``tcgen05.mma``, a
+TMA store's source) is stamped "in flight" until the issuing thread waits
+for it.
+
+A conflict is two accesses to one byte by different threads, at least one
+a write (atomics do not conflict with atomics), where the earlier one's
+stamp is not known to the later thread (:mod:`.clocks`). Accesses to
+another CTA's shared memory (distributed shared memory in a cluster) are
+checked for initialisation only: clocks are kept per CTA.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["SharedShadow", "ASYNC", "IN_FLIGHT", "CP_ASYNC", "TMA"]
+
+ASYNC = -2                  # w_tid of a byte last written by the async proxy
+IN_FLIGHT = np.int32(2**31 - 1)   # r_clock of an async read not yet waited for
+CP_ASYNC, TMA = 1, 2        # pend: a cp.async copy, a TMA / bulk copy in flight
+
+
+class SharedShadow:
+    """The per-byte state of a launch's shared memory (all CTAs)."""
+
+    def __init__(self, nctas: int, size: int, ntid: int) -> None:
+        n = nctas * size
+        self.size = size
+        self.warps = max(1, (ntid + 31) // 32)
+        self.init = np.zeros(n, dtype=bool)
+        self.w_tid = np.full(n, -1, dtype=np.int32)
+        self.w_clock = np.zeros(n, dtype=np.int32)
+        self.w_pc = np.full(n, -1, dtype=np.int32)
+        self.w_atomic = np.zeros(n, dtype=bool)
+        self.fenced = np.zeros(n, dtype=bool)
+        self.pend = np.zeros(n, dtype=np.int8)
+        self.pend_key = np.zeros(n, dtype=np.int64)    # cp.async: global thread; TMA: mbarrier word
+        self.pend_seq = np.zeros(n, dtype=np.int64)    # cp.async: group; TMA: completions at issue
+        self.r_tid = np.full((n, self.warps), -1, dtype=np.int16 if ntid < 2**15 else np.int32)
+        self.r_clock = np.zeros((n, self.warps), dtype=np.int32)
+        self.r_pc = np.zeros((n, self.warps), dtype=np.int32)
+        self.a_tid: np.ndarray | None = None           # atomics: last atomic lane per warp
+        self.a_clock: np.ndarray | None = None
+        self.a_pc: np.ndarray | None = None
+
+    def atomics(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The per-(byte, warp) atomic records (lane, stamp, PC), allocated on first use."""
+        if self.a_tid is None:
+            self.a_tid = np.full(self.r_tid.shape, -1, dtype=self.r_tid.dtype)
+            self.a_clock = np.zeros(self.r_clock.shape, dtype=np.int32)
+            self.a_pc = np.zeros(self.r_pc.shape, dtype=np.int32)
+        return self.a_tid, self.a_clock, self.a_pc
+
+    def record_write(self, idx: np.ndarray, tid: np.ndarray, clock: np.ndarray, pc: int) -> None:
+        """A plain write of bytes ``idx`` by CTA-local threads ``tid`` stamped ``clock``."""
+        self.init[idx] = True
+        self.w_tid[idx] = tid
+        self.w_clock[idx] = clock
+        self.w_pc[idx] = pc
+        self.w_atomic[idx] = False
+        self.fenced[idx] = False
+        self.pend[idx] = 0
+        self.r_tid[idx] = -1
+        self.r_clock[idx] = 0
+        if self.a_tid is not None:
+            self.a_tid[idx] = -1
+            self.a_clock[idx] = 0
+
+    def record_read(self, idx: np.ndarray, tid: np.ndarray, clock: np.ndarray | np.int32, pc: int) -> None:
+        """Reads of bytes ``idx`` by CTA-local threads ``tid`` (one slot per warp)."""
+        warp = tid // 32
+        self.r_tid[idx, warp] = tid
+        self.r_clock[idx, warp] = clock
+        self.r_pc[idx, warp] = pc
+
+    def unordered_reads(self, idx: np.ndarray, tid: np.ndarray, knows) -> np.ndarray:
+        """For each byte, the warp slot of a read by another thread that the
+        writer (``knows(readers)`` gives the writer's clock entries) has not
+        synchronised with, or -1."""
+        readers = self.r_tid[idx].astype(np.int64)
+        stamp = self.r_clock[idx]
+        other = (readers >= 0) & (readers != tid[:, None])
+        if not other.any():
+            return np.full(len(idx), -1)
+        known = knows(np.repeat(np.arange(len(idx)), self.warps).reshape(len(idx), self.warps),
+                      np.where(readers >= 0, readers, 0))
+        bad = other & (stamp > known)
+        return np.where(bad.any(axis=1), bad.argmax(axis=1), -1)
+
+    def unordered_atomics(self, idx: np.ndarray, tid: np.ndarray, knows) -> np.ndarray:
+        """As :meth:`unordered_reads`, for the atomics on each byte."""
+        if self.a_tid is None:
+            return np.full(len(idx), -1)
+        readers = self.a_tid[idx].astype(np.int64)
+        other = (readers >= 0) & (readers != tid[:, None])
+        if not other.any():
+            return np.full(len(idx), -1)
+        known = knows(np.repeat(np.arange(len(idx)), self.warps).reshape(len(idx), self.warps),
+                      np.where(readers >= 0, readers, 0))
+        bad = other & (self.a_clock[idx] > known)
+        return np.where(bad.any(axis=1), bad.argmax(axis=1), -1)
+
+    def cta_range(self, cta: int) -> slice:
+        """The flat byte range of CTA ``cta``'s shared memory."""
+        return slice(cta * self.size, (cta + 1) * self.size)
