@@ -17,13 +17,13 @@ in this process the message adds the kernel's Python line.
   :class:`UnwrittenOutputError` naming the output and its first unwritten
   index. Outputs a kernel may leave partly unwritten
   (:func:`jaxptx.jax.allow_unwritten`) start zero-filled and are not checked.
-* **Sanitizer.** ``JAXPTX_SIM_CHECK=1`` runs every launch under the
-  emulator's sanitizer (``sim.launch(check=True)``).
+* **Sanitizer.** ``with jaxptx.sim.checking():`` (or ``JAXPTX_SIM_CHECK=1``,
+  ``strict`` or ``all``) runs every launch under the emulator's sanitizer;
+  findings are raised as ``SanitizerError`` naming the kernel.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 from collections.abc import Sequence
@@ -121,11 +121,14 @@ class _Launch:
         addresses = [device.to_device(b) for b in buffers]
         pointers = [addresses[b] for b in params]
         maps = [m.encode(pointers[m.arg]) for m in self.maps]
-        check = os.environ.get("JAXPTX_SIM_CHECK", "").strip() not in ("", "0")
+        check = sim.check_mode()
         with _LAUNCH_LOCK:
-            device.launch(self.module, [*pointers, *self.scalars, *maps], kernel=self.entry,
-                          grid=self.shape.grid, block=self.shape.block,
-                          cluster=self.shape.cluster, smem=self.shape.smem, check=check)
+            findings = device.launch(self.module, [*pointers, *self.scalars, *maps], kernel=self.entry,
+                                     grid=self.shape.grid, block=self.shape.block,
+                                     cluster=self.shape.cluster, smem=self.shape.smem, check=check)
+        if findings:
+            raise sim.SanitizerError(f"{len(findings)} sanitizer findings:\n" +
+                                     "\n".join(f.message for f in findings), findings)
         return [device.read(a, b.nbytes) for a, b in zip(addresses, buffers)]
 
 

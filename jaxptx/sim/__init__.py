@@ -15,7 +15,10 @@ from .precheck import PrecheckError as PrecheckError
 from .precheck import Problem as Problem
 from .errors import SimError as SimError
 from .errors import SimLaunchError as SimLaunchError
+from .core.sanitizer import Finding as Finding
 from .core.sanitizer import SanitizerError as SanitizerError
+from .checking import checking as checking
+from .checking import check_mode as check_mode
 from .core.step import Step as Step
 from .memory.tensormap import ArgTensorMap as ArgTensorMap
 from .memory.tensormap import Im2col as Im2col

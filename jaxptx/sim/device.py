@@ -51,6 +51,7 @@ from .errors import SimError, SimLaunchError
 from .memory.spaces import GLOBAL_SHIFT, SHARED_WINDOW, Memory
 from .numerics.values import to_bits
 from .params import pack_params
+from .checking import valid_mode
 from .precheck import PrecheckError, module_problems, program_problems
 from .semantics import SEMANTICS
 
@@ -323,7 +324,7 @@ class Device:
     # launch --------------------------------------------------------------------
     def launch(self, source: str | ir.Module, params: Sequence[Any], *, grid: Any = (1, 1, 1),
                block: Any = (1, 1, 1), cluster: Any = (1, 1, 1), smem: int = 0, kernel: str | None = None,
-               check: bool = False, max_steps: int | None = None) -> None:
+               check: Any = False, max_steps: int | None = None) -> list | None:
         """Run a kernel on the device's memory (``cuLaunchKernelEx``).
 
         Args:
@@ -336,8 +337,10 @@ class Device:
             grid, block, cluster: launch shape, 1 to 3 ints each.
             smem: bytes of dynamic shared memory.
             kernel: the ``.entry`` to run when the module has several.
-            check: run the sanitizer (uninitialised reads, shared-memory
-                races); its first finding raises ``SanitizerError``.
+            check: run the sanitizer (:mod:`jaxptx.sim.core.sanitizer`):
+                ``True`` raises ``SanitizerError`` at the first finding,
+                ``"strict"`` also reports same-value stores by several
+                threads, ``"all"`` runs to the end and returns every finding.
             max_steps: a bound on the emulator's steps (default: the
                 machine's own).
 
@@ -348,10 +351,10 @@ class Device:
                 runs, or a fault while running.
         """
         _, program, bases = self._entry(source, kernel)
-        self._run(program, bases, params, grid, block, cluster, smem, check, max_steps)
+        return self._run(program, bases, params, grid, block, cluster, smem, check, max_steps)
 
     def _run(self, program: Program, bases: dict[str, int], params: Sequence[Any], grid: Any, block: Any,
-             cluster: Any, smem: Any, check: bool, max_steps: int | None) -> None:
+             cluster: Any, smem: Any, check: Any, max_steps: int | None) -> list | None:
         """:meth:`launch` once the kernel is prepared and checked."""
         grid, block, cluster = _launch_shape(program, grid, block, cluster, smem)
         raw = pack_params(program.name, program.params, params)
@@ -374,10 +377,12 @@ class Device:
                 data = _initial_bytes(v.type, [_address(program, bases, x) for x in v.init], v.size)
                 memory.const[v.offset:v.offset + len(data)] = data
         tune_allocator()
+        check = valid_mode(check)
         machine = Machine(program, grid, block, memory, SEMANTICS, cluster=cluster, dynamic_smem=smem,
                           global_bases=bases, check=check, **options)
         try:
             machine.run()
+            return machine.sanitizer.findings if check == "all" else None
         finally:
             machine.close()
 

@@ -28,7 +28,7 @@ _POINTER_TYPES = ("u64", "s64", "b64")
 
 def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = None,
            grid: Any = None, block: Any = None, cluster: Any = None, smem: int = 0,
-           check: bool = False, max_steps: int | None = None, **template: Any) -> None:
+           check: Any = False, max_steps: int | None = None, **template: Any) -> list | None:
     """Run one kernel on the CPU emulator.
 
     Args:
@@ -42,9 +42,12 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
         kernel: which ``.entry`` to run when the module has several.
         grid, block, cluster: launch shape (1 to 3 ints each).
         smem: bytes of dynamic shared memory.
-        check: run the sanitizer (uninitialised register and shared-memory
-            reads, shared-memory races between barriers); its first finding
-            raises ``SanitizerError``.
+        check: run the sanitizer (:mod:`jaxptx.sim.core.sanitizer`: races
+            by happens-before, async data used before its completion,
+            missing proxy fences, uninitialised reads, barrier divergence):
+            ``True`` raises ``SanitizerError`` at the first finding,
+            ``"strict"`` also reports same-value stores by several threads,
+            ``"all"`` runs to the end and returns the list of findings.
         max_steps: a bound on the emulator's steps (default: the machine's).
 
     Raises:
@@ -62,10 +65,11 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
     # the arrays get the addresses they always had (after the globals).
     _, program, bases = device._entry(source, kernel)
     params, outputs = _params(device, program.name, program.params, args)
-    device._run(program, bases, params, grid or (1, 1, 1), block or (1, 1, 1), cluster or (1, 1, 1), smem,
-                check, max_steps)
+    findings = device._run(program, bases, params, grid or (1, 1, 1), block or (1, 1, 1),
+                           cluster or (1, 1, 1), smem, check, max_steps)
     for array, address in outputs:
         array.reshape(-1).view(np.uint8)[:] = np.frombuffer(device.read(address, array.nbytes), np.uint8)
+    return findings
 
 
 def _from_kernel(k: Kernel, args: tuple, grid: Any, block: Any, cluster: Any, smem: int, template: dict):

@@ -191,7 +191,7 @@ class Memory:
                 self._check(offsets.astype(np.uint64), width, size, space, what, 0,
                             threads if pos is None else threads[pos])
         if owner is None:
-            if pos is None and len(threads) == self.nthreads:
+            if pos is None and _every_thread(threads, self.nthreads):
                 return buf, self._cta_base() + off, pos
             owner = threads // self.ntid if pos is None else threads[pos] // self.ntid
         if isinstance(owner, int):
@@ -267,3 +267,11 @@ class Memory:
             groups.append((buf.view(_UINT[width]), off // width,
                            np.arange(len(addr)) if pos is None else pos))
         return groups
+
+
+def _every_thread(threads: np.ndarray, n: int) -> bool:
+    """Whether ``threads`` is exactly 0..n-1 in order (every thread of the
+    grid once), not just n entries (a repeated thread, as an operand read
+    on behalf of one issuer has)."""
+    return (len(threads) == n and int(threads[0]) == 0 and int(threads[-1]) == n - 1
+            and bool((threads[1:] > threads[:-1]).all()))

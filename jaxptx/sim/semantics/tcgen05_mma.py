@@ -173,7 +173,7 @@ def _issue(s: Step, thread: int, args: dict, enable: bool, lanes_off: np.ndarray
     if shift > (16 if d.m == 32 else 32):
         raise SimError(f"{name}: zero-column mask shift {shift} exceeds {16 if d.m == 32 else 32} for M = {d.m}")
     cols_per_cta = (d.n + shift) // cta_group
-    B = np.concatenate([smem_operand(s, args["b"], c, cols_per_cta, d, d.btype, d.mn_major_b, "B")
+    B = np.concatenate([smem_operand(s, args["b"], c, cols_per_cta, d, d.btype, d.mn_major_b, "B", thread)
                         for c in ctas], axis=0)[shift:shift + d.n].T          # (K, N)
     B = np.where(mask[None, :], 0, B)
     if d.negate_b:
@@ -184,7 +184,7 @@ def _issue(s: Step, thread: int, args: dict, enable: bool, lanes_off: np.ndarray
     for q, cta in enumerate(ctas):
         D = np.zeros((rows, d.n))
         if not a_in_tmem:
-            A_smem = smem_operand(s, args["a"], cta, rows, d, d.atype, d.mn_major_a, "A")
+            A_smem = smem_operand(s, args["a"], cta, rows, d, d.atype, d.mn_major_a, "A", thread)
         for h in range(fold):
             cols = slice(h * width, (h + 1) * width)
             lanes = lane_off[:, h * width]

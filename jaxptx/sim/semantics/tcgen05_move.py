@@ -50,11 +50,13 @@ import functools
 
 import numpy as np
 
+from ... import ir
 from ...types import TYPES
 from ..core.step import Step
 from ..errors import SimError
 from ..memory import tmem
 from .fragments import groups
+from .tcgen05_operands import on_behalf_of
 from .mma import registers, write_registers
 from .registry import semantics
 from .tcgen05 import peer_cta, uniform_per_warp, where
@@ -129,7 +131,8 @@ def _by_cta(cta: np.ndarray):
 def tcgen05_ld(s: Step) -> None:
     """``tcgen05.ld.sync.aligned``: every shape, ``.num`` and ``.pack::16b``
     (module docstring)."""
-    nregs = registers(s, 0).shape[1]
+    op = s.ins.operands[0]
+    nregs = len(op.items) if isinstance(op, ir.Vector) else 1     # destinations: counted, not read
     packed = s.mod("pack") is not None
     cta, lanes, cols = _cells(s, 1, nregs, packed)
     cells = np.empty(lanes.shape, dtype=np.uint32)
@@ -176,15 +179,17 @@ def _cp_lanes(shape: str, multicast: str | None) -> tuple[int, np.ndarray]:
     return 64, r % 32 + 64 * (r // 32) + 32 * np.arange(2)[None, :]
 
 
-def _source_words(s: Step, cta: int, desc: int, rows: int, chunks: int) -> np.ndarray:
+def _source_words(s: Step, cta: int, desc: int, rows: int, chunks: int, issuer: int) -> np.ndarray:
     """The ``(rows, 4 * chunks)`` 32-bit words a copy writes, read from CTA
-    ``cta``'s shared memory through descriptor ``desc``."""
+    ``cta``'s shared memory through descriptor ``desc``, on behalf of
+    thread ``issuer``."""
     what = f"{where(s)} [s-desc]"
     sd = decode_smem_desc(desc, what)
-    thread = np.array([cta * s.m.ntid])
+    thread = np.array([cta * s.m.ntid])        # resolves addresses in CTA ``cta``'s window
 
     def load(addr: np.ndarray) -> np.ndarray:
-        return s.m.memory.load("shared", addr.astype(np.uint64), np.repeat(thread, len(addr)), 1, what)
+        with on_behalf_of(s, issuer):
+            return s.m.memory.load("shared", addr.astype(np.uint64), np.repeat(thread, len(addr)), 1, what)
     fmt = s.mod("src_fmt")
     if fmt is None:
         return read_matrix(load, sd, rows, 4 * chunks, 32, 4, False).astype(np.uint32)
@@ -217,7 +222,7 @@ def tcgen05_cp(s: Step) -> None:
         lanes = np.broadcast_to((lane0 + lane_off)[:, :, None], lane_off.shape + (4 * chunks,))
         cols = np.broadcast_to(col0 + np.arange(4 * chunks), lanes.shape)
         for cta in _pair_ctas(s, int(s.threads[i]) // s.m.ntid):
-            words = _source_words(s, cta, int(descs[i]), rows, chunks)
+            words = _source_words(s, cta, int(descs[i]), rows, chunks, int(s.threads[i]))
             tmem.write(s, cta, lanes, cols, words[:, None, :], what)
 
 

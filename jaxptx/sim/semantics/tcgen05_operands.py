@@ -7,6 +7,9 @@ Scaling for tcgen05.mma").
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import numpy as np
 
 from ..core.step import Step
@@ -18,7 +21,7 @@ from .mma import decode as decode_bits
 from .tcgen05_idesc import InstrDesc, element_bits
 from .tcgen05_smem import decode_smem_desc, read_matrix
 
-__all__ = ["d_layout", "smem_operand", "tmem_a", "scale_blocks", "scales", "scaled"]
+__all__ = ["d_layout", "smem_operand", "on_behalf_of", "tmem_a", "scale_blocks", "scales", "scaled"]
 
 
 # --- where D lives in tensor memory ------------------------------------------------------------
@@ -59,9 +62,26 @@ def _smem_layout(kind: str, type_name: str) -> tuple[int, int]:
     return bits, 128 // max(bits, 8)
 
 
+@contextlib.contextmanager
+def on_behalf_of(s: Step, issuer: int | None) -> Iterator[None]:
+    """Shared-memory reads in the block are the issuing thread's for the
+    sanitizer (they resolve through another CTA's first thread)."""
+    san = s.m.sanitizer
+    if san is None or issuer is None:
+        yield
+        return
+    san.reader = issuer
+    try:
+        yield
+    finally:
+        san.reader = None
+
+
 def smem_operand(s: Step, desc_word: int, cta: int, mn: int, d: InstrDesc, type_name: str,
-                  mn_major: bool, which: str) -> np.ndarray:
-    """Values ``(mn, K)`` of operand ``which`` from CTA ``cta``'s shared memory."""
+                  mn_major: bool, which: str, issuer: int | None = None) -> np.ndarray:
+    """Values ``(mn, K)`` of operand ``which`` from CTA ``cta``'s shared
+    memory, read on behalf of thread ``issuer`` (the sanitizer's reader;
+    default: the CTA's first thread)."""
     what = f"{s.ins.name} {which}"
     sd = decode_smem_desc(desc_word, what)
     bits, per_chunk = _smem_layout(d.kind, type_name)
@@ -75,11 +95,12 @@ def smem_operand(s: Step, desc_word: int, cta: int, mn: int, d: InstrDesc, type_
     if not mn_major and sd.swizzle == 1:
         raise SimError(f"{what}: 128B swizzling with 32B atomicity is for MN-major operands only; this "
                        "operand is K-major (PTX ISA Table 55)")
-    thread = np.array([cta * s.m.ntid])
+    thread = np.array([cta * s.m.ntid])        # resolves addresses in CTA ``cta``'s window
 
     def load(addr: np.ndarray) -> np.ndarray:
         return s.m.memory.load("shared", addr.astype(np.uint64), np.repeat(thread, len(addr)), 1, what)
-    raw = read_matrix(load, sd, mn, d.k, bits, per_chunk, mn_major)
+    with on_behalf_of(s, issuer):
+        raw = read_matrix(load, sd, mn, d.k, bits, per_chunk, mn_major)
     return _values(raw, type_name)
 
 

@@ -98,6 +98,7 @@ class Sanitizer:
         self.sim: str | None = None          # the executing instruction's semantics name
         self.pc = -1
         self._quiet = False
+        self.reader: int | None = None        # set while an issuer reads through another CTA's window
         # cp.async groups, wgmma groups, tcgen05.ld issues per thread
         self.cp_open = np.zeros(n, dtype=np.int64)
         self.cp_done = np.zeros(n, dtype=np.int64)
@@ -213,6 +214,8 @@ class Sanitizer:
         """Check and record an access of ``width`` bytes at each flat shared
         index by ``threads`` (``values``: what a store writes)."""
         linear = np.asarray(linear, dtype=np.int64)
+        if self.reader is not None:
+            threads = np.full(len(linear), self.reader)
         idx = (linear[:, None] + np.arange(width)).ravel()
         th = np.repeat(np.asarray(threads, dtype=np.int64), width)
         byte_values = None
@@ -481,22 +484,28 @@ class Sanitizer:
             sh.fenced[r] |= ok
 
     def _resolve(self, kind: str, threads: np.ndarray, done: np.ndarray | None = None) -> None:
-        """Async reads of ``kind`` by ``threads`` are complete now (groups
-        below ``done`` per thread for wgmma): stamp them with the clock."""
+        """Async reads of ``kind`` issued by ``threads`` are complete now
+        (for wgmma: the groups below ``done`` per thread): stamp each with
+        its issuing thread's clock."""
         keep = []
         sh = self.shadow
         mine = np.zeros(self.m.nthreads, dtype=bool)
         mine[threads] = True
         for entry in self.in_flight:
             k, group, th, idx = entry
-            if k != kind or not mine[th].any() or (done is not None and group >= int(done[th[0]])):
+            hit = mine[th]
+            if done is not None:
+                hit &= group < done[th]
+            if k != kind or not hit.any():
                 keep.append(entry)
                 continue
-            t = int(th[0])
-            tid = t % self.ntid
-            warp = tid // 32
-            flying = (sh.r_clock[idx, warp] == IN_FLIGHT) & (sh.r_tid[idx, warp] == tid)
-            sh.r_clock[idx[flying], warp] = self.clocks.own(np.array([t]))[0]
+            for t in th[hit].tolist():
+                tid = t % self.ntid
+                warp = tid // 32
+                flying = (sh.r_clock[idx, warp] == IN_FLIGHT) & (sh.r_tid[idx, warp] == tid)
+                sh.r_clock[idx[flying], warp] = self.clocks.own(np.array([t]))[0]
+            if not hit.all():
+                keep.append((k, group, th[~hit], idx))
         self.in_flight = keep
 
     # synchronisation -----------------------------------------------------------------------

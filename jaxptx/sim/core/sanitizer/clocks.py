@@ -68,7 +68,7 @@ class Clocks:
 
     def join_ctas(self, nctas: int) -> None:
         """Every thread of every CTA at one barrier (the machine's fast path)."""
-        per_cta = self.vc.reshape(nctas, self.ntid, self.ntid)
+        per_cta = self.vc.reshape(nctas, self.ntid, -1)
         per_cta[:] = per_cta.max(axis=1, keepdims=True)
         for key in [k for k in self._arrived if k // 16 < nctas]:
             cta = key // 16

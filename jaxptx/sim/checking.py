@@ -1,0 +1,65 @@
+"""``checking()``: turn the sanitizer on for launches that do not ask for it
+themselves — the CPU path of ``jax.jit``, where no ``check=`` argument
+reaches the emulator.
+
+    with jaxptx.sim.checking():          # or checking("strict"), checking("all")
+        y = jax.jit(f)(x)                # every kernel launch runs checked
+
+The environment variable ``JAXPTX_SIM_CHECK`` (``1``, ``strict`` or ``all``)
+does the same for a whole process. Findings under ``jax.jit`` arrive as a
+Python error naming the kernel (in ``"all"`` mode, every finding).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from .errors import SimError
+
+__all__ = ["checking", "check_mode", "valid_mode"]
+
+_MODES = (False, True, "strict", "all")
+_state = threading.local()
+_global: list[Any] = []          # modes of the checking() blocks open in any thread
+
+
+def valid_mode(check: Any, where: str = "launch check") -> Any:
+    """``check`` if it is a sanitizer mode (False, True, "strict", "all").
+
+    Raises:
+        SimError: anything else, naming the modes.
+    """
+    if isinstance(check, bool) or check in ("strict", "all"):
+        return check
+    raise SimError(f"{where}: expected False, True, 'strict' or 'all', got {check!r}")
+
+
+@contextlib.contextmanager
+def checking(mode: Any = True) -> Iterator[None]:
+    """Run every emulator launch in the block under the sanitizer in
+    ``mode`` (``True``: raise at the first finding; ``"strict"``: also
+    same-value stores by several threads; ``"all"``: collect every finding
+    and raise them together). Applies to launches from any thread while the
+    block is open (XLA runs CPU custom calls on its own threads)."""
+    valid_mode(mode, "checking")
+    _global.append(mode)
+    try:
+        yield
+    finally:
+        _global.remove(mode)
+
+
+def check_mode() -> Any:
+    """The mode for a launch that did not choose one: the innermost open
+    :func:`checking` block, else ``JAXPTX_SIM_CHECK`` (``1``/``strict``/
+    ``all``), else False."""
+    if _global:
+        return _global[-1]
+    env = os.environ.get("JAXPTX_SIM_CHECK", "").strip().lower()
+    if env in ("", "0", "false"):
+        return False
+    return env if env in ("strict", "all") else True
