@@ -1,0 +1,194 @@
+"""``flash_attention``: softmax(Q·Kᵀ·scale)·V in one kernel launch, differentiable.
+
+The layout is ``jax.nn.dot_product_attention``'s: q (B, Sq, H, D), k and v
+(B, Skv, H, D), bf16 or f16, D of 64 or 128. ``causal=True`` applies that
+function's ``is_causal`` mask: query ``i`` sees keys ``j <= i`` (aligned at
+the top-left when Sq != Skv).
+
+Variants (``arch``, resolved by :func:`jaxptx.kernels._arch.variant`):
+
+* ``"sm_80"``: :mod:`._attention_sm80`, ``mma.sync`` + ``ldmatrix`` +
+  double-buffered ``cp.async``; every GPU from sm_80 on runs it.
+* ``"sm_90a"``: :mod:`._attention_sm90` (TMA + ``wgmma``) when that module is
+  present, else the Ampere code traced for sm_90a.
+* ``"sm_100a"``: the Ampere code traced for ``.target sm_100a`` (there is no
+  ``tcgen05`` variant yet); ``"auto"`` on a Blackwell GPU picks it.
+
+The backward is plain JAX (see :func:`attention_backward`): it recomputes
+the probabilities from the logsumexp the forward saved.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ..errors import SpecError
+from ..jax import custom_vjp
+from ._arch import VARIANTS, variant
+from ._attention_sm80 import HEAD_DIMS, attention_sm80
+
+__all__ = ["flash_attention", "attention_forward", "attention_backward"]
+
+_DTYPES = ("bfloat16", "float16")
+_GRID_Y = 65535          # the kernels launch batch × heads along grid y
+
+
+def _sm90() -> Any:
+    """The Hopper forward, or None while its module is absent or broken."""
+    try:
+        from ._attention_sm90 import attention_sm90   # optional: written separately
+    except ImportError:
+        return None
+    return attention_sm90
+
+
+@functools.cache
+def _batch_folded(forward: Callable[..., Any], causal: bool, scale: float) -> Callable[..., Any]:
+    """``forward(q, k, v, causal=, scale=)`` whose ``jax.vmap`` reshapes the
+    mapped axis into B: one launch over (N·B, S, H, D) instead of a loop of
+    N launches (for kernels without ``batch="z"``). Nested maps fold again."""
+
+    @jax.custom_batching.custom_vmap
+    def folded(q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return forward(q, k, v, causal=causal, scale=scale)
+
+    @folded.def_vmap
+    def rule(size: int, batched: list[bool], q: jax.Array, k: jax.Array,
+             v: jax.Array) -> tuple[tuple[jax.Array, jax.Array], tuple[bool, bool]]:
+        q, k, v = (x if b else jnp.broadcast_to(x, (size, *x.shape)) for x, b in zip((q, k, v), batched))
+        o, lse = folded(*(x.reshape(-1, *x.shape[2:]) for x in (q, k, v)))
+        return (o.reshape(size, -1, *o.shape[1:]), lse.reshape(size, -1, *lse.shape[1:])), (True, True)
+
+    return folded
+
+
+def attention_forward(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool, scale: float,
+                      variant_name: str) -> tuple[jax.Array, jax.Array]:
+    """One forward launch of ``variant_name``: ``(o, lse)``, lse (B, H, Sq) f32.
+
+    ``variant_name`` is what :func:`~jaxptx.kernels._arch.variant` returned
+    (``"sm_80"``, ``"sm_90a"`` or ``"sm_100a"``).
+    """
+    if variant_name == "sm_90a":
+        hopper = _sm90()
+        if hopper is not None:
+            return _batch_folded(hopper, causal, scale)(q, k, v)
+    return attention_sm80(q, k, v, causal=causal, scale=scale, arch=variant_name)
+
+
+def attention_backward(q: jax.Array, k: jax.Array, v: jax.Array, o: jax.Array, lse: jax.Array,
+                       do: jax.Array, dlse: jax.Array, *, causal: bool,
+                       scale: float) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The VJP of ``(o, lse)`` in f32 JAX, from the saved ``lse``.
+
+    With S = Q·Kᵀ (per batch and head) and P = exp(S·scale − lse) (the
+    forward's probabilities, recomputed; masked entries 0):
+
+    * dV = Pᵀ·dO, dP = dO·Vᵀ
+    * dS = P ∘ (dP − rowsum(dO ∘ O) + dlse)   (softmax's Jacobian; dlse is
+      the cotangent of lse itself, since ∂lse/∂S = P·scale)
+    * dQ = scale·dS·K, dK = scale·dSᵀ·Q
+
+    Returns:
+        ``(dq, dk, dv)`` in the dtypes of ``q``, ``k``, ``v``.
+    """
+    f32 = jnp.float32
+    qf, kf, vf = q.astype(f32), k.astype(f32), v.astype(f32)
+    dof, of = do.astype(f32), o.astype(f32)
+    s = jnp.einsum("bqhd,bkhd->bhqk", qf, kf) * scale
+    p = jnp.exp(s - lse[..., None])
+    if causal:
+        p = jnp.where(jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool)), p, 0.0)
+    dv = jnp.einsum("bhqk,bqhd->bkhd", p, dof)
+    dp = jnp.einsum("bqhd,bkhd->bhqk", dof, vf)
+    delta = jnp.einsum("bqhd,bqhd->bhq", dof, of)
+    ds = p * (dp - delta[..., None] + dlse.astype(f32)[..., None])
+    dq = jnp.einsum("bhqk,bkhd->bqhd", ds, kf) * scale
+    dk = jnp.einsum("bhqk,bqhd->bkhd", ds, qf) * scale
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+
+
+_attention = custom_vjp(attention_forward, attention_backward)
+
+
+def _check(q: Any, k: Any, v: Any, causal: Any, scale: Any) -> float:
+    """Validate the arguments; the scale to use."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
+        if shape is None or dtype is None:
+            raise SpecError(f"flash_attention: {name}: expected an array, got {type(x).__name__}")
+        if len(shape) != 4:
+            raise SpecError(f"flash_attention: {name}: expected 4 dims (B, S, H, D), got shape "
+                            f"{tuple(shape)}")
+    if str(q.dtype) not in _DTYPES:
+        raise SpecError(f"flash_attention: q: expected dtype bfloat16 or float16, got {q.dtype}")
+    for name, x in (("k", k), ("v", v)):
+        if x.dtype != q.dtype:
+            raise SpecError(f"flash_attention: {name}: expected the dtype of q ({q.dtype}), got {x.dtype}")
+    B, Sq, H, D = q.shape
+    if D not in HEAD_DIMS:
+        raise SpecError(f"flash_attention: q: head dim (last axis) must be one of {HEAD_DIMS}, got {D}")
+    if tuple(v.shape) != tuple(k.shape):
+        raise SpecError(f"flash_attention: v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+    if (k.shape[0], k.shape[2], k.shape[3]) != (B, H, D):
+        raise SpecError(f"flash_attention: k: expected (B, Skv, H, D) = ({B}, Skv, {H}, {D}) to "
+                        f"match q {tuple(q.shape)}, got {tuple(k.shape)}")
+    if Sq == 0 or k.shape[1] == 0:
+        raise SpecError(f"flash_attention: q, k: sequence lengths must be positive, got Sq={Sq}, "
+                        f"Skv={k.shape[1]}")
+    if B * H > _GRID_Y:
+        raise SpecError(f"flash_attention: q: batch × heads = {B * H} exceeds {_GRID_Y} (one CTA "
+                        f"row per batch and head)")
+    if not isinstance(causal, bool):
+        raise SpecError(f"flash_attention: causal: expected a bool, got {causal!r}")
+    if scale is None:
+        return 1.0 / math.sqrt(D)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (
+            math.isfinite(scale) and scale > 0):
+        raise SpecError(f"flash_attention: scale: expected a positive finite Python number "
+                        f"(static), got {scale!r}")
+    return float(scale)
+
+
+def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool = False,
+                    scale: float | None = None, arch: str = "auto") -> jax.Array:
+    """softmax(q·kᵀ·scale)·v per batch and head: one kernel launch.
+
+    Differentiable (``jax.grad``; the backward is :func:`attention_backward`).
+    Under ``jax.vmap`` it stays one launch: the Ampere kernel runs the mapped
+    axis as grid z, the Hopper one gets it folded into B.
+
+    Args:
+        q: (B, Sq, H, D), bfloat16 or float16, D of 64 or 128.
+        k, v: (B, Skv, H, D), the dtype of ``q``.
+        causal: mask as ``jax.nn.dot_product_attention(..., is_causal=True)``
+            does: query ``i`` sees keys ``j <= i``.
+        scale: the factor on the scores; default ``1/sqrt(D)``. A static
+            positive number.
+        arch: ``"auto"``, ``"sm_80"``, ``"sm_90a"`` or ``"sm_100a"`` (module
+            docstring).
+
+    Returns:
+        o (B, Sq, H, D) in the dtype of ``q``.
+
+    Raises:
+        SpecError: an argument of the wrong shape, dtype or value (the
+            message names it), or an ``arch`` with no variant.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from jaxptx.kernels.attention import flash_attention
+        >>> q = jnp.ones((1, 64, 1, 64), jnp.bfloat16)
+        >>> flash_attention(q, q, q, causal=True, arch="sm_80").shape
+        (1, 64, 1, 64)
+    """
+    scale = _check(q, k, v, causal, scale)
+    name = variant(arch, "flash_attention", VARIANTS)
+    o, _ = _attention(q, k, v, causal=causal, scale=scale, variant_name=name)
+    return o
