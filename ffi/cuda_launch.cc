@@ -16,11 +16,18 @@
 // addresses of the inputs then the outputs as the kernel's parameters, then
 // the values of its raw scalar params, then its TMA descriptors by value,
 // encoded for this call from those addresses (tensor_maps.h).
+// Before anything reaches the driver, the call's parameter list (buffer
+// pointers, raw scalars, TMA descriptors) is checked against the parameters
+// the kernel's PTX declares (entry_params.h): the driver copies as many
+// bytes through each parameter pointer as the kernel's parameter has.
 // libcuda.so.1 is opened with dlopen on first use, so the extension builds
-// and imports with no driver. Every failure is returned as an ffi::Error.
+// and imports with no driver; a stand-in driver may replace it
+// (set_driver_override, standin.h: how CI runs this handler with no GPU).
+// Every failure is returned as an ffi::Error.
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <exception>
 #include <map>
 #include <memory>
@@ -34,7 +41,9 @@
 
 #include "call_identity.h"
 #include "cuda_driver.h"
+#include "entry_params.h"
 #include "handlers.h"
+#include "standin.h"
 #include "tensor_maps.h"
 
 
@@ -88,9 +97,14 @@ Loaded open_driver() {
   return out;  // the library stays open for the life of the process
 }
 
+std::atomic<const Driver*> g_override{nullptr};
+
 }  // namespace
 
+void set_driver_override(const Driver* d) { g_override.store(d, std::memory_order_release); }
+
 const Driver* driver(const char** error) {
+  if (const Driver* d = g_override.load(std::memory_order_acquire)) return d;
   static const Loaded loaded = open_driver();  // thread-safe initialisation
   if (!loaded.error.empty()) {
     *error = loaded.error.c_str();
@@ -110,6 +124,8 @@ struct Image {
   std::string entry;
   int64_t num_params;
   std::string ptx;   // the PTX the image was built from
+  std::vector<int64_t> param_bytes;  // each .param of the entry, from the PTX
+  std::string param_error;           // why param_bytes could not be read
 };
 
 struct Function {
@@ -178,6 +194,7 @@ std::shared_ptr<const Image> make_image(std::string_view data, std::string_view 
   img->entry = std::string(entry);
   img->num_params = num_params;
   img->ptx = std::string(ptx);
+  img->param_error = jaxptx::entry_param_bytes(ptx, entry, &img->param_bytes);
   return img;
 }
 
@@ -251,17 +268,34 @@ ffi::Error launch(CUstream stream, ffi::ScratchAllocator& scratch, ffi::Remainin
   std::string bad = jaxptx::check_call(jaxptx::kCudaTarget, kernel_id, ptx, entry, grid, block,
                                        cluster, smem, tma, in_bytes, out_bytes);
   if (!bad.empty()) return ffi::Error::InvalidArgument(bad);
+  size_t n = args.size() + rets.size();
+  if (scalars.size() % 2 != 0) {
+    return ffi::Error::InvalidArgument("jaxptx_launch_v1: kernel " + std::string(entry) +
+                                       ": the scalars attribute is not (bytes, bits) pairs");
+  }
+  std::vector<TiledMapArgs> records;
+  bad = decode_tensor_maps(tma, n, &records);
+  if (!bad.empty()) {
+    return ffi::Error::InvalidArgument("jaxptx_launch_v1: kernel " + std::string(entry) + ": " +
+                                       bad);
+  }
   const char* why = nullptr;
   const Driver* d = driver(&why);
   if (!d) return ffi::Error::Internal(std::string("jaxptx_launch_v1: ") + why);
   std::shared_ptr<const Image> image = image_for(
       kernel_id, ptx, entry, static_cast<int64_t>(args.size() + rets.size()), &bad);
   if (!image) return ffi::Error::InvalidArgument(bad);
-  size_t n = args.size() + rets.size();
   if (static_cast<int64_t>(n) != image->num_params) {
     return ffi::Error::InvalidArgument(
         "jaxptx_launch_v1: kernel " + image->entry + " takes " + std::to_string(image->num_params) +
         " pointer parameters, got " + std::to_string(n) + " buffers");
+  }
+  bad = image->param_error.empty()
+            ? jaxptx::check_params(image->param_bytes, n, scalars.begin(), scalars.size() / 2,
+                                   records.size())
+            : "cannot read its parameters from its PTX: " + image->param_error;
+  if (!bad.empty()) {
+    return ffi::Error::InvalidArgument("jaxptx_launch_v1: kernel " + image->entry + ": " + bad);
   }
   std::vector<void*> pointers(n);
   for (size_t i = 0; i < args.size(); ++i) {
@@ -275,11 +309,15 @@ ffi::Error launch(CUstream stream, ffi::ScratchAllocator& scratch, ffi::Remainin
     pointers[args.size() + i] = (*buf)->untyped_data();
   }
   CUcontext ctx = nullptr;
-  CUresult rc = d->cuStreamGetCtx(stream, &ctx);
+  CUresult stream_rc = d->cuStreamGetCtx(stream, &ctx);
+  CUresult rc = stream_rc;
   if (rc != CUDA_SUCCESS || !ctx) rc = d->cuCtxGetCurrent(&ctx);
   if (rc != CUDA_SUCCESS || !ctx) {
-    return ffi::Error::Internal("jaxptx_launch_v1: no CUDA context for XLA's stream: " +
-                                describe(*d, rc));
+    return ffi::Error::Internal(
+        "jaxptx_launch_v1: no CUDA context for XLA's stream: cuStreamGetCtx gave " +
+        (stream_rc != CUDA_SUCCESS ? describe(*d, stream_rc) : std::string("no context")) +
+        ", and " + (rc != CUDA_SUCCESS ? "cuCtxGetCurrent failed: " + describe(*d, rc)
+                                       : std::string("no context is current")));
   }
   ScopedContext scope(*d, ctx);
   if (scope.rc() != CUDA_SUCCESS) {
@@ -298,11 +336,8 @@ ffi::Error launch(CUstream stream, ffi::ScratchAllocator& scratch, ffi::Remainin
     return ffi::Error::InvalidArgument("jaxptx_launch_v1: kernel " + image->entry + ": " + bad);
   }
   // A raw param's value lies little-endian in the low bytes of its slot;
-  // the driver copies as many bytes as the kernel's parameter has.
-  if (scalars.size() % 2 != 0) {
-    return ffi::Error::InvalidArgument("jaxptx_launch_v1: kernel " + image->entry +
-                                       ": the scalars attribute is not (bytes, bits) pairs");
-  }
+  // the driver copies as many bytes as the kernel's parameter has (checked
+  // above to be the scalar's size).
   std::vector<int64_t> values;
   for (size_t i = 1; i < scalars.size(); i += 2) values.push_back(scalars[i]);
   std::vector<void*> params;

@@ -2,7 +2,8 @@
 //
 // Exports the typed XLA FFI handlers as capsules (registered from Python
 // with jax.ffi.register_ffi_target) and the hooks that feed them: the CPU
-// handler's Python callback and the CUDA handler's module registry.
+// handler's Python callback and the CUDA handler's module registry; and, for
+// tests, a way to run the CUDA handler with no GPU (standin.h).
 
 #include <cstdint>
 #include <vector>
@@ -12,7 +13,9 @@
 #include <nanobind/stl/vector.h>
 
 #include "call_identity.h"
+#include "entry_params.h"
 #include "handlers.h"
+#include "standin.h"
 #include "tensor_maps.h"
 
 namespace nb = nanobind;
@@ -154,5 +157,33 @@ NB_MODULE(_ffi, m) {
         "The handler's own decoder, for inspection and tests.");
 
   m.def("cuda_driver_error", &jaxptx::cuda_driver_error,
-        "Empty when libcuda.so.1 opens and cuInit succeeds, else the reason.");
+        "Empty when libcuda.so.1 opens and cuInit succeeds (or a stand-in "
+        "driver is installed), else the reason.");
+
+  m.def("entry_param_bytes",
+        [](nb::bytes ptx, const std::string& entry) {
+          std::vector<int64_t> sizes;
+          std::string bad =
+              jaxptx::entry_param_bytes(std::string_view(ptx.c_str(), ptx.size()), entry, &sizes);
+          if (!bad.empty()) throw nb::value_error(bad.c_str());
+          return sizes;
+        },
+        nb::arg("ptx"), nb::arg("entry"),
+        "The byte size of each .param of entry, as the CUDA handler reads them "
+        "from the PTX to check a call's parameters; ValueError when it cannot.");
+
+  m.def("standin_install", &jaxptx::standin_install, nb::arg("driver"),
+        "For tests: make the CUDA handler call `driver` (a "
+        "jaxptx.runtime.standin.StandInDriver) instead of libcuda.so.1.");
+
+  m.def("standin_uninstall", &jaxptx::standin_uninstall,
+        "For tests: remove the stand-in driver (the handler opens libcuda.so.1 again).");
+
+  m.def("call_cuda_handler", &jaxptx::call_cuda_handler, nb::arg("args"), nb::arg("rets"),
+        nb::arg("attrs"), nb::arg("stream"), nb::arg("scratch").none(),
+        "For tests: call the CUDA handler (jaxptx_launch_v1) with a call frame "
+        "built from (dtype code, device address, dims) buffers and (name, kind, "
+        "value) attributes (kind i64, str, i32[] or i64[]); `scratch` has "
+        "alloc(size, alignment) and free(address, size), or is None. Returns "
+        "(XLA_FFI_Error_Code, message), (0, '') on success.");
 }

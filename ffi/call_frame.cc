@@ -1,0 +1,266 @@
+// A hand-built XLA call frame for the CUDA handler (standin.h): what XLA's
+// GPU runtime hands JaxptxLaunch, minus the GPU. Buffers are XLA_FFI_Buffers
+// whose data pointers are the stand-in device's addresses (the handler never
+// dereferences them); attributes are encoded as XLA encodes the custom
+// call's attribute dictionary (sorted by name: the handler's decoder looks
+// them up by their sorted index); the XLA_FFI_Api has the entry points the
+// handler uses (errors, the stream, scratch memory) and refuses the rest.
+// For tests only: XLA builds the real frame.
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "handlers.h"
+#include "standin.h"
+#include "xla/ffi/api/c_api.h"
+
+namespace nb = nanobind;
+
+namespace jaxptx {
+
+namespace {
+
+struct Error {
+  std::string message;
+  XLA_FFI_Error_Code code;
+};
+
+XLA_FFI_Error* make_error(XLA_FFI_Error_Code code, std::string message) {
+  return reinterpret_cast<XLA_FFI_Error*>(new Error{std::move(message), code});
+}
+
+XLA_FFI_Error* error_create(XLA_FFI_Error_Create_Args* args) {
+  return make_error(args->errc, args->message ? args->message : "");
+}
+
+void error_get_message(XLA_FFI_Error_GetMessage_Args* args) {
+  args->message = reinterpret_cast<Error*>(args->error)->message.c_str();
+}
+
+void error_destroy(XLA_FFI_Error_Destroy_Args* args) {
+  delete reinterpret_cast<Error*>(args->error);
+}
+
+// What the frame's execution context holds: the stream and the scratch
+// allocator (a Python object, or None).
+struct Context {
+  uint64_t stream;
+  PyObject* scratch;
+};
+
+Context* context_of(XLA_FFI_ExecutionContext* ctx) { return reinterpret_cast<Context*>(ctx); }
+
+XLA_FFI_Error* stream_get(XLA_FFI_Stream_Get_Args* args) {
+  args->stream = reinterpret_cast<void*>(static_cast<uintptr_t>(context_of(args->ctx)->stream));
+  return nullptr;
+}
+
+XLA_FFI_Error* memory_allocate(XLA_FFI_DeviceMemory_Allocate_Args* args) {
+  nb::gil_scoped_acquire gil;
+  Context* c = context_of(args->ctx);
+  if (c->scratch == Py_None) {
+    return make_error(XLA_FFI_Error_Code_RESOURCE_EXHAUSTED, "this frame has no scratch memory");
+  }
+  try {
+    nb::object address = nb::handle(c->scratch).attr("alloc")(args->size, args->alignment);
+    args->data = reinterpret_cast<void*>(static_cast<uintptr_t>(nb::cast<uint64_t>(address)));
+    return nullptr;
+  } catch (nb::python_error& e) {
+    return make_error(XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
+                      std::string("scratch alloc: ") + nb::str(e.value()).c_str());
+  }
+}
+
+XLA_FFI_Error* memory_free(XLA_FFI_DeviceMemory_Free_Args* args) {
+  nb::gil_scoped_acquire gil;
+  Context* c = context_of(args->ctx);
+  if (c->scratch == Py_None) return make_error(XLA_FFI_Error_Code_INTERNAL, "no scratch memory");
+  try {
+    nb::handle(c->scratch).attr("free")(
+        static_cast<uint64_t>(reinterpret_cast<uintptr_t>(args->data)), args->size);
+    return nullptr;
+  } catch (nb::python_error& e) {
+    return make_error(XLA_FFI_Error_Code_INTERNAL,
+                      std::string("scratch free: ") + nb::str(e.value()).c_str());
+  }
+}
+
+// Every other entry point: the CUDA handler does not use them.
+template <typename Args>
+XLA_FFI_Error* unimplemented(Args*) {
+  return make_error(XLA_FFI_Error_Code_UNIMPLEMENTED,
+                    "the test call frame does not implement this XLA FFI entry point");
+}
+
+const XLA_FFI_Api* api() {
+  static const XLA_FFI_Api table = [] {
+    XLA_FFI_Api a;
+    std::memset(&a, 0, sizeof(a));
+    a.struct_size = XLA_FFI_Api_STRUCT_SIZE;
+    a.api_version = {XLA_FFI_Api_Version_STRUCT_SIZE, nullptr, XLA_FFI_API_MAJOR,
+                     XLA_FFI_API_MINOR};
+    a.XLA_FFI_Error_Create = error_create;
+    a.XLA_FFI_Error_GetMessage = error_get_message;
+    a.XLA_FFI_Error_Destroy = error_destroy;
+    a.XLA_FFI_Handler_Register = unimplemented<XLA_FFI_Handler_Register_Args>;
+    a.XLA_FFI_Stream_Get = stream_get;
+    a.XLA_FFI_Type_Register = unimplemented<XLA_FFI_Type_Register_Args>;
+    a.XLA_FFI_ExecutionContext_Get = unimplemented<XLA_FFI_ExecutionContext_Get_Args>;
+    a.XLA_FFI_State_Set = unimplemented<XLA_FFI_State_Set_Args>;
+    a.XLA_FFI_State_Get = unimplemented<XLA_FFI_State_Get_Args>;
+    a.XLA_FFI_DeviceMemory_Allocate = memory_allocate;
+    a.XLA_FFI_DeviceMemory_Free = memory_free;
+    a.XLA_FFI_ThreadPool_Schedule = unimplemented<XLA_FFI_ThreadPool_Schedule_Args>;
+    a.XLA_FFI_ThreadPool_NumThreads = unimplemented<XLA_FFI_ThreadPool_NumThreads_Args>;
+    a.XLA_FFI_Future_Create = unimplemented<XLA_FFI_Future_Create_Args>;
+    a.XLA_FFI_Future_SetAvailable = unimplemented<XLA_FFI_Future_SetAvailable_Args>;
+    a.XLA_FFI_Future_SetError = unimplemented<XLA_FFI_Future_SetError_Args>;
+    a.XLA_FFI_RunId_Get = unimplemented<XLA_FFI_RunId_Get_Args>;
+    a.XLA_FFI_DeviceOrdinal_Get = unimplemented<XLA_FFI_DeviceOrdinal_Get_Args>;
+    return a;
+  }();
+  return &table;
+}
+
+// The buffers of one side of the frame, and the storage they point into.
+struct Buffers {
+  std::vector<std::vector<int64_t>> dims;
+  std::vector<XLA_FFI_Buffer> buffers;
+  std::vector<void*> pointers;
+  std::vector<XLA_FFI_ArgType> arg_types;
+  std::vector<XLA_FFI_RetType> ret_types;
+
+  explicit Buffers(nb::handle items) {
+    for (nb::handle item : items) {
+      nb::tuple t = nb::cast<nb::tuple>(item);
+      if (t.size() != 3) throw nb::value_error("a buffer is (dtype code, address, dims)");
+      dims.push_back(nb::cast<std::vector<int64_t>>(t[2]));
+      XLA_FFI_Buffer b;
+      std::memset(&b, 0, sizeof(b));
+      b.struct_size = XLA_FFI_Buffer_STRUCT_SIZE;
+      b.dtype = static_cast<XLA_FFI_DataType>(nb::cast<int>(t[0]));
+      b.data = reinterpret_cast<void*>(static_cast<uintptr_t>(nb::cast<uint64_t>(t[1])));
+      buffers.push_back(b);
+    }
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      buffers[i].rank = static_cast<int64_t>(dims[i].size());
+      buffers[i].dims = dims[i].data();
+    }
+    for (XLA_FFI_Buffer& b : buffers) pointers.push_back(&b);
+    arg_types.assign(buffers.size(), XLA_FFI_ArgType_BUFFER);
+    ret_types.assign(buffers.size(), XLA_FFI_RetType_BUFFER);
+  }
+};
+
+// One attribute's value in the form XLA passes it.
+struct Attr {
+  std::string name;
+  XLA_FFI_AttrType type;
+  int64_t scalar = 0;
+  std::string bytes;
+  std::vector<int32_t> i32;
+  std::vector<int64_t> i64;
+  bool is_i64 = false;  // an array of int64 (else int32)
+  XLA_FFI_Scalar scalar_value;
+  XLA_FFI_Array array_value;
+  XLA_FFI_ByteSpan span_value;
+  XLA_FFI_ByteSpan name_span;
+
+  // The attribute as the handler's decoder reads it (valid while *this is).
+  void* value() {
+    switch (type) {
+      case XLA_FFI_AttrType_SCALAR:
+        scalar_value = {XLA_FFI_DataType_S64, &scalar};
+        return &scalar_value;
+      case XLA_FFI_AttrType_STRING:
+        span_value = {bytes.data(), bytes.size()};
+        return &span_value;
+      default:
+        array_value = is_i64 ? XLA_FFI_Array{XLA_FFI_DataType_S64, i64.size(), i64.data()}
+                             : XLA_FFI_Array{XLA_FFI_DataType_S32, i32.size(), i32.data()};
+        return &array_value;
+    }
+  }
+};
+
+std::unique_ptr<Attr> decode_attr(nb::handle item) {
+  nb::tuple t = nb::cast<nb::tuple>(item);
+  if (t.size() != 3) throw nb::value_error("an attribute is (name, kind, value)");
+  auto a = std::make_unique<Attr>();
+  a->name = nb::cast<std::string>(t[0]);
+  std::string kind = nb::cast<std::string>(t[1]);
+  if (kind == "i64") {
+    a->type = XLA_FFI_AttrType_SCALAR;
+    a->scalar = nb::cast<int64_t>(t[2]);
+  } else if (kind == "str") {
+    a->type = XLA_FFI_AttrType_STRING;
+    nb::bytes b = nb::cast<nb::bytes>(t[2]);
+    a->bytes = std::string(b.c_str(), b.size());
+  } else if (kind == "i32[]") {
+    a->type = XLA_FFI_AttrType_ARRAY;
+    a->i32 = nb::cast<std::vector<int32_t>>(t[2]);
+  } else if (kind == "i64[]") {
+    a->type = XLA_FFI_AttrType_ARRAY;
+    a->i64 = nb::cast<std::vector<int64_t>>(t[2]);
+    a->is_i64 = true;
+  } else {
+    throw nb::value_error(("attribute " + a->name + ": unknown kind " + kind +
+                           " (expected i64, str, i32[] or i64[])").c_str());
+  }
+  return a;
+}
+
+}  // namespace
+
+nb::tuple call_cuda_handler(nb::handle args, nb::handle rets, nb::handle attrs, uint64_t stream,
+                            nb::object scratch) {
+  Buffers in(args), out(rets);
+  std::vector<std::unique_ptr<Attr>> decoded;
+  for (nb::handle item : attrs) decoded.push_back(decode_attr(item));
+  std::sort(decoded.begin(), decoded.end(),
+            [](const auto& a, const auto& b) { return a->name < b->name; });
+  std::vector<XLA_FFI_AttrType> attr_types;
+  std::vector<XLA_FFI_ByteSpan*> attr_names;
+  std::vector<void*> attr_values;
+  for (auto& a : decoded) {
+    a->name_span = {a->name.data(), a->name.size()};
+    attr_types.push_back(a->type);
+    attr_names.push_back(&a->name_span);
+    attr_values.push_back(a->value());
+  }
+
+  Context context{stream, scratch.ptr()};
+  XLA_FFI_CallFrame frame;
+  std::memset(&frame, 0, sizeof(frame));
+  frame.struct_size = XLA_FFI_CallFrame_STRUCT_SIZE;
+  frame.api = api();
+  frame.ctx = reinterpret_cast<XLA_FFI_ExecutionContext*>(&context);
+  frame.stage = XLA_FFI_ExecutionStage_EXECUTE;
+  frame.args = {XLA_FFI_Args_STRUCT_SIZE, nullptr, static_cast<int64_t>(in.buffers.size()),
+                in.arg_types.data(), in.pointers.data()};
+  frame.rets = {XLA_FFI_Rets_STRUCT_SIZE, nullptr, static_cast<int64_t>(out.buffers.size()),
+                out.ret_types.data(), out.pointers.data()};
+  frame.attrs = {XLA_FFI_Attrs_STRUCT_SIZE, nullptr, static_cast<int64_t>(decoded.size()),
+                 attr_types.data(), attr_names.data(), attr_values.data()};
+
+  XLA_FFI_Error* error;
+  {
+    nb::gil_scoped_release release;
+    error = JaxptxLaunch(&frame);
+  }
+  if (!error) return nb::make_tuple(0, "");
+  Error* e = reinterpret_cast<Error*>(error);
+  nb::tuple result = nb::make_tuple(static_cast<int>(e->code), e->message);
+  delete e;
+  return result;
+}
+
+}  // namespace jaxptx

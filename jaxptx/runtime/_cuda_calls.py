@@ -1,0 +1,129 @@
+"""The custom calls of a CUDA lowering as XLA would hand them to the
+``jaxptx_launch_v1`` handler (for :mod:`jaxptx.runtime.standin`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .. import _ffi
+from ..jax._registry import launch_integers
+
+__all__ = ["CudaCall", "cuda_calls"]
+
+# MLIR element type -> numpy dtype.
+_MLIR_DTYPES = {"i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
+                "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32, "ui64": np.uint64,
+                "f16": np.float16, "f32": np.float32, "f64": np.float64,
+                "bf16": ml_dtypes.bfloat16, "f8E5M2": ml_dtypes.float8_e5m2,
+                "f8E4M3FN": ml_dtypes.float8_e4m3fn}
+
+
+@dataclasses.dataclass(frozen=True)
+class CudaCall:
+    """One ``jaxptx_launch_v1`` custom call, as XLA would hand it to the
+    handler: its attributes ``(name, kind, value)`` (kind ``"i64"``,
+    ``"str"``, ``"i32[]"`` or ``"i64[]"``, the value an int, bytes or a
+    tuple of ints), the ``(shape, dtype)`` of each input and output, and
+    the in-place outputs as ``(output, input)`` pairs."""
+
+    attributes: tuple[tuple[str, str, Any], ...]
+    inputs: tuple[tuple[tuple[int, ...], np.dtype], ...]
+    outputs: tuple[tuple[tuple[int, ...], np.dtype], ...]
+    aliases: tuple[tuple[int, int], ...] = ()
+
+    def __getitem__(self, name: str) -> Any:
+        for n, _, value in self.attributes:
+            if n == name:
+                return value
+        raise KeyError(name)
+
+    def replace(self, *, inputs: Sequence | None = None, outputs: Sequence | None = None,
+                rehash: bool = True, **attributes: Any) -> CudaCall:
+        """The call with other buffers or attribute values; with ``rehash``
+        (unless ``kernel_id`` is given) its kernel id is derived again from
+        the new content, as a lowering would, so the handler's id check
+        passes and what follows it is tested."""
+        kinds = {n: k for n, k, _ in self.attributes}
+        unknown = set(attributes) - set(kinds)
+        if unknown:
+            raise KeyError(f"no attribute {sorted(unknown)}")
+        attrs = tuple((n, k, _canonical(k, attributes.get(n, v))) for n, k, v in self.attributes)
+        call = dataclasses.replace(self, attributes=attrs,
+                                   inputs=self.inputs if inputs is None else tuple(inputs),
+                                   outputs=self.outputs if outputs is None else tuple(outputs))
+        if rehash and "kernel_id" not in attributes:
+            return call.replace(kernel_id=call.content_id(), rehash=False)
+        return call
+
+    def content_id(self) -> int:
+        """The id the handler derives from this call's content."""
+        nbytes = [int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize
+                  for s, d in self.inputs + self.outputs]
+        launch = launch_integers(self["grid"], self["block"], self["cluster"], self["smem"],
+                                 nbytes[:len(self.inputs)], nbytes[len(self.inputs):], self["tma"])
+        return _ffi.content_id(self["ptx"], self["entry"].decode(), launch)
+
+
+def _canonical(kind: str, value: Any) -> Any:
+    if kind == "i64":
+        return int(value)
+    if kind == "str":
+        return value.encode() if isinstance(value, str) else bytes(value)
+    return tuple(int(v) for v in np.asarray(value).reshape(-1))
+
+
+def cuda_calls(lowered: Any) -> list[CudaCall]:
+    """The ``jaxptx_launch_v1`` custom calls of a function lowered for CUDA
+    (``jax.jit(f).trace(...).lower(lowering_platforms=("cuda",))``), read
+    from its StableHLO as XLA reads them."""
+    from jax._src.lib.mlir import ir
+
+    def walk(op: Any):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    yield inner
+                    yield from walk(inner)
+
+    calls = []
+    for op in walk(lowered.compiler_ir("stablehlo").operation):
+        if op.name != "stablehlo.custom_call" or \
+                not ir.StringAttr(op.attributes["call_target_name"]).value.startswith("jaxptx_launch_v1"):
+            continue
+        attributes = []
+        for named in ir.DictAttr(op.attributes["mhlo.backend_config"]):
+            attributes.append((named.name, *_attribute(named.attr)))
+        aliases = []
+        if "output_operand_aliases" in op.attributes:
+            for text in re.findall(r"output_tuple_indices = \[(\d*)\], operand_index = (\d+)",
+                                   str(op.attributes["output_operand_aliases"])):
+                aliases.append((int(text[0] or 0), int(text[1])))
+        calls.append(CudaCall(tuple(attributes), tuple(_buffer_type(v.type) for v in op.operands),
+                              tuple(_buffer_type(r.type) for r in op.results), tuple(aliases)))
+    return calls
+
+
+def _attribute(attr: Any) -> tuple[str, Any]:
+    from jax._src.lib.mlir import ir
+    if isinstance(attr, ir.IntegerAttr):
+        return "i64", int(attr.value)
+    if isinstance(attr, ir.StringAttr):
+        return "str", bytes(attr.value_bytes)
+    if isinstance(attr, ir.DenseIntElementsAttr):
+        width = ir.IntegerType(ir.ShapedType(attr.type).element_type).width
+        count = int(np.prod(ir.ShapedType(attr.type).shape, dtype=np.int64))
+        values = [int(attr[0])] * count if attr.is_splat else [int(v) for v in attr]
+        return f"i{width}[]", tuple(values)
+    raise TypeError(f"cuda_calls: an attribute XLA would not pass to a typed FFI handler: {attr}")
+
+
+def _buffer_type(t: Any) -> tuple[tuple[int, ...], np.dtype]:
+    from jax._src.lib.mlir import ir
+    shaped = ir.RankedTensorType(t)
+    return tuple(shaped.shape), np.dtype(_MLIR_DTYPES[str(shaped.element_type)])

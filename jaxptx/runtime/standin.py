@@ -1,0 +1,356 @@
+"""A stand-in CUDA driver on the emulator: the CUDA launch handler, run with no GPU.
+
+The shim's CUDA handler (``ffi/cuda_launch.cc``, target ``jaxptx_launch_v1``)
+reaches the driver only through a table of entry points. For tests, the
+shim can swap that table for a stand-in (``ffi/standin_driver.cc``) that
+forwards each call to a :class:`StandInDriver`, which keeps modules and
+memory on a :class:`jaxptx.sim.Device`; and it can call the handler with a
+hand-built XLA call frame whose buffers are that device's addresses
+(``ffi/call_frame.cc``). So the handler's own C++ runs here: attribute
+decoding, the content-id check, the parameter checks, packing pointers and
+scalars, encoding tensor maps, the cluster and shared-memory attributes,
+private copies of inputs, and every error return.
+
+==============================  ==========================================
+driver entry point              stand-in
+==============================  ==========================================
+``cuModuleLoadDataEx``          ``Device.load`` (PTX only; the reason for a
+                                refusal goes to the JIT error log)
+``cuModuleGetFunction``         the entry, its parameters (``param_info``)
+``cuFuncSetAttribute``          the dynamic shared-memory opt-in, checked
+``cuLaunchKernelEx``            ``Device.launch`` with each parameter's bytes
+``cuMemcpyDtoDAsync``           ``Device.copy``
+``cuTensorMapEncodeTiled``      :func:`jaxptx.sim.tensor_map`
+contexts and streams            one context, one stream, checked
+==============================  ==========================================
+
+Example (``x`` a numpy array, ``f`` a jitted function of one kernel call)::
+
+    call, = cuda_calls(jax.jit(f).trace(x).lower(lowering_platforms=("cuda",)))
+    y, = StandInDriver().run(call, x).outputs
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .. import _ffi, isa, sim
+from ..launch import MAX_SMEM_PER_BLOCK, MAX_STATIC_SMEM
+from ._cuda_calls import CudaCall as CudaCall
+from ._cuda_calls import cuda_calls as cuda_calls
+
+__all__ = ["StandInDriver", "DriverError", "HandlerError", "CudaCall", "Ran", "cuda_calls",
+           "XLA_DTYPES", "CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_INVALID_CONTEXT",
+           "CUDA_ERROR_INVALID_PTX", "CUDA_ERROR_INVALID_HANDLE", "CUDA_ERROR_NOT_FOUND",
+           "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_NOT_SUPPORTED"]
+
+# CUresult codes (cuda.h).
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_INVALID_CONTEXT = 201
+CUDA_ERROR_INVALID_PTX = 218
+CUDA_ERROR_INVALID_HANDLE = 400
+CUDA_ERROR_NOT_FOUND = 500
+CUDA_ERROR_LAUNCH_FAILED = 719
+CUDA_ERROR_NOT_SUPPORTED = 801
+
+# cuda.h enums the stand-in reads.
+_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+# CUtensorMapDataType -> the emulator's type name.
+_TMA_DTYPES = {0: "u8", 1: "u16", 2: "u32", 3: "s32", 4: "u64", 5: "s64", 6: "f16", 7: "f32",
+               8: "f64", 9: "bf16", 10: "f32.ftz", 11: "tf32", 12: "tf32.ftz"}
+_TMA_BYTES = {0: 1, 1: 2, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 4, 11: 4, 12: 4}
+_TMA_INTERLEAVE = {0: 0, 1: 16, 2: 32}
+_TMA_SWIZZLE = {0: 0, 1: 32, 2: 64, 3: 128}
+_TMA_OOB_FILL = {0: "zero", 1: "nan"}
+_TMA_L2_PROMOTION = range(4)
+
+# numpy dtype name -> XLA_FFI_DataType (xla/ffi/api/c_api.h).
+XLA_DTYPES = {"bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8": 6, "uint16": 7,
+              "uint32": 8, "uint64": 9, "float16": 10, "float32": 11, "float64": 12,
+              "bfloat16": 16, "float8_e5m2": 19, "float8_e4m3fn": 20}
+# XLA_FFI_Error_Code -> name.
+_FFI_CODES = {1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 5: "NOT_FOUND",
+              8: "RESOURCE_EXHAUSTED", 9: "FAILED_PRECONDITION", 12: "UNIMPLEMENTED",
+              13: "INTERNAL"}
+
+# Handles (contexts, streams, modules, functions) are never reused in a
+# process (the handler caches loaded functions by context), and lie outside
+# x86-64's canonical addresses, so none is ever a real driver's pointer.
+_HANDLES = itertools.count(0x7EA1 << 48, 0x100)
+# One stand-in is installed at a time.
+_INSTALL = threading.Lock()
+
+
+class DriverError(Exception):
+    """A stand-in driver call failed with CUresult ``code``."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class HandlerError(Exception):
+    """The CUDA handler returned an FFI error: ``code`` (an
+    ``XLA_FFI_Error_Code``) and its message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"{_FFI_CODES.get(code, code)}: {message}")
+        self.code, self.message = code, message
+
+
+@dataclasses.dataclass(frozen=True)
+class _Function:
+    module: int
+    context: int
+    name: str
+    source: Any            # the parsed module
+    param_sizes: tuple[int, ...]
+    max_smem: int          # the opt-in limit of its target
+
+
+class Ran(NamedTuple):
+    """A handler call's result: the outputs, and the inputs as they are on
+    the device afterwards (a kernel must not have changed them)."""
+
+    outputs: list[np.ndarray]
+    inputs: list[np.ndarray]
+
+
+class StandInDriver:
+    """The CUDA driver's entry points the launch handler uses, on an
+    emulated device. Everything it is asked is logged in :attr:`log` as
+    ``(entry point, details)``.
+
+    Args:
+        arch: the device's target (``sim.Device``'s ``arch``); default:
+            each module's own.
+
+    Attributes:
+        device: the :class:`jaxptx.sim.Device` holding memory and modules.
+        context, stream: the handles of its one context and stream.
+    """
+
+    def __init__(self, arch: str | None = None) -> None:
+        self.device = sim.Device(arch)
+        self.context = next(_HANDLES)
+        self.stream = next(_HANDLES)
+        self.log: list[tuple[str, Any]] = []
+        self._current: list[int] = []
+        self._modules: dict[int, tuple[Any, int]] = {}
+        self._functions: dict[int, _Function] = {}
+        self._smem_opt_in: dict[int, int] = {}
+
+    # running a call ------------------------------------------------------------
+    def run(self, call: CudaCall, *arrays: np.ndarray, scratch: bool = True) -> Ran:
+        """Put ``arrays`` (the call's inputs) on the device, call the CUDA
+        handler with them and fresh outputs (an in-place output shares its
+        input's buffer, as under XLA), and read the results back.
+
+        Args:
+            scratch: give the frame scratch memory (else every allocation
+                fails, as when XLA has none left).
+
+        Raises:
+            HandlerError: the handler returned an error.
+        """
+        if len(arrays) != len(call.inputs):
+            raise ValueError(f"the call takes {len(call.inputs)} inputs, got {len(arrays)}")
+        inputs = [self.device.to_device(np.ascontiguousarray(a)) for a in arrays]
+        aliased = dict(call.aliases)
+        outputs = [inputs[aliased[j]] if j in aliased else
+                   self.device.alloc(int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize)
+                   for j, (s, d) in enumerate(call.outputs)]
+        frame_in = [(_xla_dtype(a.dtype), p, a.shape) for a, p in zip(arrays, inputs)]
+        frame_out = [(_xla_dtype(d), p, s) for (s, d), p in zip(call.outputs, outputs)]
+        with _INSTALL:
+            _ffi.standin_install(self)
+            try:
+                code, message = _ffi.call_cuda_handler(frame_in, frame_out, list(call.attributes),
+                                                       self.stream, self if scratch else None)
+            finally:
+                _ffi.standin_uninstall()
+        if code:
+            raise HandlerError(code, message)
+        read = self.device.from_device
+        return Ran([read(p, np.empty(s, d)) for (s, d), p in zip(call.outputs, outputs)],
+                   [read(p, a) for a, p in zip(arrays, inputs)])
+
+    def calls(self, entry_point: str) -> list[Any]:
+        """The details of every logged call of ``entry_point``."""
+        return [details for name, details in self.log if name == entry_point]
+
+    # scratch memory (the call frame's allocator) -------------------------------
+    def alloc(self, size: int, alignment: int) -> int:
+        """``XLA_FFI_DeviceMemory_Allocate``: ``size`` bytes on the device."""
+        address = self.device.alloc(size)
+        if alignment <= 0 or address % alignment:
+            raise ValueError(f"cannot align an allocation to {alignment} bytes")
+        self.log.append(("alloc", (address, size)))
+        return address
+
+    def free(self, address: int, size: int) -> None:
+        """``XLA_FFI_DeviceMemory_Free``."""
+        self.log.append(("free", (address, size)))
+        self.device.free(address)
+
+    # driver entry points (called by ffi/standin_driver.cc) -----------------------
+    def init(self, flags: int) -> None:
+        """``cuInit``."""
+        if flags:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, f"cuInit flags must be 0, got {flags}")
+
+    def stream_get_ctx(self, stream: int) -> int:
+        """``cuStreamGetCtx``: the context of the device's stream."""
+        if stream != self.stream:
+            raise DriverError(CUDA_ERROR_INVALID_HANDLE, f"unknown stream {stream:#x}")
+        return self.context
+
+    def ctx_get_current(self) -> int:
+        """``cuCtxGetCurrent``: 0 when none is current."""
+        return self._current[-1] if self._current else 0
+
+    def ctx_push(self, ctx: int) -> None:
+        """``cuCtxPushCurrent``."""
+        if ctx != self.context:
+            raise DriverError(CUDA_ERROR_INVALID_CONTEXT, f"unknown context {ctx:#x}")
+        self._current.append(ctx)
+        self.log.append(("ctx_push", ctx))
+
+    def ctx_pop(self) -> int:
+        """``cuCtxPopCurrent``."""
+        if not self._current:
+            raise DriverError(CUDA_ERROR_INVALID_CONTEXT, "no context is current")
+        self.log.append(("ctx_pop", self._current[-1]))
+        return self._current.pop()
+
+    def _current_context(self, what: str) -> int:
+        if not self._current:
+            raise DriverError(CUDA_ERROR_INVALID_CONTEXT, f"{what} with no current context")
+        return self._current[-1]
+
+    def module_load(self, image: bytes) -> int:
+        """``cuModuleLoadDataEx``: parse and check PTX as the JIT would."""
+        ctx = self._current_context("module load")
+        try:
+            module = self.device.load(image.decode())
+        except Exception as e:  # noqa: BLE001 - any refusal is the JIT's
+            raise DriverError(CUDA_ERROR_INVALID_PTX, f"{type(e).__name__}: {e}") from None
+        handle = next(_HANDLES)
+        self._modules[handle] = (module, ctx)
+        self.log.append(("module_load", handle))
+        return handle
+
+    def module_get_function(self, module: int, name: str) -> int:
+        """``cuModuleGetFunction``."""
+        if module not in self._modules:
+            raise DriverError(CUDA_ERROR_INVALID_HANDLE, f"unknown module {module:#x}")
+        source, ctx = self._modules[module]
+        if name not in [f.name for f in source.functions if f.kind == "entry"]:
+            raise DriverError(CUDA_ERROR_NOT_FOUND, f"the module has no entry {name!r}")
+        try:
+            sizes = tuple(p.size for p in self.device.param_info(source, name))
+        except Exception as e:  # noqa: BLE001 - the JIT would refuse it
+            raise DriverError(CUDA_ERROR_INVALID_PTX, f"{type(e).__name__}: {e}") from None
+        target = (source.target or ("",))[0]
+        sm = isa.parse_target(target).sm if target else 0
+        handle = next(_HANDLES)
+        self._functions[handle] = _Function(module, ctx, name, source, sizes,
+                                            MAX_SMEM_PER_BLOCK.get(sm, MAX_STATIC_SMEM))
+        self._smem_opt_in[handle] = MAX_STATIC_SMEM
+        self.log.append(("module_get_function", name))
+        return handle
+
+    def _function(self, fn: int) -> _Function:
+        if fn not in self._functions:
+            raise DriverError(CUDA_ERROR_INVALID_HANDLE, f"unknown function {fn:#x}")
+        return self._functions[fn]
+
+    def func_set_attribute(self, fn: int, attribute: int, value: int) -> None:
+        """``cuFuncSetAttribute``: the dynamic shared-memory opt-in only."""
+        f = self._function(fn)
+        if attribute != _FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+            raise DriverError(CUDA_ERROR_NOT_SUPPORTED, f"function attribute {attribute}")
+        if not 0 <= value <= f.max_smem:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE,
+                              f"{f.name}: {value} bytes of dynamic shared memory exceed the "
+                              f"target's {f.max_smem}")
+        self._smem_opt_in[fn] = value
+        self.log.append(("func_set_attribute", (f.name, attribute, value)))
+
+    def param_sizes(self, fn: int) -> list[int]:
+        """The byte size of each parameter of ``fn`` (what the C side copies)."""
+        return list(self._function(fn).param_sizes)
+
+    def launch(self, fn: int, grid: tuple, block: tuple, smem: int, stream: int,
+               attributes: list, params: list[bytes]) -> None:
+        """``cuLaunchKernelEx``, with each parameter's bytes."""
+        f = self._function(fn)
+        if self._current_context("launch") != f.context:
+            raise DriverError(CUDA_ERROR_INVALID_CONTEXT, f"{f.name} was loaded in another context")
+        if stream not in (0, self.stream):
+            raise DriverError(CUDA_ERROR_INVALID_HANDLE, f"unknown stream {stream:#x}")
+        cluster = (1, 1, 1)
+        for attr_id, value in attributes:
+            if attr_id != _LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+                raise DriverError(CUDA_ERROR_NOT_SUPPORTED, f"launch attribute {attr_id}")
+            cluster = tuple(value)
+        if smem > self._smem_opt_in[fn]:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE,
+                              f"{f.name}: {smem} bytes of dynamic shared memory, but the function "
+                              f"allows {self._smem_opt_in[fn]} (cuFuncSetAttribute)")
+        self.log.append(("launch", dict(name=f.name, grid=tuple(grid), block=tuple(block),
+                                        cluster=cluster, smem=smem, params=list(params))))
+        try:
+            self.device.launch(f.source, params, grid=grid, block=block, cluster=cluster,
+                               smem=smem, kernel=f.name)
+        except sim.SimLaunchError as e:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, f"{type(e).__name__}: {e}") from None
+        except sim.SimError as e:
+            raise DriverError(CUDA_ERROR_LAUNCH_FAILED, f"{type(e).__name__}: {e}") from None
+
+    def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        """``cuMemcpyDtoDAsync`` (synchronous here)."""
+        if stream not in (0, self.stream):
+            raise DriverError(CUDA_ERROR_INVALID_HANDLE, f"unknown stream {stream:#x}")
+        try:
+            self.device.copy(dst, src, nbytes)
+        except sim.SimError as e:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, str(e)) from None
+        self.log.append(("memcpy_dtod", (dst, src, nbytes)))
+
+    def tensor_map_encode_tiled(self, dtype: int, rank: int, address: int, dims: list[int],
+                                strides: list[int], box: list[int], element_strides: list[int],
+                                interleave: int, swizzle: int, l2_promotion: int,
+                                oob_fill: int) -> bytes:
+        """``cuTensorMapEncodeTiled``: the driver's enums and innermost-first
+        arrays, encoded by :func:`jaxptx.sim.tensor_map`."""
+        codes = ((dtype, _TMA_DTYPES, "data type"), (interleave, _TMA_INTERLEAVE, "interleave"),
+                 (swizzle, _TMA_SWIZZLE, "swizzle"), (oob_fill, _TMA_OOB_FILL, "OOB fill"),
+                 (l2_promotion, _TMA_L2_PROMOTION, "L2 promotion"))
+        for value, known, what in codes:
+            if value not in known:
+                raise DriverError(CUDA_ERROR_INVALID_VALUE, f"unsupported {what} {value}")
+        details = dict(dtype=dtype, rank=rank, address=address, dims=tuple(dims),
+                       strides=tuple(strides), box=tuple(box), swizzle=swizzle)
+        self.log.append(("tensor_map_encode_tiled", details))
+        try:
+            return sim.tensor_map(address, dims[::-1], _TMA_DTYPES[dtype], box[::-1],
+                                  strides=[*strides[::-1], _TMA_BYTES[dtype]],
+                                  swizzle=_TMA_SWIZZLE[swizzle], oob_fill=_TMA_OOB_FILL[oob_fill],
+                                  element_strides=element_strides[::-1],
+                                  interleave=_TMA_INTERLEAVE[interleave])
+        except ValueError as e:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, str(e)) from None
+
+
+def _xla_dtype(dtype: Any) -> int:
+    name = np.dtype(dtype).name
+    if name not in XLA_DTYPES:
+        raise ValueError(f"no XLA_FFI_DataType for {name}")
+    return XLA_DTYPES[name]
