@@ -23,6 +23,10 @@ from . import types as types
 from .dsl import Kernel as Kernel
 from .dsl import Layout as Layout
 from .dsl import Specialization as Specialization
+from .dsl import fragments as fragments
+from .dsl import pipeline as pipeline
+from .dsl import reduce as reduce
+from .dsl import tcgen05 as tcgen05
 from .dsl import Tile as Tile
 from .dsl import kernel as kernel
 from .dsl import ptx as ptx
@@ -41,7 +45,7 @@ from .jax import custom_vjp as custom_vjp
 # Explicit, so that ``from jaxptx import *`` does not bind ``jax`` to the
 # jaxptx.jax subpackage over the user's ``import jax``.
 __all__ = ["errors", "ir", "isa", "specs", "types", "Kernel", "Layout", "Specialization", "Tile",
-           "kernel", "ptx", "reg", "smem", "unify_envs", "Diagnostic", "check", "emit",
+           "kernel", "ptx", "reg", "smem", "unify_envs", "fragments", "pipeline", "reduce", "tcgen05", "Diagnostic", "check", "emit",
            "ParseError", "PtxError", "parse", "custom_vjp"]
 
 # Subpackages loaded on first attribute access (PEP 562), so that a plain

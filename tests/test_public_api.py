@@ -19,11 +19,16 @@ import jaxptx.jax  # noqa: E402
 import jaxptx.jax._declare  # noqa: E402
 import jaxptx.parse  # noqa: E402
 import jaxptx.specs  # noqa: E402
+import jaxptx.kernels  # noqa: E402
+import jaxptx.pyptx  # noqa: E402
+import jaxptx.sim  # noqa: E402
+from jaxptx.dsl import fragments, pipeline, reduce, tcgen05  # noqa: E402
 
 emit = sys.modules["jaxptx.emit"]   # the package exports the function of that name
 check = sys.modules["jaxptx.check"]
 MODULES = [jaxptx, dsl, ir, isa, runtime, types, emit, errors, validate, ptx, reg, smem,
-           jaxptx.parse, check, jaxptx.codegen, jaxptx.specs, jaxptx.launch, jaxptx.jax]
+           jaxptx.parse, check, jaxptx.codegen, jaxptx.specs, jaxptx.launch, jaxptx.jax,
+           jaxptx.kernels, jaxptx.sim, fragments, pipeline, reduce, tcgen05]
 
 
 def _public(module):
@@ -47,7 +52,8 @@ def test_import_needs_no_gpu_and_arch_auto_is_lazy() -> None:
 
 
 @pytest.mark.parametrize("module", [jaxptx, types, emit, reg, smem, jaxptx.dsl._kernel, check,
-                                    jaxptx.specs, jaxptx.launch, jaxptx.jax, jaxptx.jax._declare],
+                                    jaxptx.specs, jaxptx.launch, jaxptx.jax, jaxptx.jax._declare,
+                                    jaxptx.kernels, sys.modules["jaxptx.kernels.matmul"], reduce, tcgen05],
                          ids=lambda m: m.__name__)
 def test_docstring_examples_run(module) -> None:
     import doctest

@@ -1,6 +1,14 @@
-"""Tracing: ``@kernel``, ``reg``, ``smem``, ``ptx``, ``Tile``/``Layout``."""
+"""Tracing: ``@kernel``, ``reg``, ``smem``, ``ptx``, ``Tile``/``Layout``, and
+the helpers kernels are built from: ``pipeline`` (full/empty mbarrier
+stages, warp roles), ``reduce`` (warp and CTA reductions), ``fragments``
+(where each accumulator register lives; swizzles), ``tcgen05`` (sm_100
+descriptors, tensor memory)."""
 
+from . import fragments as fragments
+from . import pipeline as pipeline
 from . import ptx as ptx
+from . import reduce as reduce
+from . import tcgen05 as tcgen05
 from . import reg as reg
 from . import smem as smem
 from ._kernel import Kernel as Kernel

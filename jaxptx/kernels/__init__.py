@@ -4,6 +4,16 @@ launch, visible in the jaxpr), each choosing its variant from ``arch``:
 ``"sm_80"``, ``"sm_90a"`` or ``"sm_100a"``. On a machine without a GPU
 every variant runs on the CPU emulator.
 
+* :func:`rms_norm`, :func:`layer_norm`, :func:`softmax`, :func:`swiglu`:
+  bandwidth-bound row kernels, f32/bf16/f16 with f32 statistics;
+* :func:`matmul`: ``jnp.dot`` of bf16/f16 matrices, f32 accumulation;
+  Ampere (``cp.async`` + ``ldmatrix`` + ``mma.sync``), Hopper (TMA +
+  mbarriers + warp-specialised ``wgmma``, persistent, clustered) and
+  Blackwell (``tcgen05.mma`` into tensor memory) variants;
+* :func:`grouped_matmul`: ``jax.lax.ragged_dot`` in one launch (MoE);
+* :func:`flash_attention`: ``jax.nn.dot_product_attention``'s forward,
+  Ampere and Hopper variants, differentiable.
+
 Example:
     >>> import jax, jax.numpy as jnp
     >>> from jaxptx import kernels
@@ -12,6 +22,12 @@ Example:
     0.125
 """
 
+from .attention import flash_attention as flash_attention
+from .grouped import grouped_matmul as grouped_matmul
 from .matmul import matmul as matmul
+from .norms import layer_norm as layer_norm
+from .norms import rms_norm as rms_norm
+from .norms import softmax as softmax
+from .norms import swiglu as swiglu
 
-__all__ = ["matmul"]
+__all__ = ["rms_norm", "layer_norm", "softmax", "swiglu", "matmul", "grouped_matmul", "flash_attention"]
