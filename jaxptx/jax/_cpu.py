@@ -121,7 +121,7 @@ class _Launch:
         addresses = [device.to_device(b) for b in buffers]
         pointers = [addresses[b] for b in params]
         maps = [m.encode(pointers[m.arg]) for m in self.maps]
-        check = sim.check_mode()
+        check = sim.check_mode()      # explicit here: "all" raises below rather than returning
         with _LAUNCH_LOCK:
             findings = device.launch(self.module, [*pointers, *self.scalars, *maps], kernel=self.entry,
                                      grid=self.shape.grid, block=self.shape.block,

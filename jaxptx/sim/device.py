@@ -51,7 +51,7 @@ from .errors import SimError, SimLaunchError
 from .memory.spaces import GLOBAL_SHIFT, SHARED_WINDOW, Memory
 from .numerics.values import to_bits
 from .params import pack_params
-from .checking import valid_mode
+from .checking import check_mode, valid_mode
 from .precheck import PrecheckError, module_problems, program_problems
 from .semantics import SEMANTICS
 
@@ -324,7 +324,7 @@ class Device:
     # launch --------------------------------------------------------------------
     def launch(self, source: str | ir.Module, params: Sequence[Any], *, grid: Any = (1, 1, 1),
                block: Any = (1, 1, 1), cluster: Any = (1, 1, 1), smem: int = 0, kernel: str | None = None,
-               check: Any = False, max_steps: int | None = None) -> list | None:
+               check: Any = None, max_steps: int | None = None, profile: bool = False) -> Any:
         """Run a kernel on the device's memory (``cuLaunchKernelEx``).
 
         Args:
@@ -340,9 +340,14 @@ class Device:
             check: run the sanitizer (:mod:`jaxptx.sim.core.sanitizer`):
                 ``True`` raises ``SanitizerError`` at the first finding,
                 ``"strict"`` also reports same-value stores by several
-                threads, ``"all"`` runs to the end and returns every finding.
+                threads, ``"all"`` runs to the end and returns every finding;
+                ``None`` (the default): as an open :func:`jaxptx.sim.checking`
+                block or ``JAXPTX_SIM_CHECK`` says, else off.
             max_steps: a bound on the emulator's steps (default: the
                 machine's own).
+            profile: count every warp-level request and return a
+                :class:`jaxptx.profile.Profile` (the sanitizer's findings,
+                if any, in its ``findings``).
 
         Raises:
             PrecheckError: PTX that ptxas would reject, or instructions the
@@ -350,11 +355,12 @@ class Device:
             SimError: a bad launch (parameters, shape) before anything
                 runs, or a fault while running.
         """
-        _, program, bases = self._entry(source, kernel)
-        return self._run(program, bases, params, grid, block, cluster, smem, check, max_steps)
+        module, program, bases = self._entry(source, kernel)
+        return self._run(program, bases, params, grid, block, cluster, smem, check, max_steps,
+                         profile=module if profile else None)
 
     def _run(self, program: Program, bases: dict[str, int], params: Sequence[Any], grid: Any, block: Any,
-             cluster: Any, smem: Any, check: Any, max_steps: int | None) -> list | None:
+             cluster: Any, smem: Any, check: Any, max_steps: int | None, profile: Any = None) -> Any:
         """:meth:`launch` once the kernel is prepared and checked."""
         grid, block, cluster = _launch_shape(program, grid, block, cluster, smem)
         raw = pack_params(program.name, program.params, params)
@@ -377,11 +383,17 @@ class Device:
                 data = _initial_bytes(v.type, [_address(program, bases, x) for x in v.init], v.size)
                 memory.const[v.offset:v.offset + len(data)] = data
         tune_allocator()
-        check = valid_mode(check)
+        check = check_mode() if check is None else valid_mode(check)
         machine = Machine(program, grid, block, memory, SEMANTICS, cluster=cluster, dynamic_smem=smem,
                           global_bases=bases, check=check, **options)
+        counter = None
+        if profile is not None:         # the module: jaxptx.profile counts this launch
+            from ..profile.counters import attach
+            counter = attach(machine, profile)
         try:
             machine.run()
+            if counter is not None:
+                return counter.result(machine.sanitizer.findings if check == "all" else None)
             return machine.sanitizer.findings if check == "all" else None
         finally:
             machine.close()

@@ -28,7 +28,7 @@ _POINTER_TYPES = ("u64", "s64", "b64")
 
 def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = None,
            grid: Any = None, block: Any = None, cluster: Any = None, smem: int = 0,
-           check: Any = False, max_steps: int | None = None, **template: Any) -> list | None:
+           check: Any = None, max_steps: int | None = None, profile: bool = False, **template: Any) -> Any:
     """Run one kernel on the CPU emulator.
 
     Args:
@@ -47,8 +47,12 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
             missing proxy fences, uninitialised reads, barrier divergence):
             ``True`` raises ``SanitizerError`` at the first finding,
             ``"strict"`` also reports same-value stores by several threads,
-            ``"all"`` runs to the end and returns the list of findings.
+            ``"all"`` runs to the end and returns the list of findings;
+            ``None`` (the default): as an open :func:`jaxptx.sim.checking`
+            block or ``JAXPTX_SIM_CHECK`` says, else off.
         max_steps: a bound on the emulator's steps (default: the machine's).
+        profile: return a :class:`jaxptx.profile.Profile` of the launch
+            (see :func:`jaxptx.profile.profile`).
 
     Raises:
         PrecheckError: PTX that ptxas would reject, or that the emulator
@@ -63,10 +67,10 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
     device = Device()
     # Placing the kernel first allocates the module's global variables, so
     # the arrays get the addresses they always had (after the globals).
-    _, program, bases = device._entry(source, kernel)
+    module, program, bases = device._entry(source, kernel)
     params, outputs = _params(device, program.name, program.params, args)
     findings = device._run(program, bases, params, grid or (1, 1, 1), block or (1, 1, 1),
-                           cluster or (1, 1, 1), smem, check, max_steps)
+                           cluster or (1, 1, 1), smem, check, max_steps, profile=module if profile else None)
     for array, address in outputs:
         array.reshape(-1).view(np.uint8)[:] = np.frombuffer(device.read(address, array.nbytes), np.uint8)
     return findings

@@ -1,6 +1,7 @@
 """Kernels compiled by a real compiler run correctly: Triton compiles to PTX
 on this CPU-only machine (sm_80), and the emulator runs the result against
-numpy. Skipped when triton is not installed (it is not a test dependency:
+numpy, under the sanitizer (check=True: no race, uninitialised use or async
+misuse in correct compiler output). Skipped when triton is not installed (it is not a test dependency:
 ``pip install triton`` to run these)."""
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def test_triton_softmax() -> None:
     x = np.random.default_rng(1).standard_normal((64, 1000)).astype(np.float32)
     y = np.zeros_like(x)
     sim.launch(ptx, x, y, np.int32(1000), *extra_params(ptx, 3), grid=(64, 1, 1), block=(128, 1, 1),
-               smem=kernel.metadata.shared)
+               smem=kernel.metadata.shared, check=True)
     ref = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
     ref /= ref.sum(1, keepdims=True)
     np.testing.assert_allclose(y, ref, rtol=2e-6, atol=1e-8)
@@ -43,6 +44,6 @@ def test_triton_matmul_uses_mma_sync() -> None:
     b = rng.standard_normal((64, 64)).astype(np.float16)
     c = np.zeros((64, 64), np.float32)
     sim.launch(ptx, a, b, c, np.int32(64), np.int32(64), np.int32(64), *extra_params(ptx, 6),
-               grid=(2, 2, 1), block=(128, 1, 1), smem=kernel.metadata.shared)
+               grid=(2, 2, 1), block=(128, 1, 1), smem=kernel.metadata.shared, check=True)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from .... import ir
 from ...errors import SimError
 from .clocks import Clocks
 from .shadow import ASYNC, CP_ASYNC, IN_FLIGHT, TMA, SharedShadow
@@ -51,6 +52,20 @@ MODES = (True, "strict", "all")
 _ASYNC_READERS = {"wgmma_mma_async": "wgmma", "tcgen05_mma": "tcgen05", "tcgen05_mma_sp": "tcgen05",
                   "tcgen05_cp": "tcgen05"}
 _WGMMA_REGS = ("wgmma_mma_async",)
+
+
+def _register_move(ins: ir.Instruction) -> bool:
+    """A ``mov`` between registers (a copy, a pack or an unpack)."""
+    return len(ins.operands) == 2 and all(isinstance(o, (ir.Register, ir.Vector)) for o in ins.operands)
+
+
+def _bits(ins: ir.Instruction) -> int:
+    """The width of a ``mov``'s type suffix in bits (``mov.b64``: 64)."""
+    for mod in reversed(ins.modifiers):
+        digits = "".join(ch for ch in mod if ch.isdigit())
+        if digits and mod[0] in "bsuf":
+            return int(digits)
+    return 32
 
 
 class SanitizerError(SimError):
@@ -98,6 +113,8 @@ class Sanitizer:
         self.sim: str | None = None          # the executing instruction's semantics name
         self.pc = -1
         self._quiet = False
+        self._moving = False
+        self.partial: dict[str, np.ndarray] = {}   # register -> defined-byte mask where partly defined
         self.reader: int | None = None        # set while an issuer reads through another CTA's window
         # cp.async groups, wgmma groups, tcgen05.ld issues per thread
         self.cp_open = np.zeros(n, dtype=np.int64)
@@ -159,6 +176,9 @@ class Sanitizer:
         """An instruction starts executing."""
         self.pc, self.sim = pc, sim
         self._tma_bytes = []
+        self._moving = sim == "mov" and _register_move(self.m.program.code[pc])
+        if self._moving:
+            self._quiet = True
 
     def quiet(self, on: bool) -> None:
         """Suspend register read checks (operands an instruction ignores)."""
@@ -207,6 +227,52 @@ class Sanitizer:
             pending = self.pending_regs[name] = (kind, np.full(n, -1, np.int64), np.zeros(n, np.int64))
         pending[1][threads] = (self.wg_open if kind == "wgmma" else self.ld_open)[threads]
         pending[2][threads] = self.pc
+
+    def _bytes_defined(self, op: Any, threads: np.ndarray, nbytes: int) -> np.ndarray:
+        """Per thread, a mask of which of ``op``'s ``nbytes`` bytes hold
+        defined values (an immediate: all)."""
+        full = np.full(len(threads), (1 << nbytes) - 1, dtype=np.int64)
+        name = getattr(op, "name", None)
+        done = self.written.get(name) if isinstance(op, ir.Register) else None
+        if done is None:
+            return full
+        partial = self.partial.get(name)
+        mask = np.where(done[threads], full, 0)
+        return mask if partial is None else np.where(done[threads], mask, partial[threads] & full)
+
+    def _set_defined(self, op: Any, threads: np.ndarray, mask: np.ndarray, nbytes: int) -> None:
+        name = getattr(op, "name", None)
+        done = self.written.get(name) if isinstance(op, ir.Register) else None
+        if done is None:
+            return
+        whole = mask == (1 << nbytes) - 1
+        done[threads] = whole
+        if not whole.all():
+            partial = self.partial.setdefault(name, np.zeros(self.m.nthreads, dtype=np.int64))
+            partial[threads] = mask
+
+    def _move_definedness(self, ins: ir.Instruction, threads: np.ndarray) -> None:
+        """``mov`` copies, packs (``mov.b64 d, {a, b}``) and unpacks
+        (``mov.b64 {a, b}, d``) carry undefined bytes along instead of
+        reading them: compilers pack undefined halves on purpose, and only a
+        use of an undefined value is a bug."""
+        width = _bits(ins) // 8
+        dst, src = ins.operands[0], ins.operands[1]
+        if isinstance(src, ir.Vector):
+            step = width // len(src.items)
+            mask = np.zeros(len(threads), dtype=np.int64)
+            for i, item in enumerate(src.items):
+                part = self._bytes_defined(item, threads, step)
+                mask |= np.where(part == (1 << step) - 1, ((1 << step) - 1) << (i * step), 0)
+            self._set_defined(dst, threads, mask, width)
+        elif isinstance(dst, ir.Vector):
+            step = width // len(dst.items)
+            whole = self._bytes_defined(src, threads, width)
+            for i, item in enumerate(dst.items):
+                part = (whole >> (i * step)) & ((1 << step) - 1)
+                self._set_defined(item, threads, np.where(part == (1 << step) - 1, part, 0), step)
+        else:
+            self._set_defined(dst, threads, self._bytes_defined(src, threads, width), width)
 
     # shared memory -----------------------------------------------------------------------
     def shared_access(self, linear: np.ndarray, threads: np.ndarray, width: int, write: bool,
@@ -513,6 +579,10 @@ class Sanitizer:
         """The bookkeeping of synchronising and async instructions, after
         their semantics ran for the threads ``s.threads``."""
         th = s.threads
+        if self._moving:
+            self._quiet = self._moving = False
+            self._move_definedness(s.ins, th)
+            return
         if sim == "cp_async":
             return
         if sim == "cp_async_commit_group" or (sim == "cp_async_wait_group" and s.ins.opcode.endswith("all")):
