@@ -112,7 +112,9 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--arch", default="auto")
+    parser.add_argument("--arch", default=None,
+                        help="a variant (auto, sm_80, sm_90a, sm_100a); default: auto on a GPU, every "
+                             "variant on the emulator")
     args = parser.parse_args()
     dev = jax.devices()[0]
     gpu = dev.platform == "gpu"
@@ -123,23 +125,32 @@ def main() -> None:
         print("No GPU: the jaxptx column is the CPU emulator running each kernel at a small size, "
               "the XLA column XLA on the CPU. These figures measure the emulator, not the kernels.")
     repeat = args.repeat if gpu else min(args.repeat, 3)
-    print(f"{'op':16} {'shape':18} {'jaxptx ms':>10} {'XLA ms':>9} {'XLA/jaxptx':>10} "
-          f"{'jaxptx rate':>14} {'of peak':>8}")
-    for op, shape, ours, theirs, inputs, flops, nbytes in cases(gpu, args.arch):
+    arches = [args.arch] if args.arch else (["auto"] if gpu else ["sm_80", "sm_90a", "sm_100a"])
+    print(f"{'op':16} {'arch':8} {'shape':18} {'jaxptx ms':>10} {'XLA ms':>9} {'XLA/jaxptx':>10} "
+          f"{'jaxptx rate':>16} {'of peak':>8}")
+    for arch in arches:
+        _rows(cases(gpu, arch), arch, repeat, gpu, peak)
+
+
+def _rows(rows: list, arch: str, repeat: int, gpu: bool, peak: tuple[float, float] | None) -> None:
+    import jax
+    for op, shape, ours, theirs, inputs, flops, nbytes in rows:
         try:
             f_ours, f_xla = jax.jit(ours), jax.jit(theirs)
             t_ours = median_ms(lambda: f_ours(*inputs), repeat)
             t_xla = median_ms(lambda: f_xla(*inputs), repeat)
         except Exception as e:  # noqa: BLE001 - a missing op or variant is a row, not a crash
-            print(f"{op:16} {shape:18} {type(e).__name__}: {str(e).splitlines()[0][:60]}")
+            print(f"{op:16} {arch:8} {shape:18} {type(e).__name__}: {str(e).splitlines()[0][:60]}")
             continue
-        if flops:
-            rate, unit, of = flops / t_ours / 1e9, "TFLOPS", (peak[0] if peak else None)
+        if flops:   # TFLOPS on a GPU; the emulator's rates are a million times lower
+            rate, unit, of = flops / t_ours / (1e9 if gpu else 1e3), "TFLOPS" if gpu else "MFLOPS", \
+                (peak[0] if peak else None)
         else:
-            rate, unit, of = nbytes / t_ours / 1e6, "GB/s", (peak[1] if peak else None)
+            rate, unit, of = nbytes / t_ours / (1e6 if gpu else 1e3), "GB/s" if gpu else "MB/s", \
+                (peak[1] if peak else None)
         frac = f"{rate / of:7.0%}" if of else "    n/a"
-        print(f"{op:16} {shape:18} {t_ours:10.3f} {t_xla:9.3f} {t_xla / t_ours:10.2f} "
-              f"{rate:8.2f} {unit:6}{frac:>8}")
+        print(f"{op:16} {arch:8} {shape:18} {t_ours:10.3f} {t_xla:9.3f} {t_xla / t_ours:10.4f} "
+              f"{rate:9.2f} {unit:6}{frac:>8}")
 
 
 if __name__ == "__main__":
