@@ -41,7 +41,7 @@ import numpy as np
 from .... import ir
 from ...errors import SimError
 from .clocks import Clocks
-from .shadow import ASYNC, CP_ASYNC, IN_FLIGHT, TMA, SharedShadow
+from .shadow import ASYNC, CP_ASYNC, TMA, SharedShadow
 
 __all__ = ["Sanitizer", "SanitizerError", "Finding", "MODES"]
 
@@ -66,6 +66,13 @@ def _bits(ins: ir.Instruction) -> int:
         if digits and mod[0] in "bsuf":
             return int(digits)
     return 32
+
+
+def _distinct(threads: np.ndarray) -> np.ndarray:
+    """The distinct threads of a per-byte thread array (usually one)."""
+    if len(threads) and threads[0] == threads[-1] and (threads == threads[0]).all():
+        return threads[:1]
+    return np.unique(threads)
 
 
 class SanitizerError(SimError):
@@ -124,8 +131,8 @@ class Sanitizer:
         self.ld_open = np.zeros(n, dtype=np.int64)
         self.ld_done = np.zeros(n, dtype=np.int64)
         self.pending_regs: dict[str, tuple[str, np.ndarray, np.ndarray]] = {}   # name -> (kind, tag, pc)
-        # async reads in flight: (kind, group, global threads, flat bytes)
-        self.in_flight: list[tuple[str, int, np.ndarray, np.ndarray]] = []
+        # async reads in flight: (kind, group, issuing threads, reader per byte, flat bytes, PC)
+        self.in_flight: list[tuple[str, int, np.ndarray, np.ndarray, np.ndarray, int]] = []
         self.completions: dict[int, int] = {}   # mbarrier word -> phases completed
         self._mbar_column: dict[int, int] = {}  # mbarrier word -> its column in the clocks
         self._tma_bytes: list[tuple[np.ndarray, np.ndarray]] = []
@@ -361,18 +368,12 @@ class Sanitizer:
             if late.any():
                 k = int(np.argmax(late))
                 self._race("write", idx[k], th[k], "write", int(writer[k]), int(sh.w_pc[idx[k]]))
+        self._check_in_flight(idx, th, "write")
         slot = sh.unordered_reads(idx, tid, self._knows(th))
         if (slot >= 0).any():
             k = int(np.argmax(slot >= 0))
-            reader = int(sh.r_tid[idx[k], slot[k]])
-            if sh.r_clock[idx[k], slot[k]] == IN_FLIGHT:
-                self.report("async", f"write of shared offset {int(idx[k] % sh.size):#x} at "
-                            f"{self.at(int(th[k]))} while the async read by "
-                            f"{self.line(int(sh.r_pc[idx[k], slot[k]]))} ({self._thread_at(th[k], reader)}) "
-                            "is still in flight (no wait for it orders the write after it)",
-                            self.line(self.pc), self.line(int(sh.r_pc[idx[k], slot[k]])))
-            else:
-                self._race("write", idx[k], th[k], "read", reader, int(sh.r_pc[idx[k], slot[k]]))
+            self._race("write", idx[k], th[k], "read", int(sh.r_tid[idx[k], slot[k]]),
+                       int(sh.r_pc[idx[k], slot[k]]))
         slot = sh.unordered_atomics(idx, tid, self._knows(th))
         if (slot >= 0).any():
             k = int(np.argmax(slot >= 0))
@@ -408,6 +409,7 @@ class Sanitizer:
             if late.any():
                 k = int(np.argmax(late))
                 self._race("atomic on", idx[k], th[k], "write", int(writer[k]), int(sh.w_pc[idx[k]]))
+        self._check_in_flight(idx, th, "atomic on")
         slot = sh.unordered_reads(idx, tid, self._knows(th))
         if (slot >= 0).any():
             k = int(np.argmax(slot >= 0))
@@ -442,7 +444,7 @@ class Sanitizer:
         tma = np.nonzero(pend == TMA)[0]
         if len(tma):
             words = sh.pend_key[idx[tma]]
-            for word in np.unique(words).tolist():
+            for word in _distinct(words).tolist():
                 sel = tma[words == word]
                 column = self._column(word)
                 seen = self.clocks.vc[th[sel], column]
@@ -479,9 +481,26 @@ class Sanitizer:
                         f"{self.at(int(th[k]))}, written through the generic proxy at "
                         f"{self.line(int(sh.w_pc[idx[k]]))} by {self._thread_at(th[k], writer[k])} with "
                         "no fence.proxy.async between them", self.line(self.pc), self.line(int(sh.w_pc[idx[k]])))
-        sh.record_read(idx, tid, IN_FLIGHT, self.pc)
+        sh.flying[idx] = True
         group = int(self.wg_open[th[0]]) if kind == "wgmma" else 0
-        self.in_flight.append((kind, group, np.unique(th), idx))
+        self.in_flight.append((kind, group, _distinct(th), th, idx, self.pc))
+
+    def _check_in_flight(self, idx: np.ndarray, th: np.ndarray, what: str) -> None:
+        """A write to bytes an async read (wgmma, tcgen05.mma, a bulk
+        store) may still be reading: nothing waited for it yet."""
+        flying = self.shadow.flying[idx]
+        if not flying.any():
+            return
+        k = int(np.argmax(flying))
+        for kind, _, _, readers, where, pc in self.in_flight:
+            hit = np.nonzero(where == idx[k])[0]
+            if len(hit):
+                reader = int(readers[hit[0]])
+                self.report("async", f"{what} of shared offset {int(idx[k] % self.shadow.size):#x} at "
+                            f"{self.at(int(th[k]))} while the async read by {self.line(pc)} "
+                            f"({self._thread_at(th[k], reader % self.ntid)}) is still in flight (no wait "
+                            "for it orders the write after it)", self.line(self.pc), self.line(pc))
+                return
 
     def async_write(self, idx: np.ndarray, th: np.ndarray) -> None:
         """Shared bytes written by a TMA or bulk copy issued by ``th``:
@@ -493,6 +512,7 @@ class Sanitizer:
         local = idx // max(sh.size, 1) == th // self.ntid
         if local.any():
             li, lt = idx[local], th[local]
+            self._check_in_flight(li, lt, "async-proxy write")
             tid = lt % self.ntid
             slot = sh.unordered_reads(li, tid, self._knows(lt))
             if (slot >= 0).any():
@@ -518,7 +538,7 @@ class Sanitizer:
             b, w = idx[mine], vals[at[mine]]
             sh.pend[b] = TMA
             sh.pend_key[b] = w
-            for word in np.unique(w).tolist():
+            for word in _distinct(w).tolist():
                 self._column(word)
                 sh.pend_seq[b[w == word]] = self.completions.get(word, 0)
             if not mine.all():
@@ -551,27 +571,32 @@ class Sanitizer:
 
     def _resolve(self, kind: str, threads: np.ndarray, done: np.ndarray | None = None) -> None:
         """Async reads of ``kind`` issued by ``threads`` are complete now
-        (for wgmma: the groups below ``done`` per thread): stamp each with
-        its issuing thread's clock."""
-        keep = []
-        sh = self.shadow
+        (for wgmma: the groups below ``done`` per thread): they become reads
+        stamped with their issuing thread's clock."""
         mine = np.zeros(self.m.nthreads, dtype=bool)
         mine[threads] = True
+        keep, finished = [], []
         for entry in self.in_flight:
-            k, group, th, idx = entry
-            hit = mine[th]
+            k, group, issuers, readers, idx, pc = entry
+            hit = mine[issuers]
             if done is not None:
-                hit &= group < done[th]
+                hit &= group < done[issuers]
             if k != kind or not hit.any():
                 keep.append(entry)
-                continue
-            for t in th[hit].tolist():
-                tid = t % self.ntid
-                warp = tid // 32
-                flying = (sh.r_clock[idx, warp] == IN_FLIGHT) & (sh.r_tid[idx, warp] == tid)
-                sh.r_clock[idx[flying], warp] = self.clocks.own(np.array([t]))[0]
-            if not hit.all():
-                keep.append((k, group, th[~hit], idx))
+            elif hit.all():
+                finished.append(entry)
+            else:           # some issuers waited: their bytes land, the rest stay in flight
+                sel = np.isin(readers, issuers[hit])
+                finished.append((k, group, issuers[hit], readers[sel], idx[sel], pc))
+                keep.append((k, group, issuers[~hit], readers[~sel], idx[~sel], pc))
+        if not finished:
+            return
+        sh = self.shadow
+        for _, _, _, readers, idx, pc in finished:
+            sh.flying[idx] = False
+            sh.record_read(idx, readers % self.ntid, self.clocks.own(readers), pc)
+        for _, _, _, _, idx, _ in keep:
+            sh.flying[idx] = True
         self.in_flight = keep
 
     # synchronisation -----------------------------------------------------------------------

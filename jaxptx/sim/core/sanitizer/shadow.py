@@ -8,8 +8,9 @@ before its ``wait_group``, a TMA copy before its mbarrier phase). Reads
 since the last write are kept per (byte, warp): the last reading lane of
 each warp and its stamp, so a write checks every warp's reads in one
 vectorised comparison. An async-proxy read (``wgmma``, ``tcgen05.mma``, a
-TMA store's source) is stamped "in flight" until the issuing thread waits
-for it.
+TMA store's source) is "in flight" (``flying``) until the issuing thread
+waits for it; then it is recorded as a read stamped with the clock of the
+wait.
 
 A conflict is two accesses to one byte by different threads, at least one
 a write (atomics do not conflict with atomics), where the earlier one's
@@ -22,10 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["SharedShadow", "ASYNC", "IN_FLIGHT", "CP_ASYNC", "TMA"]
+__all__ = ["SharedShadow", "ASYNC", "CP_ASYNC", "TMA"]
 
 ASYNC = -2                  # w_tid of a byte last written by the async proxy
-IN_FLIGHT = np.int32(2**31 - 1)   # r_clock of an async read not yet waited for
 CP_ASYNC, TMA = 1, 2        # pend: a cp.async copy, a TMA / bulk copy in flight
 
 
@@ -42,6 +42,7 @@ class SharedShadow:
         self.w_pc = np.full(n, -1, dtype=np.int32)
         self.w_atomic = np.zeros(n, dtype=bool)
         self.fenced = np.zeros(n, dtype=bool)
+        self.flying = np.zeros(n, dtype=bool)          # an async read not yet waited for
         self.pend = np.zeros(n, dtype=np.int8)
         self.pend_key = np.zeros(n, dtype=np.int64)    # cp.async: global thread; TMA: mbarrier word
         self.pend_seq = np.zeros(n, dtype=np.int64)    # cp.async: group; TMA: completions at issue
@@ -69,11 +70,9 @@ class SharedShadow:
         self.w_atomic[idx] = False
         self.fenced[idx] = False
         self.pend[idx] = 0
-        self.r_tid[idx] = -1
-        self.r_clock[idx] = 0
+        self.r_tid[idx] = -1                 # (stale stamps behind a -1 lane are never read)
         if self.a_tid is not None:
             self.a_tid[idx] = -1
-            self.a_clock[idx] = 0
 
     def record_read(self, idx: np.ndarray, tid: np.ndarray, clock: np.ndarray | np.int32, pc: int) -> None:
         """Reads of bytes ``idx`` by CTA-local threads ``tid`` (one slot per warp)."""
@@ -84,31 +83,32 @@ class SharedShadow:
 
     def unordered_reads(self, idx: np.ndarray, tid: np.ndarray, knows) -> np.ndarray:
         """For each byte, the warp slot of a read by another thread that the
-        writer (``knows(readers)`` gives the writer's clock entries) has not
-        synchronised with, or -1."""
-        readers = self.r_tid[idx].astype(np.int64)
-        stamp = self.r_clock[idx]
-        other = (readers >= 0) & (readers != tid[:, None])
-        if not other.any():
-            return np.full(len(idx), -1)
-        known = knows(np.repeat(np.arange(len(idx)), self.warps).reshape(len(idx), self.warps),
-                      np.where(readers >= 0, readers, 0))
-        bad = other & (stamp > known)
-        return np.where(bad.any(axis=1), bad.argmax(axis=1), -1)
+        writer has not synchronised with (``knows(rows, readers)``: the
+        writer of row ``rows``' clock entries for ``readers``), or -1."""
+        return _unordered(self.r_tid[idx], self.r_clock[idx], tid, knows)
 
     def unordered_atomics(self, idx: np.ndarray, tid: np.ndarray, knows) -> np.ndarray:
         """As :meth:`unordered_reads`, for the atomics on each byte."""
         if self.a_tid is None:
             return np.full(len(idx), -1)
-        readers = self.a_tid[idx].astype(np.int64)
-        other = (readers >= 0) & (readers != tid[:, None])
-        if not other.any():
-            return np.full(len(idx), -1)
-        known = knows(np.repeat(np.arange(len(idx)), self.warps).reshape(len(idx), self.warps),
-                      np.where(readers >= 0, readers, 0))
-        bad = other & (self.a_clock[idx] > known)
-        return np.where(bad.any(axis=1), bad.argmax(axis=1), -1)
+        return _unordered(self.a_tid[idx], self.a_clock[idx], tid, knows)
 
     def cta_range(self, cta: int) -> slice:
         """The flat byte range of CTA ``cta``'s shared memory."""
         return slice(cta * self.size, (cta + 1) * self.size)
+
+
+def _unordered(lanes: np.ndarray, stamps: np.ndarray, tid: np.ndarray, knows) -> np.ndarray:
+    """Per row of (row, warp) records, the first warp slot holding an
+    access by another lane whose stamp the row's writer does not know, or -1."""
+    lanes = lanes.astype(np.int64)
+    rows, slots = np.nonzero((lanes >= 0) & (lanes != tid[:, None]))
+    out = np.full(len(lanes), -1)
+    if len(rows) == 0:
+        return out
+    bad = stamps[rows, slots] > knows(rows, lanes[rows, slots])
+    if bad.any():
+        rows, slots = rows[bad], slots[bad]
+        first = np.unique(rows, return_index=True)[1]
+        out[rows[first]] = slots[first]
+    return out
