@@ -117,8 +117,11 @@ class Machine:
         # Checks run when every thread has exited (tensor memory leaks); state
         # that needs one registers it here.
         self.exit_checks: list[Callable[["Machine"], None]] = []
+        # jaxptx.profile's counter: .before(pc, threads) ahead of every step.
+        self.profiler = None
         if self.sanitizer is not None:
             memory.watch = self.sanitizer.shared_access
+            memory.watch_other = self.sanitizer.other_access
         self._special = SpecialRegisters(self)
         # Per PC: the semantics function of an instruction that only computes
         # (the machine's own control-flow and barrier names excluded), else None.
@@ -131,7 +134,7 @@ class Machine:
         machine and its megabytes of registers live in a reference cycle
         until the cycle collector runs, and every launch maps fresh pages."""
         self.memory.cluster_cta = lambda cta, rank: cta
-        self.memory.watch = None
+        self.memory.watch = self.memory.watch_other = None
         self._special = None
         self.sanitizer = None
         self.regs = None
@@ -335,6 +338,7 @@ class Machine:
         watch = self.watch
         limit = self.max_steps
         steps = thread_steps = 0
+        prof = self.profiler
         while True:
             if not groups:
                 self.steps, self.thread_steps = steps, thread_steps
@@ -357,6 +361,8 @@ class Machine:
             if pc >= len(code):
                 raise SimError(f"{self.program.name}: ran past the end of the kernel (missing ret?)")
             self.current_pc = pc
+            if prof is not None:
+                prof.before(pc, threads)
             fn = plain[pc]
             if fn is not None:
                 self._execute_plain(fn, pc, threads)
@@ -459,6 +465,7 @@ class Machine:
                     self.sanitizer.proxy_fence(taken)
                 elif sim == "bar_warp_sync":
                     self.sanitizer.warp_sync(taken)
+                    self.sanitizer.member_mask(Step(self, ins, r, taken))
             self._place(pc + 1, threads)
         else:
             raise SimError(f"{self.program.name}: the emulator does not run {ins.name} yet{where(ins)}")

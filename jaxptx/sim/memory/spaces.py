@@ -75,9 +75,14 @@ class Memory:
         self.local = _padded(nctas * ntid * local_size)
         self.param = _padded(param_size)
         self.const = _padded(const_size)
-        # Called as watch(flat shared indices, threads, width, write, atomic=)
-        # for every shared access when the sanitizer runs.
+        # Called as watch(flat shared indices, threads, width, write, atomic=,
+        # values=) for every shared access when the sanitizer runs, and
+        # watch_other(buffer, byte offsets, ...) for the other spaces'.
         self.watch = None
+        self.watch_other = None
+        # Called as counter(buffer, element byte offsets, threads, width, write)
+        # for every access when the launch is profiled (jaxptx.profile).
+        self.counter = None
         # (CTA index, rank) -> index of that rank's CTA in its cluster (set by the machine).
         self.cluster_cta = lambda cta, rank: cta
 
@@ -229,8 +234,14 @@ class Memory:
         out = None
         shift = _LOG2[width]
         for buf, off, pos in self._resolve(space, addr, threads, width, what):
-            if self.watch is not None and buf is self.shared:
-                self.watch(off, threads if pos is None else threads[pos], width, False)
+            if self.watch is not None:
+                who = threads if pos is None else threads[pos]
+                if buf is self.shared:
+                    self.watch(off, who, width, False)
+                else:
+                    self.watch_other(buf, off, who, width, False)
+            if self.counter is not None:
+                self.counter(buf, off, threads if pos is None else threads[pos], width, False)
             if _uniform(off):      # one address for every thread
                 elements = np.full(len(off), buf.view(_UINT[width])[int(off[0]) >> shift])
             else:
@@ -248,9 +259,15 @@ class Memory:
         values = np.asarray(values).astype(_UINT[width], copy=False)
         shift = _LOG2[width]
         for buf, off, pos in self._resolve(space, addr, threads, width, what):
-            if self.watch is not None and buf is self.shared:
-                self.watch(off, threads if pos is None else threads[pos], width, True,
-                           values=values if pos is None or len(pos) == len(values) else values[pos])
+            if self.watch is not None:
+                who = threads if pos is None else threads[pos]
+                mine = values if pos is None or len(pos) == len(values) else values[pos]
+                if buf is self.shared:
+                    self.watch(off, who, width, True, values=mine)
+                else:
+                    self.watch_other(buf, off, who, width, True, values=mine)
+            if self.counter is not None:
+                self.counter(buf, off, threads if pos is None else threads[pos], width, True)
             buf.view(_UINT[width])[off >> shift if shift else off] = \
                 values if pos is None or len(pos) == len(values) else values[pos]
 
@@ -262,8 +279,14 @@ class Memory:
         rules)."""
         groups = []
         for buf, off, pos in self._resolve(space, addr, threads, width, what):
-            if atomic and self.watch is not None and buf is self.shared:
-                self.watch(off, threads if pos is None else threads[pos], width, True, atomic=True)
+            if atomic and self.watch is not None:
+                who = threads if pos is None else threads[pos]
+                if buf is self.shared:
+                    self.watch(off, who, width, True, atomic=True)
+                else:
+                    self.watch_other(buf, off, who, width, True, atomic=True)
+            if self.counter is not None:
+                self.counter(buf, off, threads if pos is None else threads[pos], width, True)
             groups.append((buf.view(_UINT[width]), off // width,
                            np.arange(len(addr)) if pos is None else pos))
         return groups

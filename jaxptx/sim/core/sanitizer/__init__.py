@@ -52,6 +52,7 @@ MODES = (True, "strict", "all")
 _ASYNC_READERS = {"wgmma_mma_async": "wgmma", "tcgen05_mma": "tcgen05", "tcgen05_mma_sp": "tcgen05",
                   "tcgen05_cp": "tcgen05"}
 _WGMMA_REGS = ("wgmma_mma_async",)
+_MASKED = frozenset(["shfl_sync", "vote_sync", "match_all_sync", "match_any_sync", "redux_sync"])
 
 
 def _register_move(ins: ir.Instruction) -> bool:
@@ -68,11 +69,36 @@ def _bits(ins: ir.Instruction) -> int:
     return 32
 
 
+def _bytes_of(values: np.ndarray, width: int) -> np.ndarray:
+    """The little-endian bytes of ``width``-byte values, flattened."""
+    v = np.ascontiguousarray(values)
+    if v.dtype.itemsize != width:
+        v = np.ascontiguousarray(v.astype(f"<u{width}"))
+    return v.view(np.uint8).reshape(-1)
+
+
+def _pack_at(threads: np.ndarray, pc: int, ntid: int) -> np.ndarray:
+    """Global thread and PC in one record (thread << 20 | pc)."""
+    return (np.asarray(threads, dtype=np.int64) << 20 | pc).astype(np.int64)
+
+
 def _distinct(threads: np.ndarray) -> np.ndarray:
     """The distinct threads of a per-byte thread array (usually one)."""
     if len(threads) and threads[0] == threads[-1] and (threads == threads[0]).all():
         return threads[:1]
     return np.unique(threads)
+
+
+_SCOPES = ("gpu", "sys")
+
+
+def _orders_ctas(ins: ir.Instruction) -> bool:
+    """An instruction that can order memory between CTAs: a gpu- or
+    system-scope fence, ``membar.gl``/``.sys``, or a release/acquire access."""
+    mods = set(ins.modifiers)
+    if ins.opcode in ("fence", "membar"):
+        return bool(mods & {"gpu", "sys", "gl"})
+    return bool(mods & {"release", "acquire", "acq_rel"}) and bool(mods & set(_SCOPES))
 
 
 class SanitizerError(SimError):
@@ -123,6 +149,13 @@ class Sanitizer:
         self._moving = False
         self.partial: dict[str, np.ndarray] = {}   # register -> defined-byte mask where partly defined
         self.reader: int | None = None        # set while an issuer reads through another CTA's window
+        memory = machine.memory
+        self.local_init = np.zeros(len(memory.local), dtype=bool)
+        self._globals = {id(b): k for k, b in enumerate(memory.globals)}
+        self._global_shadow: dict[int, tuple[np.ndarray, ...]] = {}
+        # Orderings between CTAs come only from gpu-scope fences and
+        # release/acquire operations; a kernel with any is not checked across CTAs.
+        self.cross_cta = not any(_orders_ctas(ins) for ins in machine.program.code if ins is not None)
         # cp.async groups, wgmma groups, tcgen05.ld issues per thread
         self.cp_open = np.zeros(n, dtype=np.int64)
         self.cp_done = np.zeros(n, dtype=np.int64)
@@ -293,10 +326,7 @@ class Sanitizer:
         th = np.repeat(np.asarray(threads, dtype=np.int64), width)
         byte_values = None
         if values is not None:
-            v = np.ascontiguousarray(values)
-            if v.dtype.itemsize != width:
-                v = np.ascontiguousarray(v.astype(f"<u{width}"))
-            byte_values = v.view(np.uint8).reshape(-1)       # little-endian, as memory holds it
+            byte_values = _bytes_of(values, width)
         local = idx // max(self.shadow.size, 1) == th // self.ntid
         if not local.all():                 # another CTA's shared memory: initialisation only
             far = ~local
@@ -319,6 +349,96 @@ class Sanitizer:
             self.async_read(idx, th, kind)
         else:
             self._read(idx, th)
+
+    def other_access(self, buf: np.ndarray, off: np.ndarray, threads: np.ndarray, width: int,
+                     write: bool, atomic: bool = False, values: np.ndarray | None = None) -> None:
+        """Local memory (reads of bytes never written) and global memory
+        (conflicting accesses from different CTAs) for ``threads``."""
+        off = np.asarray(off, dtype=np.int64)
+        idx = (off[:, None] + np.arange(width)).ravel()
+        if buf is self.m.memory.local:
+            if write:
+                self.local_init[idx] = True
+            elif not self.local_init[idx].all():
+                k = int(np.argmax(~self.local_init[idx])) // width
+                self.report("uninitialised", f"read of uninitialised local memory at {self.at(int(threads[k]))}",
+                            self.line(self.pc))
+            return
+        key = self._globals.get(id(buf))
+        if key is None or atomic or not self.cross_cta:
+            return
+        shadow = self._global_shadow.get(key)
+        if shadow is None:
+            n = len(buf)
+            shadow = self._global_shadow[key] = (np.full(n, -1, np.int32), np.full(n, -1, np.int32),
+                                                 np.zeros(n, np.int64), np.zeros(n, np.int64))
+        writer, reader, w_at, r_at = shadow       # CTA (-1: none; reader -2: several), thread, pc packed
+        th = np.repeat(np.asarray(threads, dtype=np.int64), width)
+        cta = (th // self.ntid).astype(np.int32)
+        w = writer[idx]
+        clash = (w >= 0) & (w != cta)
+        if write and values is not None and not self.strict:
+            clash &= buf[idx] != _bytes_of(values, width)
+        if write and len(idx) > 1:              # CTAs storing to one byte in the same step
+            order = np.argsort(idx, kind="stable")
+            i, c = idx[order], cta[order]
+            dup = (i[1:] == i[:-1]) & (c[1:] != c[:-1])
+            if values is not None and not self.strict:
+                v = _bytes_of(values, width)[order]
+                dup &= v[1:] != v[:-1]
+            if dup.any():
+                j = int(np.argmax(dup))
+                first, second = int(order[j]), int(order[j + 1])
+                self._global_race("write", second, idx, th, int(th[first]) << 20 | self.pc, "the write")
+        if write:
+            r = reader[idx]
+            war = (r == -2) | ((r >= 0) & (r != cta))
+            if war.any() and not clash.any():
+                k = int(np.argmax(war))
+                self._global_race("write", k, idx, th, r_at[idx[k]], "a read")
+            writer[idx] = cta
+            reader[idx] = -1
+            w_at[idx] = _pack_at(th, self.pc, self.ntid)
+        else:
+            r = reader[idx]
+            reader[idx] = np.where((r == -1) | (r == cta), cta, -2)
+            r_at[idx] = _pack_at(th, self.pc, self.ntid)
+        if clash.any():
+            k = int(np.argmax(clash))
+            self._global_race("write" if write else "read", k, idx, th, w_at[idx[k]], "the write")
+
+    def _global_race(self, kind: str, k: int, idx: np.ndarray, th: np.ndarray, at: int, other: str) -> None:
+        tid, pc = divmod(int(at), 1 << 20)
+        self.report("race", f"global-memory race between CTAs: {kind} at {self.at(int(th[k]))} conflicts with "
+                    f"{other} at {self.line(pc)} by {self.who(tid)}: nothing orders accesses of different "
+                    "CTAs (no gpu-scope fence or release/acquire in the kernel)",
+                    self.line(self.pc), self.line(pc))
+
+    def member_mask(self, s) -> None:
+        """``shfl.sync``/``vote.sync``/``match.sync``/``redux.sync``/
+        ``bar.warp.sync``: every lane the member mask names must execute the
+        instruction with the thread, and the thread must be in its mask."""
+        mask = s.src(len(s.ins.operands) - 1).astype(np.int64) & 0xFFFFFFFF
+        th = s.threads
+        warp = th // self.ntid * 64 + th % self.ntid // 32
+        lane = th % self.ntid % 32
+        here = np.zeros(len(th), dtype=np.int64)
+        for w in _distinct(warp).tolist():
+            sel = warp == w
+            here[sel] = np.bitwise_or.reduce(np.left_shift(1, lane[sel]))
+        missing = mask & ~here
+        outside = (mask >> lane) & 1 == 0
+        bad = (missing != 0) | outside
+        if bad.any():
+            k = int(np.argmax(bad))
+            if outside[k]:
+                why = f"its own lane {int(lane[k])} is not in the member mask {int(mask[k]):#010x}"
+            else:
+                gone = int(missing[k]).bit_length() - 1
+                why = (f"the member mask {int(mask[k]):#010x} names lane {gone}, which is not executing it "
+                       "(exited, or elsewhere in the program)")
+            self.report("divergence", f"{self.line(self.pc)} at {self.who(int(th[k]))}: {why}",
+                        self.line(self.pc))
 
     def _check_init(self, idx: np.ndarray, th: np.ndarray, what: str) -> None:
         bad = ~self.shadow.init[idx]
@@ -608,6 +728,8 @@ class Sanitizer:
             self._quiet = self._moving = False
             self._move_definedness(s.ins, th)
             return
+        if sim in _MASKED:
+            self.member_mask(s)
         if sim == "cp_async":
             return
         if sim == "cp_async_commit_group" or (sim == "cp_async_wait_group" and s.ins.opcode.endswith("all")):
