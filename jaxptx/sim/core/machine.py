@@ -463,6 +463,8 @@ class Machine:
                 self.sanitizer.begin(pc, sim)
                 if sim == "fence_proxy" and "async" in ins.modifiers:
                     self.sanitizer.proxy_fence(taken)
+                elif sim == "fence":
+                    self.sanitizer.fence(taken)
                 elif sim == "bar_warp_sync":
                     self.sanitizer.warp_sync(taken)
                     self.sanitizer.member_mask(Step(self, ins, r, taken))

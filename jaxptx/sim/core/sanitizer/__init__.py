@@ -152,6 +152,10 @@ class Sanitizer:
         memory = machine.memory
         self.local_init = np.zeros(len(memory.local), dtype=bool)
         self._globals = {id(b): k for k, b in enumerate(memory.globals)}
+        self._sem_cache: dict[int, tuple[bool, bool, bool]] = {}
+        self.location_clocks: dict[tuple, np.ndarray] = {}
+        self.pending_acquire: dict[int, tuple] = {}
+        self.fenced_threads = np.zeros(machine.nthreads, dtype=bool)
         self._global_shadow: dict[int, tuple[np.ndarray, ...]] = {}
         # Orderings between CTAs come only from gpu-scope fences and
         # release/acquire operations; a kernel with any is not checked across CTAs.
@@ -339,10 +343,13 @@ class Sanitizer:
         if len(idx) == 0:
             return
         kind = _ASYNC_READERS.get(self.sim)
+        strong, release, acquire = self._semantics()
         if write and self.sim == "cp_async":
             self.cp_async_written(idx, th)
-        elif atomic:
-            self._atomic(idx, th)
+        elif atomic or strong:
+            self._atomic(idx, th, reads=atomic or not write, writes=atomic or write)
+            self._location_sync(linear, np.asarray(threads, dtype=np.int64), 0, write or atomic,
+                                not write or atomic, release, acquire)
         elif write:
             self._write(idx, th, byte_values)
         elif kind is not None:
@@ -365,7 +372,11 @@ class Sanitizer:
                             self.line(self.pc))
             return
         key = self._globals.get(id(buf))
-        if key is None or atomic or not self.cross_cta:
+        strong, release, acquire = self._semantics()
+        if key is not None and (atomic or strong):
+            self._location_sync(off, np.asarray(threads, dtype=np.int64), key + 1, write or atomic,
+                                not write or atomic, release, acquire)
+        if key is None or atomic or strong or not self.cross_cta:
             return
         shadow = self._global_shadow.get(key)
         if shadow is None:
@@ -413,6 +424,66 @@ class Sanitizer:
                     f"{other} at {self.line(pc)} by {self.who(tid)}: nothing orders accesses of different "
                     "CTAs (no gpu-scope fence or release/acquire in the kernel)",
                     self.line(self.pc), self.line(pc))
+
+    # release/acquire through memory -------------------------------------------------------
+    def _semantics(self) -> tuple[bool, bool, bool]:
+        """(strong, release, acquire) of the executing memory instruction:
+        atomics and ``.relaxed``/``.volatile``/``.acquire``/``.release``
+        accesses are strong (they do not race with each other)."""
+        cached = self._sem_cache.get(self.pc)
+        if cached is None:
+            code = self.m.program.code
+            ins = code[self.pc] if 0 <= self.pc < len(code) else None
+            mods = set(ins.modifiers) if ins is not None else set()
+            release = bool(mods & {"release", "acq_rel"})
+            acquire = bool(mods & {"acquire", "acq_rel"})
+            strong = (ins is not None and ins.opcode in ("atom", "red")) or release or acquire \
+                or bool(mods & {"relaxed", "volatile"})
+            cached = self._sem_cache[self.pc] = (strong, release, acquire)
+        return cached
+
+    def _location_sync(self, offsets: np.ndarray, threads: np.ndarray, space: int, writes: bool,
+                       reads: bool, release: bool, acquire: bool) -> None:
+        """Orderings through one memory location, per CTA: a release store
+        (or any strong store after a fence) publishes the thread's clock
+        there; an acquire load joins it (a relaxed load does when a fence
+        follows it). ``space``: 0 shared, k + 1 global buffer k."""
+        offsets = np.asarray(offsets, dtype=np.int64)
+        cta = threads // self.ntid
+        pairs = np.stack([cta, offsets], axis=1)
+        for c, off in (np.unique(pairs, axis=0) if len(pairs) > 1 else pairs).tolist():
+            mine = threads[(cta == c) & (offsets == off)]
+            key = (c, space, off)
+            if writes:
+                publish = mine if release else mine[self.fenced_threads[mine]]
+                if len(publish):
+                    held = self.location_clocks.get(key)
+                    joined = self.clocks.vc[publish].max(axis=0)
+                    self.location_clocks[key] = joined if held is None else np.maximum(held, joined[:len(held)])
+                    self.clocks._tick(publish)
+                    self.fenced_threads[publish] = False
+            if reads:
+                if acquire:
+                    self._acquire_location(mine, key)
+                else:
+                    for t in mine.tolist():
+                        self.pending_acquire[t] = key
+
+    def _acquire_location(self, threads: np.ndarray, key: tuple) -> None:
+        held = self.location_clocks.get(key)
+        if held is not None:
+            width = min(len(held), self.clocks.vc.shape[1])
+            self.clocks.vc[threads, :width] = np.maximum(self.clocks.vc[threads, :width], held[:width])
+
+    def fence(self, threads: np.ndarray) -> None:
+        """``fence``/``membar``: relaxed loads before it acquire, strong
+        stores after it release (the fence-atomic patterns of the memory
+        model)."""
+        for t in threads.tolist():
+            key = self.pending_acquire.pop(t, None)
+            if key is not None:
+                self._acquire_location(np.array([t]), key)
+        self.fenced_threads[threads] = True
 
     def member_mask(self, s) -> None:
         """``shfl.sync``/``vote.sync``/``match.sync``/``redux.sync``/
@@ -517,9 +588,15 @@ class Sanitizer:
             k = int(np.argmax(dup))
             self._race("write", i[k + 1], t[k + 1], "write", int(t[k] % self.ntid), self.pc)
 
-    def _atomic(self, idx: np.ndarray, th: np.ndarray) -> None:
+    def _atomic(self, idx: np.ndarray, th: np.ndarray, reads: bool = True, writes: bool = True) -> None:
+        """An atomic or strong (``.relaxed``/``.acquire``/``.release``/
+        ``.volatile``) access: it does not race with other such accesses,
+        only with plain ones nothing orders."""
         sh = self.shadow
-        self._check_init(idx, th, "atomic on")
+        if reads:
+            self._check_init(idx, th, "atomic on")
+        if writes:
+            sh.init[idx] = True
         tid = th % self.ntid
         writer = sh.w_tid[idx].astype(np.int64)
         other = (writer >= 0) & (writer != tid) & ~sh.w_atomic[idx]
