@@ -3,7 +3,8 @@
 // whose data pointers are the stand-in device's addresses (the handler never
 // dereferences them); attributes are encoded as XLA encodes the custom
 // call's attribute dictionary (sorted by name: the handler's decoder looks
-// them up by their sorted index); the XLA_FFI_Api has the entry points the
+// them up by their sorted index), a dictionary attribute (the launch) as a
+// nested, sorted XLA_FFI_Attrs; the XLA_FFI_Api has the entry points the
 // handler uses (errors, the stream, scratch memory) and refuses the rest.
 // For tests only: XLA builds the real frame.
 
@@ -160,6 +161,23 @@ struct Buffers {
   }
 };
 
+struct Attr;
+
+// Attributes sorted by name as an XLA_FFI_Attrs: the frame's own, or a
+// dictionary attribute's members (as XLA passes both).
+struct AttrList {
+  std::vector<std::unique_ptr<Attr>> items;
+  std::vector<XLA_FFI_AttrType> types;
+  std::vector<XLA_FFI_ByteSpan*> names;
+  std::vector<void*> values;
+  XLA_FFI_Attrs attrs;
+
+  // From a sequence of (name, kind, value).
+  explicit AttrList(nb::handle seq);
+  // The list as the handler's decoder reads it (valid while *this is).
+  XLA_FFI_Attrs* get();
+};
+
 // One attribute's value in the form XLA passes it.
 struct Attr {
   std::string name;
@@ -169,6 +187,7 @@ struct Attr {
   std::vector<int32_t> i32;
   std::vector<int64_t> i64;
   bool is_i64 = false;  // an array of int64 (else int32)
+  std::unique_ptr<AttrList> members;  // a dictionary's
   XLA_FFI_Scalar scalar_value;
   XLA_FFI_Array array_value;
   XLA_FFI_ByteSpan span_value;
@@ -183,6 +202,8 @@ struct Attr {
       case XLA_FFI_AttrType_STRING:
         span_value = {bytes.data(), bytes.size()};
         return &span_value;
+      case XLA_FFI_AttrType_DICTIONARY:
+        return members->get();
       default:
         array_value = is_i64 ? XLA_FFI_Array{XLA_FFI_DataType_S64, i64.size(), i64.data()}
                              : XLA_FFI_Array{XLA_FFI_DataType_S32, i32.size(), i32.data()};
@@ -211,32 +232,48 @@ std::unique_ptr<Attr> decode_attr(nb::handle item) {
     a->type = XLA_FFI_AttrType_ARRAY;
     a->i64 = nb::cast<std::vector<int64_t>>(t[2]);
     a->is_i64 = true;
+  } else if (kind == "dict") {
+    a->type = XLA_FFI_AttrType_DICTIONARY;
+    a->members = std::make_unique<AttrList>(t[2]);
   } else {
     throw nb::value_error(("attribute " + a->name + ": unknown kind " + kind +
-                           " (expected i64, str, i32[] or i64[])").c_str());
+                           " (expected i64, str, i32[], i64[] or dict)").c_str());
   }
   return a;
+}
+
+AttrList::AttrList(nb::handle seq) {
+  for (nb::handle item : seq) items.push_back(decode_attr(item));
+  std::sort(items.begin(), items.end(),
+            [](const auto& a, const auto& b) { return a->name < b->name; });
+  for (size_t i = 1; i < items.size(); ++i) {
+    if (items[i]->name == items[i - 1]->name) {
+      throw nb::value_error(("attribute " + items[i]->name + " given twice").c_str());
+    }
+  }
+}
+
+XLA_FFI_Attrs* AttrList::get() {
+  types.clear();
+  names.clear();
+  values.clear();
+  for (auto& a : items) {
+    a->name_span = {a->name.data(), a->name.size()};
+    types.push_back(a->type);
+    names.push_back(&a->name_span);
+    values.push_back(a->value());
+  }
+  attrs = {XLA_FFI_Attrs_STRUCT_SIZE, nullptr, static_cast<int64_t>(items.size()), types.data(),
+           names.data(), values.data()};
+  return &attrs;
 }
 
 }  // namespace
 
 nb::tuple call_cuda_handler(nb::handle args, nb::handle rets, nb::handle attrs, uint64_t stream,
-                            nb::object scratch) {
+                            nb::object scratch, bool retired) {
   Buffers in(args), out(rets);
-  std::vector<std::unique_ptr<Attr>> decoded;
-  for (nb::handle item : attrs) decoded.push_back(decode_attr(item));
-  std::sort(decoded.begin(), decoded.end(),
-            [](const auto& a, const auto& b) { return a->name < b->name; });
-  std::vector<XLA_FFI_AttrType> attr_types;
-  std::vector<XLA_FFI_ByteSpan*> attr_names;
-  std::vector<void*> attr_values;
-  for (auto& a : decoded) {
-    a->name_span = {a->name.data(), a->name.size()};
-    attr_types.push_back(a->type);
-    attr_names.push_back(&a->name_span);
-    attr_values.push_back(a->value());
-  }
-
+  AttrList attributes(attrs);
   Context context{stream, scratch.ptr()};
   XLA_FFI_CallFrame frame;
   std::memset(&frame, 0, sizeof(frame));
@@ -248,13 +285,12 @@ nb::tuple call_cuda_handler(nb::handle args, nb::handle rets, nb::handle attrs, 
                 in.arg_types.data(), in.pointers.data()};
   frame.rets = {XLA_FFI_Rets_STRUCT_SIZE, nullptr, static_cast<int64_t>(out.buffers.size()),
                 out.ret_types.data(), out.pointers.data()};
-  frame.attrs = {XLA_FFI_Attrs_STRUCT_SIZE, nullptr, static_cast<int64_t>(decoded.size()),
-                 attr_types.data(), attr_names.data(), attr_values.data()};
+  frame.attrs = *attributes.get();
 
   XLA_FFI_Error* error;
   {
     nb::gil_scoped_release release;
-    error = JaxptxLaunch(&frame);
+    error = retired ? JaxptxLaunchRetiredV1(&frame) : JaxptxLaunch(&frame);
   }
   if (!error) return nb::make_tuple(0, "");
   Error* e = reinterpret_cast<Error*>(error);

@@ -5,7 +5,9 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <unordered_map>
+#include <utility>
 
 namespace jaxptx {
 
@@ -50,6 +52,11 @@ void append_le64(std::string* out, int64_t v) {
   for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((u >> (8 * i)) & 0xff));
 }
 
+std::string call_where(std::string_view target, int64_t kernel_id, std::string_view entry) {
+  return std::string(target) + ": kernel " + std::string(entry) + " (id " +
+         std::to_string(kernel_id) + "): ";
+}
+
 constexpr std::string_view kTag = "jaxptx-kernel-v1\n";
 
 // What has been verified under each id: later calls compare, not hash.
@@ -83,22 +90,21 @@ std::array<uint8_t, 32> sha256(std::string_view data) {
   return out;
 }
 
-std::vector<int64_t> launch_integers(const int32_t* grid, const int32_t* block,
-                                     const int32_t* cluster, int64_t smem,
+std::vector<int64_t> launch_integers(const LaunchShape& launch,
                                      const std::vector<int64_t>& input_bytes,
                                      const std::vector<int64_t>& output_bytes,
-                                     const int64_t* tma, size_t n_tma) {
+                                     xla::ffi::Span<const int64_t> tma) {
   std::vector<int64_t> v;
-  for (int i = 0; i < 3; ++i) v.push_back(grid[i]);
-  for (int i = 0; i < 3; ++i) v.push_back(block[i]);
-  for (int i = 0; i < 3; ++i) v.push_back(cluster[i]);
-  v.push_back(smem);
+  for (const auto* dims : {&launch.grid, &launch.block, &launch.cluster}) {
+    v.insert(v.end(), dims->begin(), dims->end());
+  }
+  v.push_back(launch.smem);
   v.push_back(static_cast<int64_t>(input_bytes.size()));
   v.push_back(static_cast<int64_t>(output_bytes.size()));
   v.insert(v.end(), input_bytes.begin(), input_bytes.end());
   v.insert(v.end(), output_bytes.begin(), output_bytes.end());
-  v.push_back(static_cast<int64_t>(n_tma));
-  v.insert(v.end(), tma, tma + n_tma);
+  v.push_back(static_cast<int64_t>(tma.size()));
+  v.insert(v.end(), tma.begin(), tma.end());
   return v;
 }
 
@@ -128,8 +134,7 @@ std::string verify_call(std::string_view target, int64_t kernel_id, std::string_
     }
   }
   int64_t want = content_id(ptx, entry, launch);
-  std::string where = std::string(target) + ": kernel " + std::string(entry) + " (id " +
-                      std::to_string(kernel_id) + "): ";
+  std::string where = call_where(target, kernel_id, entry);
   if (want != kernel_id) {
     return where +
            "the call's PTX, entry or launch does not match its kernel id (the content hashes "
@@ -150,16 +155,146 @@ std::string verify_call(std::string_view target, int64_t kernel_id, std::string_
 
 namespace {
 
-std::string check_dim3(xla::ffi::Span<const int32_t> v, const char* what) {
+// CUDA's limits (jaxptx/launch.py has the same numbers and their sources).
+constexpr std::array<int64_t, 3> kMaxGrid = {2147483647, 65535, 65535};
+constexpr std::array<int64_t, 3> kMaxBlock = {1024, 1024, 64};
+constexpr int64_t kMaxThreads = 1024;
+constexpr int64_t kMaxClusterSize = 8;
+constexpr int64_t kMaxSmem = 227 * 1024;  // sm_90/sm_100's per-block maximum
+constexpr const char* kAxes = "xyz";
+
+std::string dims_text(const std::array<int64_t, 3>& v) {
+  return "(" + std::to_string(v[0]) + ", " + std::to_string(v[1]) + ", " +
+         std::to_string(v[2]) + ")";
+}
+
+// A member of 3 positive ints, or why not.
+std::string read_dim3(xla::ffi::Span<const int32_t> v, const char* what,
+                      std::array<int64_t, 3>* out) {
   bool ok = v.size() == 3;
   for (size_t i = 0; ok && i < 3; ++i) ok = v[i] > 0;
-  if (ok) return "";
+  if (ok) {
+    for (size_t i = 0; i < 3; ++i) (*out)[i] = v[i];
+    return "";
+  }
   std::string got;
   for (size_t i = 0; i < v.size(); ++i) got += (i ? ", " : "") + std::to_string(v[i]);
-  return std::string("attribute ") + what + ": expected 3 positive ints, got [" + got + "]";
+  return std::string("attribute launch: ") + what + ": expected 3 positive ints, got [" + got +
+         "]";
+}
+
+// check_call once the launch is decoded (or `launch_error` says why not).
+std::string check_decoded(std::string_view target, int64_t kernel_id, std::string_view ptx,
+                          std::string_view entry, const std::string& launch_error,
+                          const LaunchShape& launch, xla::ffi::Span<const int64_t> tma,
+                          const std::vector<int64_t>& input_bytes,
+                          const std::vector<int64_t>& output_bytes) {
+  std::string where = call_where(target, kernel_id, entry);
+  if (ptx.empty() || entry.empty()) return where + "the call has an empty ptx or entry attribute";
+  if (!launch_error.empty()) return where + launch_error;
+  return verify_call(target, kernel_id, ptx, entry,
+                     launch_integers(launch, input_bytes, output_bytes, tma));
 }
 
 }  // namespace
+
+std::string LaunchShape::validate() const {
+  std::string where = "attribute launch: ";
+  for (auto [dims, name] : {std::pair{&grid, "grid"}, {&block, "block"}, {&cluster, "cluster"}}) {
+    for (int i = 0; i < 3; ++i) {
+      if ((*dims)[i] < 1) {
+        return where + name + " = " + dims_text(*dims) + ": every dimension must be >= 1";
+      }
+    }
+  }
+  for (auto [dims, limits, name] : {std::tuple{&grid, &kMaxGrid, "grid"},
+                                    {&block, &kMaxBlock, "block"}}) {
+    for (int i = 0; i < 3; ++i) {
+      if ((*dims)[i] > (*limits)[i]) {
+        return where + name + "." + kAxes[i] + " = " + std::to_string((*dims)[i]) +
+               " exceeds CUDA's limit of " + std::to_string((*limits)[i]);
+      }
+    }
+  }
+  if (threads() > kMaxThreads) {
+    return where + "block = " + dims_text(block) + " has " + std::to_string(threads()) +
+           " threads, over CUDA's limit of " + std::to_string(kMaxThreads) + " per block";
+  }
+  if (cluster_size() > kMaxClusterSize) {
+    return where + "cluster = " + dims_text(cluster) + " has " + std::to_string(cluster_size()) +
+           " blocks, over CUDA's portable limit of " + std::to_string(kMaxClusterSize);
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (grid[i] % cluster[i] != 0) {
+      return where + "grid." + kAxes[i] + " = " + std::to_string(grid[i]) +
+             " is not a multiple of cluster." + kAxes[i] + " = " + std::to_string(cluster[i]) +
+             " (a grid is made of whole clusters)";
+    }
+  }
+  if (smem < 0 || smem > kMaxSmem) {
+    return where + "smem = " + std::to_string(smem) + ": expected 0 to " +
+           std::to_string(kMaxSmem) + " bytes of dynamic shared memory (the most any CUDA "
+           "target allows per block)";
+  }
+  return "";
+}
+
+std::string launch_from_members(xla::ffi::Span<const int32_t> grid,
+                                xla::ffi::Span<const int32_t> block,
+                                xla::ffi::Span<const int32_t> cluster, int64_t smem,
+                                LaunchShape* out) {
+  LaunchShape launch;
+  for (auto [v, name, dims] : {std::tuple{grid, "grid", &launch.grid},
+                               {block, "block", &launch.block},
+                               {cluster, "cluster", &launch.cluster}}) {
+    std::string bad = read_dim3(v, name, dims);
+    if (!bad.empty()) return bad;
+  }
+  launch.smem = smem;
+  std::string bad = launch.validate();
+  if (bad.empty()) *out = launch;
+  return bad;
+}
+
+std::string decode_launch(const xla::ffi::Dictionary& attr, LaunchShape* out) {
+  namespace ffi = xla::ffi;
+  static constexpr std::string_view kMembers[] = {"block", "cluster", "grid", "smem"};
+  std::string names;
+  bool exact = attr.size() == 4;
+  for (auto it = attr.begin(); it != attr.end(); ++it) {
+    names += (names.empty() ? "" : ", ") + std::string(*it);
+  }
+  for (std::string_view m : kMembers) exact = exact && attr.contains(m);
+  if (!exact) {
+    return "attribute launch: expected the members block, cluster, grid (3 int32 each) and "
+           "smem (int64), got {" + names + "}";
+  }
+  std::array<ffi::Span<const int32_t>, 3> dims;
+  const char* dim_names[] = {"grid", "block", "cluster"};
+  for (int i = 0; i < 3; ++i) {
+    auto v = attr.get<ffi::Span<const int32_t>>(dim_names[i]);
+    if (!v.has_value()) {
+      return std::string("attribute launch: ") + dim_names[i] + ": expected 3 int32, " +
+             std::string(v.error().message());
+    }
+    dims[i] = *v;
+  }
+  auto smem = attr.get<int64_t>("smem");
+  if (!smem.has_value()) {
+    return "attribute launch: smem: expected an int64, " + std::string(smem.error().message());
+  }
+  return launch_from_members(dims[0], dims[1], dims[2], *smem, out);
+}
+
+std::string check_call(std::string_view target, int64_t kernel_id, std::string_view ptx,
+                       std::string_view entry, const xla::ffi::Dictionary& launch_attr,
+                       xla::ffi::Span<const int64_t> tma,
+                       const std::vector<int64_t>& input_bytes,
+                       const std::vector<int64_t>& output_bytes, LaunchShape* launch) {
+  std::string bad = decode_launch(launch_attr, launch);
+  return check_decoded(target, kernel_id, ptx, entry, bad, *launch, tma, input_bytes,
+                       output_bytes);
+}
 
 std::string check_call(std::string_view target, int64_t kernel_id, std::string_view ptx,
                        std::string_view entry, xla::ffi::Span<const int32_t> grid,
@@ -168,19 +303,10 @@ std::string check_call(std::string_view target, int64_t kernel_id, std::string_v
                        xla::ffi::Span<const int64_t> tma,
                        const std::vector<int64_t>& input_bytes,
                        const std::vector<int64_t>& output_bytes) {
-  std::string where = std::string(target) + ": kernel " + std::string(entry) + " (id " +
-                      std::to_string(kernel_id) + "): ";
-  if (ptx.empty() || entry.empty()) return where + "the call has an empty ptx or entry attribute";
-  for (auto [v, what] : {std::pair{grid, "grid"}, {block, "block"}, {cluster, "cluster"}}) {
-    std::string bad = check_dim3(v, what);
-    if (!bad.empty()) return where + bad;
-  }
-  if (smem < 0 || smem > (int64_t{1} << 31)) {
-    return where + "attribute smem: expected 0 to 2**31 bytes, got " + std::to_string(smem);
-  }
-  std::vector<int64_t> launch = launch_integers(grid.begin(), block.begin(), cluster.begin(), smem,
-                                                input_bytes, output_bytes, tma.begin(), tma.size());
-  return verify_call(target, kernel_id, ptx, entry, launch);
+  LaunchShape launch;
+  std::string bad = launch_from_members(grid, block, cluster, smem, &launch);
+  return check_decoded(target, kernel_id, ptx, entry, bad, launch, tma, input_bytes,
+                       output_bytes);
 }
 
 }  // namespace jaxptx

@@ -1,9 +1,10 @@
-// jaxptx_cpu_v1: the CPU platform's FFI handler. It takes the GIL and calls the
+// jaxptx_cpu_v2: the CPU platform's FFI handler. It takes the GIL and calls the
 // Python callback registered by jaxptx.jax with the kernel id, zero-copy
 // memoryviews of the input and output buffers, and the call's own copy of
-// the kernel (its PTX, entry and launch shape, from the attributes), so a
+// the kernel (its PTX, entry and launch, from the attributes), so a
 // deserialised export runs in a process that never lowered the kernel. The
 // callback runs the kernel on the emulator, writing the outputs in place.
+// Also here: the handlers of the retired version-1 targets (both platforms).
 
 #include <atomic>
 #include <chrono>
@@ -73,20 +74,24 @@ struct InFlight {
   ~InFlight() { g_in_flight.fetch_sub(1); }
 };
 
-template <typename T>
-nb::tuple ints(ffi::Span<const T> v) {
+template <typename Ints>
+nb::tuple ints(const Ints& v) {
   nb::list out;
-  for (T x : v) out.append(nb::int_(x));
+  for (auto x : v) out.append(nb::int_(x));
   return nb::tuple(out);
 }
 
+// The launch as the callback takes it: (grid, block, cluster, smem).
+nb::tuple launch_tuple(const jaxptx::LaunchShape& s) {
+  return nb::make_tuple(ints(s.grid), ints(s.block), ints(s.cluster), s.smem);
+}
+
 // What the call says about its kernel, beside the buffers.
-struct Launch {
+struct Call {
   int64_t kernel_id;
   std::string_view ptx;
   std::string_view entry;
-  ffi::Span<const int32_t> grid, block, cluster;
-  int64_t smem;
+  ffi::Dictionary launch;
   ffi::Span<const int64_t> scalars, tma;
   int64_t allow_unwritten;
 };
@@ -123,11 +128,11 @@ nb::tuple buffer_type(const Buffer& b) {
   return nb::make_tuple(nb::str(numpy_name(b.element_type())), nb::tuple(dims));
 }
 
-ffi::Error call_python(const Launch& k, ffi::RemainingArgs args, ffi::RemainingRets rets) {
+ffi::Error call_python(const Call& k, ffi::RemainingArgs args, ffi::RemainingRets rets) {
   if (!g_cpu_callback) {
-    return ffi::Error::Internal(
-        "jaxptx_cpu_v1: no Python callback registered; call "
-        "jaxptx.jax.register_ffi_targets() in this process");
+    return ffi::Error::Internal(std::string(jaxptx::kCpuTarget) +
+                                ": no Python callback registered; call "
+                                "jaxptx.jax.register_ffi_targets() in this process");
   }
   nb::list ins, outs, in_types, out_types;
   std::vector<int64_t> in_bytes, out_bytes;
@@ -143,8 +148,9 @@ ffi::Error call_python(const Launch& k, ffi::RemainingArgs args, ffi::RemainingR
     out_bytes.push_back(static_cast<int64_t>((*buf)->size_bytes()));
     out_types.append(buffer_type(**buf));
   }
-  std::string bad = jaxptx::check_call(jaxptx::kCpuTarget, k.kernel_id, k.ptx, k.entry, k.grid,
-                                       k.block, k.cluster, k.smem, k.tma, in_bytes, out_bytes);
+  jaxptx::LaunchShape launch;
+  std::string bad = jaxptx::check_call(jaxptx::kCpuTarget, k.kernel_id, k.ptx, k.entry, k.launch,
+                                       k.tma, in_bytes, out_bytes, &launch);
   if (!bad.empty()) return ffi::Error::InvalidArgument(bad);
   for (size_t i = 0; i < args.size(); ++i) {
     auto buf = args.get<ffi::AnyBuffer>(i);
@@ -159,12 +165,11 @@ ffi::Error call_python(const Launch& k, ffi::RemainingArgs args, ffi::RemainingR
   try {
     nb::object result = nb::handle(g_cpu_callback)(
         k.kernel_id, nb::tuple(ins), nb::tuple(outs), ptx,
-        nb::str(k.entry.data(), k.entry.size()), ints(k.grid), ints(k.block), ints(k.cluster),
-        k.smem, ints(k.scalars), ints(k.tma), nb::tuple(in_types), nb::tuple(out_types),
-        k.allow_unwritten);
+        nb::str(k.entry.data(), k.entry.size()), launch_tuple(launch), ints(k.scalars),
+        ints(k.tma), nb::tuple(in_types), nb::tuple(out_types), k.allow_unwritten);
     if (!result.is_none()) message = nb::str(result).c_str();
   } catch (nb::python_error& e) {
-    message = "jaxptx_cpu_v1: the Python callback raised: " + describe(e);
+    message = std::string(jaxptx::kCpuTarget) + ": the Python callback raised: " + describe(e);
   }
   ins.append(ptx);
   release(ins);
@@ -174,35 +179,58 @@ ffi::Error call_python(const Launch& k, ffi::RemainingArgs args, ffi::RemainingR
 }
 
 ffi::Error cpu_impl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t kernel_id,
-                    std::string_view ptx, std::string_view entry, ffi::Span<const int32_t> grid,
-                    ffi::Span<const int32_t> block, ffi::Span<const int32_t> cluster,
-                    int64_t smem, ffi::Span<const int64_t> scalars,
-                    ffi::Span<const int64_t> tma, int64_t may_write_inputs,
-                    int64_t allow_unwritten) {
+                    std::string_view ptx, std::string_view entry, ffi::Dictionary launch,
+                    ffi::Span<const int64_t> scalars, ffi::Span<const int64_t> tma,
+                    int64_t may_write_inputs, int64_t allow_unwritten) {
   (void)may_write_inputs;  // the emulator always runs on copies of the inputs
   // Counted before the check, so cpu_shutdown either sees this call in
   // flight and waits for it, or this call sees the shutdown.
   InFlight guard;
   if (g_closing.load() || !Py_IsInitialized()) {
-    return ffi::Error::Internal("jaxptx_cpu_v1: Python is shutting down; kernel not run");
+    return ffi::Error::Internal(std::string(jaxptx::kCpuTarget) +
+                                ": Python is shutting down; kernel not run");
   }
   // Every exception is caught while the GIL is still held: formatting and
   // destroying a Python error needs it.
   PyGILState_STATE gil = PyGILState_Ensure();
   ffi::Error result;
   try {
-    result = call_python(Launch{kernel_id, ptx, entry, grid, block, cluster, smem, scalars, tma,
-                                allow_unwritten},
-                         args, rets);
+    result = call_python(Call{kernel_id, ptx, entry, launch, scalars, tma, allow_unwritten}, args,
+                         rets);
   } catch (nb::python_error& e) {
-    result = ffi::Error::Internal("jaxptx_cpu_v1: " + describe(e));
+    result = ffi::Error::Internal(std::string(jaxptx::kCpuTarget) + ": " + describe(e));
   } catch (const std::exception& e) {
-    result = ffi::Error::Internal(std::string("jaxptx_cpu_v1: ") + e.what());
+    result = ffi::Error::Internal(std::string(jaxptx::kCpuTarget) + ": " + e.what());
   } catch (...) {
-    result = ffi::Error::Internal("jaxptx_cpu_v1: unknown C++ exception");
+    result = ffi::Error::Internal(std::string(jaxptx::kCpuTarget) + ": unknown C++ exception");
   }
   PyGILState_Release(gil);
   return result;
+}
+
+// A call of a retired version-1 target: refused, naming the versions and
+// the fix. It takes any attributes (version 1's among them).
+ffi::Error retired(std::string_view old_target, std::string_view new_target,
+                   ffi::Dictionary attrs) {
+  std::string kernel;
+  if (attrs.contains<std::string_view>("entry")) {
+    kernel = " (kernel " + std::string(*attrs.get<std::string_view>("entry")) + ")";
+  }
+  return ffi::Error(
+      ffi::ErrorCode::kFailedPrecondition,
+      std::string(old_target) + kernel + ": this custom call was lowered by an older jaxptx, "
+      "whose FFI targets are version 1 (grid, block, cluster and smem as four attributes); this "
+      "jaxptx handles version 2 (" + std::string(new_target) + ", one launch attribute). Lower "
+      "and export the function again with this jaxptx, or run the artifact with the jaxptx "
+      "version that exported it");
+}
+
+ffi::Error cpu_retired(ffi::RemainingArgs, ffi::RemainingRets, ffi::Dictionary attrs) {
+  return retired(jaxptx::kRetiredCpuTarget, jaxptx::kCpuTarget, attrs);
+}
+
+ffi::Error cuda_retired(ffi::RemainingArgs, ffi::RemainingRets, ffi::Dictionary attrs) {
+  return retired(jaxptx::kRetiredCudaTarget, jaxptx::kCudaTarget, attrs);
 }
 
 }  // namespace
@@ -210,6 +238,18 @@ ffi::Error cpu_impl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t ke
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxptxCpu, cpu_impl,
                               jaxptx::bind_launch_attributes(
                                   ffi::Ffi::Bind().RemainingArgs().RemainingRets()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxptxCpuRetiredV1, cpu_retired,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attrs<ffi::Dictionary>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxptxLaunchRetiredV1, cuda_retired,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attrs<ffi::Dictionary>());
 
 namespace jaxptx {
 

@@ -1,4 +1,4 @@
-// jaxptx_launch_v1: the CUDA platform's FFI handler.
+// jaxptx_launch_v2: the CUDA platform's FFI handler.
 //
 // Every call carries its kernel's PTX and entry name as attributes, so a
 // deserialised export or a cached executable runs in a process that never
@@ -173,14 +173,15 @@ ffi::Error load_function(const Driver& d, const Image& image, int64_t id, Functi
   CUmodule module = nullptr;
   CUresult rc = d.cuModuleLoadDataEx(&module, image.data.data(), 2, options, values);
   if (rc != CUDA_SUCCESS) {
-    return ffi::Error::Internal("jaxptx_launch_v1: loading the module of kernel " + image.entry +
+    return ffi::Error::Internal(JAXPTX_CUDA_TARGET ": loading the module of kernel " + image.entry +
                                 " (id " + std::to_string(id) + ") failed: " + describe(d, rc) +
                                 (log[0] ? std::string("\n") + log : std::string()));
   }
   rc = d.cuModuleGetFunction(&out->fn, module, image.entry.c_str());
   if (rc != CUDA_SUCCESS) {
-    return ffi::Error::Internal("jaxptx_launch_v1: the module of kernel id " + std::to_string(id) +
-                                " has no entry " + image.entry + ": " + describe(d, rc));
+    return ffi::Error::Internal(JAXPTX_CUDA_TARGET ": the module of kernel id " +
+                                std::to_string(id) + " has no entry " + image.entry + ": " +
+                                describe(d, rc));
   }
   return ffi::Error::Success();
 }
@@ -210,7 +211,7 @@ std::shared_ptr<const Image> image_for(int64_t kernel_id, std::string_view ptx,
     return g_images.emplace(kernel_id, make_image(ptx, entry, num_params, ptx)).first->second;
   }
   if (it->second->ptx != ptx || it->second->entry != entry) {
-    *error = "jaxptx_launch_v1: kernel " + std::string(entry) + " (id " +
+    *error = JAXPTX_CUDA_TARGET ": kernel " + std::string(entry) + " (id " +
              std::to_string(kernel_id) + "): the module registered under this id was built "
              "from other PTX or another entry than the call carries";
     return nullptr;
@@ -233,14 +234,14 @@ ffi::Error privatise_inputs(const Driver& d, CUstream stream, ffi::RemainingArgs
     std::optional<void*> copy = scratch.Allocate(nbytes, 256);
     if (!copy.has_value()) {
       return ffi::Error(ffi::ErrorCode::kResourceExhausted,
-                        "jaxptx_launch_v1: no scratch memory for a private copy of input " +
+                        JAXPTX_CUDA_TARGET ": no scratch memory for a private copy of input " +
                             std::to_string(i));
     }
     CUresult rc = d.cuMemcpyDtoDAsync_v2(reinterpret_cast<CUdeviceptr>(*copy),
                                          reinterpret_cast<CUdeviceptr>(pointers[i]), nbytes,
                                          stream);
     if (rc != CUDA_SUCCESS) {
-      return ffi::Error::Internal("jaxptx_launch_v1: copying input " + std::to_string(i) +
+      return ffi::Error::Internal(JAXPTX_CUDA_TARGET ": copying input " + std::to_string(i) +
                                   " failed: " + describe(d, rc));
     }
     pointers[i] = *copy;
@@ -250,10 +251,9 @@ ffi::Error privatise_inputs(const Driver& d, CUstream stream, ffi::RemainingArgs
 
 ffi::Error launch(CUstream stream, ffi::ScratchAllocator& scratch, ffi::RemainingArgs args,
                   ffi::RemainingRets rets, int64_t kernel_id, std::string_view ptx,
-                  std::string_view entry, ffi::Span<const int32_t> grid,
-                  ffi::Span<const int32_t> block, ffi::Span<const int32_t> cluster,
-                  int64_t smem, ffi::Span<const int64_t> scalars,
-                  ffi::Span<const int64_t> tma, int64_t may_write_inputs) {
+                  std::string_view entry, ffi::Dictionary launch_attr,
+                  ffi::Span<const int64_t> scalars, ffi::Span<const int64_t> tma,
+                  int64_t may_write_inputs) {
   std::vector<int64_t> in_bytes, out_bytes;
   for (size_t i = 0; i < args.size(); ++i) {
     auto buf = args.get<ffi::AnyBuffer>(i);
@@ -265,37 +265,39 @@ ffi::Error launch(CUstream stream, ffi::ScratchAllocator& scratch, ffi::Remainin
     if (!buf.has_value()) return buf.error();
     out_bytes.push_back(static_cast<int64_t>((*buf)->size_bytes()));
   }
-  std::string bad = jaxptx::check_call(jaxptx::kCudaTarget, kernel_id, ptx, entry, grid, block,
-                                       cluster, smem, tma, in_bytes, out_bytes);
+  jaxptx::LaunchShape shape;
+  std::string bad = jaxptx::check_call(jaxptx::kCudaTarget, kernel_id, ptx, entry, launch_attr, tma,
+                                       in_bytes, out_bytes, &shape);
   if (!bad.empty()) return ffi::Error::InvalidArgument(bad);
   size_t n = args.size() + rets.size();
   if (scalars.size() % 2 != 0) {
-    return ffi::Error::InvalidArgument("jaxptx_launch_v1: kernel " + std::string(entry) +
+    return ffi::Error::InvalidArgument(JAXPTX_CUDA_TARGET ": kernel " + std::string(entry) +
                                        ": the scalars attribute is not (bytes, bits) pairs");
   }
   std::vector<TiledMapArgs> records;
   bad = decode_tensor_maps(tma, n, &records);
   if (!bad.empty()) {
-    return ffi::Error::InvalidArgument("jaxptx_launch_v1: kernel " + std::string(entry) + ": " +
+    return ffi::Error::InvalidArgument(JAXPTX_CUDA_TARGET ": kernel " + std::string(entry) + ": " +
                                        bad);
   }
   const char* why = nullptr;
   const Driver* d = driver(&why);
-  if (!d) return ffi::Error::Internal(std::string("jaxptx_launch_v1: ") + why);
+  if (!d) return ffi::Error::Internal(std::string(JAXPTX_CUDA_TARGET ": ") + why);
   std::shared_ptr<const Image> image = image_for(
       kernel_id, ptx, entry, static_cast<int64_t>(args.size() + rets.size()), &bad);
   if (!image) return ffi::Error::InvalidArgument(bad);
   if (static_cast<int64_t>(n) != image->num_params) {
     return ffi::Error::InvalidArgument(
-        "jaxptx_launch_v1: kernel " + image->entry + " takes " + std::to_string(image->num_params) +
-        " pointer parameters, got " + std::to_string(n) + " buffers");
+        JAXPTX_CUDA_TARGET ": kernel " + image->entry + " takes " +
+        std::to_string(image->num_params) + " pointer parameters, got " + std::to_string(n) +
+        " buffers");
   }
   bad = image->param_error.empty()
             ? jaxptx::check_params(image->param_bytes, n, scalars.begin(), scalars.size() / 2,
                                    records.size())
             : "cannot read its parameters from its PTX: " + image->param_error;
   if (!bad.empty()) {
-    return ffi::Error::InvalidArgument("jaxptx_launch_v1: kernel " + image->entry + ": " + bad);
+    return ffi::Error::InvalidArgument(JAXPTX_CUDA_TARGET ": kernel " + image->entry + ": " + bad);
   }
   std::vector<void*> pointers(n);
   for (size_t i = 0; i < args.size(); ++i) {
@@ -314,14 +316,14 @@ ffi::Error launch(CUstream stream, ffi::ScratchAllocator& scratch, ffi::Remainin
   if (rc != CUDA_SUCCESS || !ctx) rc = d->cuCtxGetCurrent(&ctx);
   if (rc != CUDA_SUCCESS || !ctx) {
     return ffi::Error::Internal(
-        "jaxptx_launch_v1: no CUDA context for XLA's stream: cuStreamGetCtx gave " +
+        JAXPTX_CUDA_TARGET ": no CUDA context for XLA's stream: cuStreamGetCtx gave " +
         (stream_rc != CUDA_SUCCESS ? describe(*d, stream_rc) : std::string("no context")) +
         ", and " + (rc != CUDA_SUCCESS ? "cuCtxGetCurrent failed: " + describe(*d, rc)
                                        : std::string("no context is current")));
   }
   ScopedContext scope(*d, ctx);
   if (scope.rc() != CUDA_SUCCESS) {
-    return ffi::Error::Internal("jaxptx_launch_v1: cuCtxPushCurrent failed: " +
+    return ffi::Error::Internal(JAXPTX_CUDA_TARGET ": cuCtxPushCurrent failed: " +
                                 describe(*d, scope.rc()));
   }
   // Private copies are made (and tensor maps encoded from them) with the
@@ -333,7 +335,7 @@ ffi::Error launch(CUstream stream, ffi::ScratchAllocator& scratch, ffi::Remainin
   std::vector<TensorMap> maps;
   bad = encode_tensor_maps(*d, tma, pointers, &maps);
   if (!bad.empty()) {
-    return ffi::Error::InvalidArgument("jaxptx_launch_v1: kernel " + image->entry + ": " + bad);
+    return ffi::Error::InvalidArgument(JAXPTX_CUDA_TARGET ": kernel " + image->entry + ": " + bad);
   }
   // A raw param's value lies little-endian in the low bytes of its slot;
   // the driver copies as many bytes as the kernel's parameter has (checked
@@ -356,38 +358,39 @@ ffi::Error launch(CUstream stream, ffi::ScratchAllocator& scratch, ffi::Remainin
         return e;
       }
     }
-    if (smem > f.smem_opt_in) {
+    if (shape.smem > f.smem_opt_in) {
       rc = d->cuFuncSetAttribute(f.fn, FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                 static_cast<int>(smem));
+                                 static_cast<int>(shape.smem));
       if (rc != CUDA_SUCCESS) {
-        return ffi::Error::Internal("jaxptx_launch_v1: kernel " + image->entry + " cannot use " +
-                                    std::to_string(smem) + " bytes of dynamic shared memory: " +
-                                    describe(*d, rc));
+        return ffi::Error::Internal(JAXPTX_CUDA_TARGET ": kernel " + image->entry +
+                                    " cannot use " + std::to_string(shape.smem) +
+                                    " bytes of dynamic shared memory: " + describe(*d, rc));
       }
-      f.smem_opt_in = smem;
+      f.smem_opt_in = shape.smem;
     }
     fn = f.fn;
   }
 
+  // The launch is validated (call_identity.h): every value fits its field.
+  auto u = [](int64_t v) { return static_cast<unsigned>(v); };
   LaunchAttribute attr{};
   attr.id = LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attr.value.clusterDim = {static_cast<unsigned>(cluster[0]), static_cast<unsigned>(cluster[1]),
-                           static_cast<unsigned>(cluster[2])};
-  bool clustered = cluster[0] * cluster[1] * cluster[2] > 1;
+  attr.value.clusterDim = {u(shape.cluster[0]), u(shape.cluster[1]), u(shape.cluster[2])};
+  bool clustered = shape.cluster_size() > 1;
   LaunchConfig config{};
-  config.gridDimX = grid[0];
-  config.gridDimY = grid[1];
-  config.gridDimZ = grid[2];
-  config.blockDimX = block[0];
-  config.blockDimY = block[1];
-  config.blockDimZ = block[2];
-  config.sharedMemBytes = static_cast<unsigned>(smem);
+  config.gridDimX = u(shape.grid[0]);
+  config.gridDimY = u(shape.grid[1]);
+  config.gridDimZ = u(shape.grid[2]);
+  config.blockDimX = u(shape.block[0]);
+  config.blockDimY = u(shape.block[1]);
+  config.blockDimZ = u(shape.block[2]);
+  config.sharedMemBytes = u(shape.smem);
   config.hStream = stream;
   config.attrs = clustered ? &attr : nullptr;
   config.numAttrs = clustered ? 1 : 0;
   rc = d->cuLaunchKernelEx(&config, fn, params.data(), nullptr);
   if (rc != CUDA_SUCCESS) {
-    return ffi::Error::Internal("jaxptx_launch_v1: launching kernel " + image->entry +
+    return ffi::Error::Internal(JAXPTX_CUDA_TARGET ": launching kernel " + image->entry +
                                 " failed: " + describe(*d, rc));
   }
   return ffi::Error::Success();
@@ -395,19 +398,17 @@ ffi::Error launch(CUstream stream, ffi::ScratchAllocator& scratch, ffi::Remainin
 
 ffi::Error launch_impl(CUstream stream, ffi::ScratchAllocator scratch, ffi::RemainingArgs args,
                        ffi::RemainingRets rets, int64_t kernel_id, std::string_view ptx,
-                       std::string_view entry, ffi::Span<const int32_t> grid,
-                       ffi::Span<const int32_t> block, ffi::Span<const int32_t> cluster,
-                       int64_t smem, ffi::Span<const int64_t> scalars,
-                       ffi::Span<const int64_t> tma, int64_t may_write_inputs,
-                       int64_t allow_unwritten) {
+                       std::string_view entry, ffi::Dictionary launch_attr,
+                       ffi::Span<const int64_t> scalars, ffi::Span<const int64_t> tma,
+                       int64_t may_write_inputs, int64_t allow_unwritten) {
   (void)allow_unwritten;  // only the CPU handler can see which bytes a kernel wrote
   try {
-    return launch(stream, scratch, args, rets, kernel_id, ptx, entry, grid, block, cluster, smem,
-                  scalars, tma, may_write_inputs);
+    return launch(stream, scratch, args, rets, kernel_id, ptx, entry, launch_attr, scalars, tma,
+                  may_write_inputs);
   } catch (const std::exception& e) {
-    return ffi::Error::Internal(std::string("jaxptx_launch_v1: ") + e.what());
+    return ffi::Error::Internal(std::string(JAXPTX_CUDA_TARGET ": ") + e.what());
   } catch (...) {
-    return ffi::Error::Internal("jaxptx_launch_v1: unknown C++ exception");
+    return ffi::Error::Internal(JAXPTX_CUDA_TARGET ": unknown C++ exception");
   }
 }
 

@@ -17,18 +17,32 @@
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxptxCpu);
 // CUDA: launches a registered PTX module on XLA's stream.
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxptxLaunch);
+// The retired version-1 targets (kRetiredCpuTarget, kRetiredCudaTarget):
+// any call of them fails, saying which jaxptx made it and what to do.
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxptxCpuRetiredV1);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxptxLaunchRetiredV1);
 
 namespace jaxptx {
 
 // The FFI target names. They carry a version: a change to the attributes
 // below makes a new name, so an artifact exported by another jaxptx fails
-// with "no handler" rather than misreading its attributes.
-inline constexpr const char* kCpuTarget = "jaxptx_cpu_v1";
-inline constexpr const char* kCudaTarget = "jaxptx_launch_v1";
+// rather than misreading its attributes. Version 2 carries the launch as
+// one dictionary attribute; version 1 had grid, block, cluster and smem as
+// four. The version-1 names stay registered, with handlers that refuse
+// every call with the reason and the fix (an old artifact would otherwise
+// fail with XLA's bare "no handler").
+// (The macros let messages be string literals: JAXPTX_CUDA_TARGET ": ...".)
+#define JAXPTX_CPU_TARGET "jaxptx_cpu_v2"
+#define JAXPTX_CUDA_TARGET "jaxptx_launch_v2"
+inline constexpr const char* kCpuTarget = JAXPTX_CPU_TARGET;
+inline constexpr const char* kCudaTarget = JAXPTX_CUDA_TARGET;
+inline constexpr const char* kRetiredCpuTarget = "jaxptx_cpu_v1";
+inline constexpr const char* kRetiredCudaTarget = "jaxptx_launch_v1";
 
 // The attributes every jaxptx custom call carries, in the order the handlers
 // take them: kernel_id (derived from the content: call_identity.h), ptx,
-// entry, grid, block, cluster, smem, scalars (a (bytes, bits) pair per raw
+// entry, launch (a dictionary {block, cluster, grid, smem}, decoded into one
+// LaunchShape: call_identity.h), scalars (a (bytes, bits) pair per raw
 // scalar param), tma (the kernel's TMA descriptors but for their addresses;
 // tensor_maps.h), may_write_inputs (bit i: the kernel may store into input
 // i, which the CUDA handler then hands it as a private copy unless an
@@ -41,10 +55,7 @@ auto bind_launch_attributes(Binding binding) {
       .template Attr<int64_t>("kernel_id")
       .template Attr<std::string_view>("ptx")
       .template Attr<std::string_view>("entry")
-      .template Attr<ffi::Span<const int32_t>>("grid")
-      .template Attr<ffi::Span<const int32_t>>("block")
-      .template Attr<ffi::Span<const int32_t>>("cluster")
-      .template Attr<int64_t>("smem")
+      .template Attr<ffi::Dictionary>("launch")
       .template Attr<ffi::Span<const int64_t>>("scalars")
       .template Attr<ffi::Span<const int64_t>>("tma")
       .template Attr<int64_t>("may_write_inputs")
@@ -52,12 +63,13 @@ auto bind_launch_attributes(Binding binding) {
 }
 
 // Sets the callable the CPU handler calls as
-// ``fn(kernel_id, inputs, outputs, ptx, entry, grid, block, cluster, smem,
-// scalars, tma, input_types, output_types, allow_unwritten)``: tuples of
-// memoryviews over the XLA buffers (outputs writable), a memoryview of the
-// call's PTX text, its entry name and launch shape, tuples of its raw
-// scalar and TMA descriptor records, a (numpy dtype name, shape) pair per
-// buffer, and the allow_unwritten mask. The handler has checked the call
+// ``fn(kernel_id, inputs, outputs, ptx, entry, launch, scalars, tma,
+// input_types, output_types, allow_unwritten)``: tuples of memoryviews over
+// the XLA buffers (outputs writable), a memoryview of the call's PTX text,
+// its entry name, its launch as ``(grid, block, cluster, smem)`` (decoded and
+// validated: call_identity.h), tuples of its raw scalar and TMA descriptor
+// records, a (numpy dtype name, shape) pair per buffer, and the
+// allow_unwritten mask. The handler has checked the call
 // against its id first. It returns None on success or an error string.
 void set_cpu_callback(nanobind::object fn);
 

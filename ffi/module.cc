@@ -53,15 +53,26 @@ NB_MODULE(_ffi, m) {
     d[jaxptx::kCudaTarget] = nb::capsule(reinterpret_cast<void*>(&JaxptxLaunch));
     return d;
   }, "The typed FFI handlers by target name, as capsules for "
-     "jax.ffi.register_ffi_target: jaxptx_cpu_v1 (platform cpu) and "
-     "jaxptx_launch_v1 (platform CUDA).");
+     "jax.ffi.register_ffi_target: " JAXPTX_CPU_TARGET " (platform cpu) and "
+     JAXPTX_CUDA_TARGET " (platform CUDA).");
+
+  m.def("retired_handlers", []() {
+    nb::dict d;
+    d[jaxptx::kRetiredCpuTarget] = nb::capsule(reinterpret_cast<void*>(&JaxptxCpuRetiredV1));
+    d[jaxptx::kRetiredCudaTarget] = nb::capsule(reinterpret_cast<void*>(&JaxptxLaunchRetiredV1));
+    return d;
+  }, "The handlers of the retired version-1 targets by name (jaxptx_cpu_v1 on "
+     "cpu, jaxptx_launch_v1 on CUDA): each refuses every call, saying that an "
+     "older jaxptx lowered it and that the function must be lowered and "
+     "exported again (or run with that jaxptx).");
 
   m.def("set_cpu_callback", &jaxptx::set_cpu_callback, nb::arg("fn").none(),
-        "Set fn(kernel_id, inputs, outputs, ptx, entry, grid, block, cluster, "
-        "smem, scalars, tma, input_types, output_types, allow_unwritten) -> "
-        "None | str, called by the CPU handler (after checking the call "
-        "against its id) with tuples of memoryviews (outputs writable), a "
-        "memoryview of the PTX, all valid only during the call, tuples of the "
+        "Set fn(kernel_id, inputs, outputs, ptx, entry, launch, scalars, tma, "
+        "input_types, output_types, allow_unwritten) -> None | str, called by "
+        "the CPU handler (after checking the call against its id) with tuples "
+        "of memoryviews (outputs writable), a memoryview of the PTX, all valid "
+        "only during the call, the launch as (grid, block, cluster, smem) "
+        "(decoded from the launch attribute and validated), tuples of the "
         "raw scalar and TMA descriptor records, a (numpy dtype name, shape) "
         "pair per buffer and the allow_unwritten mask; a returned string "
         "becomes the FFI error.");
@@ -108,9 +119,9 @@ NB_MODULE(_ffi, m) {
         nb::arg("target"), nb::arg("kernel_id"), nb::arg("ptx"), nb::arg("entry"), nb::arg("grid"),
         nb::arg("block"), nb::arg("cluster"), nb::arg("smem"), nb::arg("tma"),
         nb::arg("input_bytes"), nb::arg("output_bytes"),
-        "The check both handlers run on a call before anything else (launch "
-        "shape, then content against the kernel id): empty when it passes, "
-        "else the error message. For tests: the CUDA handler itself needs a GPU.");
+        "The check both handlers run on a call before anything else (the "
+        "launch, given here by its members, then the content against the "
+        "kernel id): empty when it passes, else the error message. For tests.");
 
   m.def("target_names", []() {
     return nb::make_tuple(jaxptx::kCpuTarget, jaxptx::kCudaTarget);
@@ -181,9 +192,12 @@ NB_MODULE(_ffi, m) {
 
   m.def("call_cuda_handler", &jaxptx::call_cuda_handler, nb::arg("args"), nb::arg("rets"),
         nb::arg("attrs"), nb::arg("stream"), nb::arg("scratch").none(),
-        "For tests: call the CUDA handler (jaxptx_launch_v1) with a call frame "
-        "built from (dtype code, device address, dims) buffers and (name, kind, "
-        "value) attributes (kind i64, str, i32[] or i64[]); `scratch` has "
-        "alloc(size, alignment) and free(address, size), or is None. Returns "
+        nb::arg("retired") = false,
+        "For tests: call the CUDA handler (" JAXPTX_CUDA_TARGET ") with a call "
+        "frame built from (dtype code, device address, dims) buffers and (name, "
+        "kind, value) attributes (kind i64, str, i32[], i64[] or dict, whose "
+        "value is a sequence of (name, kind, value) members); `scratch` has "
+        "alloc(size, alignment) and free(address, size), or is None; with "
+        "retired, the retired jaxptx_launch_v1 handler is called instead. Returns "
         "(XLA_FFI_Error_Code, message), (0, '') on success.");
 }

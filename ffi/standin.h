@@ -39,14 +39,17 @@ void standin_uninstall();
 // Calls the CUDA handler JaxptxLaunch with a call frame built from
 // `args` and `rets` (each a sequence of (XLA_FFI_DataType code, device
 // address, dims)), `attrs` (a sequence of (name, kind, value), kind one of
-// "i64", "str", "i32[]", "i64[]"; sorted by name here, as XLA does), the
+// "i64", "str", "i32[]", "i64[]" or "dict", whose value is a sequence of
+// such triples; sorted by name here, as XLA does), the
 // stream handle the frame's Stream_Get returns, and `scratch` (an object with
 // alloc(size, alignment) -> address and free(address, size), or None: then
-// every scratch allocation fails). Returns (XLA_FFI_Error_Code, message):
-// (0, "") when the handler succeeded. The GIL is released while it runs.
+// every scratch allocation fails). With `retired`, the frame goes to the
+// retired jaxptx_launch_v1 handler instead. Returns (XLA_FFI_Error_Code,
+// message): (0, "") when the handler succeeded. The GIL is released while
+// it runs.
 nanobind::tuple call_cuda_handler(nanobind::handle args, nanobind::handle rets,
                                   nanobind::handle attrs, uint64_t stream,
-                                  nanobind::object scratch);
+                                  nanobind::object scratch, bool retired = false);
 
 }  // namespace jaxptx
 

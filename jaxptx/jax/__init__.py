@@ -3,10 +3,11 @@
 Calling a :class:`~jaxptx.Kernel` on arrays binds its primitive (one per
 kernel, named after it): shapes and dtypes are checked against the kernel's
 ``Tile`` specs, and the outputs come from ``out_specs``. The primitive lowers
-to a typed-FFI custom call: ``jaxptx_launch_v1`` on CUDA (the PTX launched
-on XLA's stream by the ``jaxptx._ffi`` shim) and ``jaxptx_cpu_v1`` on the CPU
+to a typed-FFI custom call: ``jaxptx_launch_v2`` on CUDA (the PTX launched
+on XLA's stream by the ``jaxptx._ffi`` shim) and ``jaxptx_cpu_v2`` on the CPU
 (the kernel run on the emulator, ``jaxptx.sim``). Each call carries its
-kernel's PTX and launch, and a kernel id derived from them that the handlers
+kernel's PTX and launch (one ``launch`` attribute: grid, block, cluster and
+dynamic shared memory), and a kernel id derived from them that the handlers
 check before running anything. On the CPU, output bytes a kernel never
 writes are an error (:func:`allow_unwritten` declares padding);
 :func:`in_place` declares outputs that update an input. It batches under ``jax.vmap``
@@ -100,12 +101,18 @@ def kernels_in(lowered: Any) -> dict[int, Any]:
 
 
 def register_ffi_targets() -> None:
-    """Register jaxptx's FFI targets (``jaxptx_cpu_v1``, ``jaxptx_launch_v1``) with JAX.
+    """Register jaxptx's FFI targets (``jaxptx_cpu_v2``, ``jaxptx_launch_v2``) with JAX.
 
     The first kernel call does this; a process that only runs a deserialised
     :mod:`jax.export` artifact calls no kernel, so it calls this first. Each
     custom call carries its kernel's PTX, entry and launch shape, so nothing
     else of the exporting process is needed. Idempotent.
+
+    The version-1 targets (``jaxptx_cpu_v1``, ``jaxptx_launch_v1``, whose
+    calls carried grid, block, cluster and smem as four attributes) are
+    registered too, with handlers that refuse each call with an error naming
+    the version and the fix: lower and export the function again with this
+    jaxptx, or run the artifact with the jaxptx that exported it.
     """
     from . import _lowering  # registers on import
     del _lowering
@@ -124,8 +131,8 @@ def disabled_checks() -> list[Any]:
 
     Example:
         >>> [str(check) for check in disabled_checks()]  # doctest: +NORMALIZE_WHITESPACE
-        ['custom_call:jaxptx_launch_v1 (call jaxptx.jax.register_ffi_targets() first)',
-         'custom_call:jaxptx_cpu_v1 (call jaxptx.jax.register_ffi_targets() first)']
+        ['custom_call:jaxptx_launch_v2 (call jaxptx.jax.register_ffi_targets() first)',
+         'custom_call:jaxptx_cpu_v2 (call jaxptx.jax.register_ffi_targets() first)']
     """
     from jax import export
     from ._lowering import CPU_TARGET, CUDA_TARGET

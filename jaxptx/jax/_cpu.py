@@ -1,10 +1,11 @@
 """The CPU handler's Python half: run a kernel on the emulator.
 
-The shim's ``jaxptx_cpu_v1`` handler checks a call against its kernel id
+The shim's ``jaxptx_cpu_v2`` handler (:data:`LABEL`) decodes and validates
+the call's ``launch`` attribute and checks the call against its kernel id
 (the id is derived from the call's PTX, entry and launch; ffi/
 call_identity.h), then takes the GIL and calls :func:`run` with memoryviews
-over XLA's buffers, the call's PTX and the buffers' dtypes and shapes, all
-valid only during the call. The kernel runs from the call's own PTX (parsed
+over XLA's buffers, the call's PTX, its launch and the buffers' dtypes and
+shapes, all valid only during the call. The kernel runs from the call's own PTX (parsed
 once per id), so an emulator fault names its PTX line; for a kernel lowered
 in this process the message adds the kernel's Python line.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
 import numpy as np
@@ -37,7 +39,10 @@ from ..parse import parse
 from ..types import TYPES
 from . import _registry, _tma
 
-__all__ = ["run", "UnwrittenOutputError"]
+__all__ = ["run", "UnwrittenOutputError", "LABEL"]
+
+# The CPU handler's FFI target name (versioned: ffi/handlers.h).
+LABEL = "jaxptx_cpu_v2"
 
 # XLA may run several custom calls at once (one per device under
 # shard_map); the emulator's caches are shared, so launches take turns.
@@ -63,12 +68,13 @@ BufferType = tuple[str, tuple[int, ...]]
 
 
 def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryview],
-        ptx: memoryview, entry: str, grid: tuple[int, ...], block: tuple[int, ...],
-        cluster: tuple[int, ...], smem: int, scalars: Sequence[int] = (),
+        ptx: memoryview, entry: str, launch: Launch | tuple, scalars: Sequence[int] = (),
         tma: Sequence[int] = (), input_types: Sequence[BufferType] = (),
         output_types: Sequence[BufferType] = (), allow_unwritten: int = 0) -> str | None:
     """Run kernel ``kernel_id``; return None, or the error for XLA to raise.
 
+    ``launch`` is the call's launch attribute as the handler decoded it,
+    ``(grid, block, cluster, smem)``, or a :class:`~jaxptx.launch.Launch`;
     ``scalars`` holds a ``(bytes, bits)`` pair per raw scalar param; ``tma``
     the call's TMA descriptor records (``_tma``), which the emulator encodes
     with the addresses it gives the buffers; ``input_types`` and
@@ -80,7 +86,7 @@ def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryvi
     FFI error, starting with the original error class's name.
     """
     try:
-        shape = Launch.from_attributes(grid, block, cluster, smem)
+        shape = launch if isinstance(launch, Launch) else Launch.from_attributes(*launch)
         registered = _registry.find(kernel_id)
         if registered is not None:
             _check_sizes(registered, inputs, outputs)
@@ -254,7 +260,7 @@ def _scalar_values(function: ir.Function, buffers: int, scalars: Sequence[int]) 
 def _message(e: BaseException, kernel_id: int, entry: str, registered: _registry.Entry | None,
              ptx: str) -> str:
     """``ErrorClass: kernel NAME: what went wrong [PTX line N: text], at the
-    kernel's Python line (jaxptx_cpu_v1, kernel id K)``."""
+    kernel's Python line (jaxptx_cpu_v2, kernel id K)``."""
     name = registered.kernel.name if registered is not None else entry
     text = str(e)
     where = ""
@@ -267,10 +273,13 @@ def _message(e: BaseException, kernel_id: int, entry: str, registered: _registry
         py = _python_line(registered, kernel_id, line) if registered is not None else None
         if py is not None:
             where = f", at {py[0]}:{py[1]} in the kernel"
+        if registered is not None:      # the other lines cited (a sanitizer's other access) too
+            head, _, tail = text.partition(m.group(0))
+            text = head + m.group(0) + _OTHER_LINE.sub(lambda o: _cite(o, registered, kernel_id), tail)
     if isinstance(e, UnwrittenOutputError) and registered is not None:
         text = _name_outputs(text, registered)
     return (f"{type(e).__name__}: kernel {name}: {text}{where} "
-            f"(jaxptx_cpu_v1, kernel id {kernel_id})")
+            f"({LABEL}, kernel id {kernel_id})")
 
 
 def _name_outputs(text: str, registered: _registry.Entry) -> str:
@@ -278,6 +287,15 @@ def _name_outputs(text: str, registered: _registry.Entry) -> str:
     return re.sub(r"^output (\d+)",
                   lambda m: f"output {m.group(1)} {names[int(m.group(1))]!r}"
                   if int(m.group(1)) < len(names) else m.group(0), text)
+
+
+_OTHER_LINE = re.compile(r"(?<!\[)PTX line (\d+)(?! \[)")
+
+
+def _cite(m: re.Match, registered: _registry.Entry, kernel_id: int) -> str:
+    """``PTX line N`` followed by the kernel's Python line, where known."""
+    py = _python_line(registered, kernel_id, int(m.group(1)))
+    return m.group(0) if py is None else f"{m.group(0)} [{Path(py[0]).name}:{py[1]}]"
 
 
 def _python_line(registered: _registry.Entry, kernel_id: int, ptx_line: int) -> tuple | None:

@@ -1,19 +1,32 @@
 """Lowering a kernel's primitive to typed-FFI custom calls.
 
 Both calls carry the same attributes: ``kernel_id`` (int64), ``ptx`` and
-``entry`` (strings), ``grid``, ``block``, ``cluster`` (int32 arrays of 3),
-``smem`` (int64): the call's :class:`~jaxptx.launch.Launch`
-(``Launch.attributes``), ``scalars`` (int64 array: a ``(bytes, bits)`` pair per
-raw scalar param, the values of this call) and ``tma`` (int64 array: the
-kernel's TMA descriptors but for their addresses, see ``_tma``). A call is self-contained: a serialised
-export runs with no registry, in a process that never traced the kernel.
+``entry`` (strings), ``launch`` (the call's :class:`~jaxptx.launch.Launch` as
+one dictionary attribute ``{block, cluster, grid, smem}``: int32 arrays of 3
+and an int64, ``Launch.attributes()``), ``scalars`` (int64 array: a
+``(bytes, bits)`` pair per raw scalar param, the values of this call) and
+``tma`` (int64 array: the kernel's TMA descriptors but for their addresses,
+see ``_tma``). A call is self-contained: a serialised export runs with no
+registry, in a process that never traced the kernel.
 
-* CPU: ``jaxptx_cpu_v1`` (:data:`CPU_TARGET`). The shim's handler calls back into Python
+The launch is a dictionary rather than four attributes or one packed array
+because XLA's typed FFI passes a dictionary attribute through to a handler
+as is (``xla::ffi::Dictionary``), JAX lowers a Python dict to one, and it
+keeps its member names and types in the StableHLO and in a ``jax.export``
+artifact (``launch = {block = dense<[128, 1, 1]> : tensor<3xi32>, ...}``):
+a reader sees what each number is, and the handlers decode it into one
+``LaunchShape`` by name, refusing a missing, extra or mistyped member.
+
+* CPU: ``jaxptx_cpu_v2`` (:data:`CPU_TARGET`). The shim's handler calls back into Python
   (``_cpu.run``), which runs the kernel on the emulator.
-* CUDA: ``jaxptx_launch_v1`` (:data:`CUDA_TARGET`). The shim loads the id's module once per context
+* CUDA: ``jaxptx_launch_v2`` (:data:`CUDA_TARGET`). The shim loads the id's module once per context
   and launches it on XLA's stream: the cubin registered at lowering where
   the GPUs are in this process (compiled through the on-disk cache), else
   the call's PTX, JIT-compiled by the driver.
+
+The version-1 targets (grid, block, cluster and smem as four attributes)
+stay registered with handlers that refuse every call, naming the version
+and the fix (:data:`RETIRED_TARGETS`).
 
 Both register the specialisation under its id (``_registry``) as they lower.
 """
@@ -37,29 +50,36 @@ from ..runtime import arch_from_capability, compile_cubin
 from . import _cpu, _declare, _partition, _registry, _tma, _writes
 
 __all__ = ["register", "cuda_target", "arch_for_devices", "CPU_TARGET", "CUDA_TARGET",
-           "CPU_LABEL", "CUDA_LABEL"]
+           "CPU_LABEL", "CUDA_LABEL", "RETIRED_TARGETS", "launch_attribute"]
 
 # The FFI target names carry a version: a change to the attributes a call
-# carries makes new names, so an artifact from another jaxptx fails to find a
-# handler rather than misreading them. They also carry the fix for a missing
-# handler, because the name is all XLA's "No FFI handler registered for ..."
-# error shows: a process that deserialises an export and never registered
-# the targets is told what to call. The shim's handlers are keyed by the
-# short labels (ffi/handlers.h).
-CPU_LABEL = "jaxptx_cpu_v1"
-CUDA_LABEL = "jaxptx_launch_v1"
+# carries makes new names, so an artifact from another jaxptx never has its
+# attributes misread. They also carry the fix for a missing handler, because
+# the name is all XLA's "No FFI handler registered for ..." error shows: a
+# process that deserialises an export and never registered the targets is
+# told what to call. The shim's handlers are keyed by the short labels
+# (ffi/handlers.h).
+CPU_LABEL = _cpu.LABEL
+CUDA_LABEL = "jaxptx_launch_v2"
 _MISSING_HANDLER_HINT = " (call jaxptx.jax.register_ffi_targets() first)"
 CPU_TARGET = CPU_LABEL + _MISSING_HANDLER_HINT
 CUDA_TARGET = CUDA_LABEL + _MISSING_HANDLER_HINT
+# Retired targets -> platform: their handlers refuse every call (an artifact
+# lowered by an older jaxptx) with the version and the fix.
+RETIRED_TARGETS = {"jaxptx_cpu_v1": "cpu", "jaxptx_launch_v1": "CUDA"}
 
 
 def _register_targets() -> None:
-    handlers = _ffi.handlers()
-    if set(handlers) != {CPU_LABEL, CUDA_LABEL}:
-        raise ImportError(f"jaxptx._ffi has handlers {sorted(handlers)}, this jaxptx expects "
-                          f"{CPU_LABEL} and {CUDA_LABEL}: rebuild it (pip install -e .)")
+    handlers, retired = _ffi.handlers(), getattr(_ffi, "retired_handlers", dict)()
+    if set(handlers) != {CPU_LABEL, CUDA_LABEL} or set(retired) != set(RETIRED_TARGETS):
+        raise ImportError(f"jaxptx._ffi has handlers {sorted(handlers) + sorted(retired)}, this "
+                          f"jaxptx expects {CPU_LABEL}, {CUDA_LABEL} and the retired "
+                          f"{', '.join(RETIRED_TARGETS)}: rebuild it (pip install -e .)")
     jax.ffi.register_ffi_target(CPU_TARGET, handlers[CPU_LABEL], platform="cpu")
     jax.ffi.register_ffi_target(CUDA_TARGET, handlers[CUDA_LABEL], platform="CUDA")
+    for label, platform in RETIRED_TARGETS.items():
+        jax.ffi.register_ffi_target(label + _MISSING_HANDLER_HINT, retired[label],
+                                    platform=platform)
     _ffi.set_cpu_callback(_cpu.run)
     atexit.register(_ffi.cpu_shutdown)
 
@@ -139,9 +159,17 @@ def _attributes(entry: _registry.Entry, scalars: tuple) -> dict[str, Any]:
     spec = entry.spec
     tma = _tma.records(spec.tma, entry.kernel.name, entry.inputs + entry.outputs)
     return dict(kernel_id=np.int64(entry.kernel_id), ptx=spec.ptx, entry=entry.entry,
-                **entry.launch.attributes(), scalars=scalar_records(entry.kernel, scalars), tma=tma,
+                launch=launch_attribute(entry.launch),
+                scalars=scalar_records(entry.kernel, scalars), tma=tma,
                 may_write_inputs=np.int64(_writes.may_write_inputs(entry)),
                 allow_unwritten=np.int64(_declare.unwritten_mask(entry.kernel)))
+
+
+def launch_attribute(launch: Launch) -> dict[str, np.ndarray]:
+    """The ``launch`` attribute of a custom call: a dictionary of ``grid``,
+    ``block``, ``cluster`` (int32 arrays of 3) and ``smem`` (int64), which
+    JAX lowers to one MLIR dictionary attribute."""
+    return launch.attributes()
 
 
 def scalar_records(kernel: Kernel, values: Sequence[Any]) -> np.ndarray:

@@ -2,9 +2,9 @@
 
 A lowering registers its specialisation here and puts the id in the HLO as
 the ``kernel_id`` attribute. The id is derived from the call's content: the
-first 48 bits of the SHA-256 of its PTX, entry and launch (grid, block,
-cluster, dynamic shared memory, each buffer's byte size, the TMA descriptor
-records) in the canonical byte form of ``ffi/call_identity.h``. Both
+first 48 bits of the SHA-256 of its PTX, entry and launch (the ``launch``
+attribute's grid, block, cluster and dynamic shared memory, each buffer's
+byte size, the TMA descriptor records) in the canonical byte form of ``ffi/call_identity.h``. Both
 handlers recompute it from the attributes a call carries and refuse a call
 whose content does not match, so neither an edited export nor new PTX under
 a known id ever runs as another kernel's code; and the id is the same in
@@ -68,21 +68,21 @@ class Entry:
     def launch_integers(self) -> list[int]:
         """The launch in the canonical order the handlers hash it."""
         tma = tma_records(self.spec.tma, self.kernel.name, self.inputs + self.outputs)
-        launch = self.launch
-        return launch_integers(launch.grid, launch.block, launch.cluster, launch.smem,
-                               [_nbytes(t) for t in self.inputs],
+        return launch_integers(self.launch, [_nbytes(t) for t in self.inputs],
                                [_nbytes(t) for t in self.outputs], [int(v) for v in tma])
 
 
 CONTENT_TAG = b"jaxptx-kernel-v1\n"
 
 
-def launch_integers(grid: Sequence[int], block: Sequence[int], cluster: Sequence[int], smem: int,
-                    input_bytes: Sequence[int], output_bytes: Sequence[int],
+def launch_integers(launch: Launch, input_bytes: Sequence[int], output_bytes: Sequence[int],
                     tma: Sequence[int]) -> list[int]:
-    """grid, block, cluster, smem, input and output counts, their byte sizes,
-    then the TMA record count and records: the order ffi/call_identity.h uses."""
-    return [*map(int, grid), *map(int, block), *map(int, cluster), int(smem),
+    """The launch's grid, block, cluster and smem, the input and output
+    counts, their byte sizes, then the TMA record count and records: the
+    order ffi/call_identity.h hashes (its ``LaunchShape``, then the buffers).
+    ``launch`` is a :class:`~jaxptx.launch.Launch`, or any object with those
+    four fields (a hand-edited call's, unvalidated)."""
+    return [*launch.grid, *launch.block, *launch.cluster, launch.smem,
             len(input_bytes), len(output_bytes), *map(int, input_bytes), *map(int, output_bytes),
             len(tma), *map(int, tma)]
 

@@ -1,6 +1,6 @@
 """A stand-in CUDA driver on the emulator: the CUDA launch handler, run with no GPU.
 
-The shim's CUDA handler (``ffi/cuda_launch.cc``, target ``jaxptx_launch_v1``)
+The shim's CUDA handler (``ffi/cuda_launch.cc``, target ``jaxptx_launch_v2``)
 reaches the driver only through a table of entry points. For tests, the
 shim can swap that table for a stand-in (``ffi/standin_driver.cc``) that
 forwards each call to a :class:`StandInDriver`, which keeps modules and
@@ -147,7 +147,8 @@ class StandInDriver:
         self._smem_opt_in: dict[int, int] = {}
 
     # running a call ------------------------------------------------------------
-    def run(self, call: CudaCall, *arrays: np.ndarray, scratch: bool = True) -> Ran:
+    def run(self, call: CudaCall, *arrays: np.ndarray, scratch: bool = True,
+            retired: bool = False) -> Ran:
         """Put ``arrays`` (the call's inputs) on the device, call the CUDA
         handler with them and fresh outputs (an in-place output shares its
         input's buffer, as under XLA), and read the results back.
@@ -155,6 +156,8 @@ class StandInDriver:
         Args:
             scratch: give the frame scratch memory (else every allocation
                 fails, as when XLA has none left).
+            retired: call the retired ``jaxptx_launch_v1`` handler instead
+                (which refuses every call).
 
         Raises:
             HandlerError: the handler returned an error.
@@ -172,7 +175,8 @@ class StandInDriver:
             _ffi.standin_install(self)
             try:
                 code, message = _ffi.call_cuda_handler(frame_in, frame_out, list(call.attributes),
-                                                       self.stream, self if scratch else None)
+                                                       self.stream, self if scratch else None,
+                                                       retired)
             finally:
                 _ffi.standin_uninstall()
         if code:

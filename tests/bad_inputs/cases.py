@@ -78,7 +78,7 @@ _PRECHECK = [
 
 _SIM = [
     ("out-of-bounds load", "run(K(' ld.param.u64 %rd1, [out];\\n ld.global.u32 %r1, [%rd1+4096];', OUT), np.zeros(4, np.uint32))", "SimError", r"offset 0x1000 is out of bounds \(the global buffer has 16 bytes; CTA 0, thread 0\) \[PTX line 8\]"),
-    ("misaligned vector load", "run(K(' ld.param.u64 %rd1, [out];\\n ld.global.v4.u32 {%r1,%r2,%r3,%r4}, [%rd1+4];', OUT), np.zeros(16, np.uint32))", "SimError", r"misaligned 16-byte vector load at 0x1000000004 \[PTX line 8\]"),
+    ("misaligned vector load", "run(K(' ld.param.u64 %rd1, [out];\\n ld.global.v4.u32 {%r1,%r2,%r3,%r4}, [%rd1+4];', OUT), np.zeros(16, np.uint32))", "SimError", r"misaligned 16-byte vector load at 0x1000000004 by CTA \(0, 0, 0\) thread \(0, 0, 0\) \[PTX line 8\]"),
     ("trap", "run(K(' trap;'))", "SimError", r"trap executed by thread \(0, 0, 0\) of CTA \(0, 0, 0\) and 31 other threads \[PTX line 7\]"),
     ("brx.idx past its list", "run(K(' mov.u32 %r1, 5;\\n ts: .branchtargets A, B;\\n brx.idx %r1, ts;\\nA:\\nB:'))", "SimError", r"brx\.idx index 5 is past the end of ts \(2 targets\)"),
     ("endless loop", "run(K('LOOP: bra.uni LOOP;'))", "SimError", r"deadlock: 32 threads \(CTA 0 threads 0-31\) spin in the loop at PTX line 7"),
@@ -134,7 +134,7 @@ _JAX = [
     ("a raw scalar out of range under jit", "@kernel(in_specs=(Tile('N', f32),), out_specs=(Tile('N', f32),), raw_params=[('u32', 'n')], grid=lambda N: (N // 128, 1, 1), block=(128, 1, 1), arch='sm_90a')\ndef k(x, y):\n    ptx.ret()\njax.jit(lambda x: k(x, n=-1))(np.zeros(128, np.float32))", "SpecError", r"raw param n \(\.u32\): -1 is outside 0\.\.4294967295"),
     ("output the grid does not cover", "from unwritten_kernels import short_grid\njax.block_until_ready(jax.jit(short_grid)(np.arange(200, dtype=np.float32)))", "JaxRuntimeError|ValueError", r"INTERNAL: UnwrittenOutputError: kernel short_grid: output 0 'y'"),
     ("emulator fault under jit names the kernel line", "from jax_kernels import wild_load\njax.block_until_ready(jax.jit(wild_load)(np.arange(256, dtype=np.float32)))", "JaxRuntimeError|ValueError", r"SimError: kernel wild_load: ld\.global\.f32"),
-    ("edited PTX under a known kernel id", "from jaxptx import _ffi\nfrom jax_kernels import affine\nraise RuntimeError(_ffi.check_call('jaxptx_cpu_v1', 1, affine.ptx(N=256).encode(), 'affine', [2,1,1], [128,1,1], [1,1,1], 0, [1024], [1024], []))", "RuntimeError", r"the call's PTX, entry or launch does not match its kernel id"),
+    ("edited PTX under a known kernel id", "from jaxptx import _ffi\nfrom jax_kernels import affine\nraise RuntimeError(_ffi.check_call('jaxptx_cpu_v2', 1, affine.ptx(N=256).encode(), 'affine', [2,1,1], [128,1,1], [1,1,1], 0, [1024], [1024], []))", "RuntimeError", r"the call's PTX, entry or launch does not match its kernel id"),
 ]
 
 CASES: list[Case] = [

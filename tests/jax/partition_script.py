@@ -32,9 +32,9 @@ def main() -> None:
     mesh = jax.make_mesh((8,), ("d",), axis_types=(AxisType.Auto,))
     seen = []
 
-    def spy(kernel_id, inputs, outputs, ptx, entry, grid, *launch):
-        seen.append((entry, tuple(mv.nbytes for mv in inputs), grid))
-        return _cpu.run(kernel_id, inputs, outputs, ptx, entry, grid, *launch)
+    def spy(kernel_id, inputs, outputs, ptx, entry, launch, *rest):
+        seen.append((entry, tuple(mv.nbytes for mv in inputs), launch[0]))  # launch[0]: its grid
+        return _cpu.run(kernel_id, inputs, outputs, ptx, entry, launch, *rest)
 
     _ffi.set_cpu_callback(spy)
     rng = np.random.default_rng(0)

@@ -9,6 +9,7 @@ import pathlib
 import re
 import subprocess
 import sys
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -19,8 +20,10 @@ from jax import export
 import jaxptx
 from jaxptx import _ffi
 from jaxptx.jax import _lowering, _registry
+from jaxptx.launch import Launch
 
 from jax_kernels import affine, clobber
+from raw_calls import raw_call
 
 X = np.arange(256, dtype=np.float32)
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -28,18 +31,26 @@ LAUNCH = ([2, 1, 1], [128, 1, 1], [1, 1, 1], 0)
 
 
 def _id(ptx: str, entry: str, grid=(2, 1, 1), nbytes=1024, tma=()) -> int:
-    ints = _registry.launch_integers(grid, (128, 1, 1), (1, 1, 1), 0, [nbytes], [nbytes], tma)
+    ints = _registry.launch_integers(Launch(grid, (128, 1, 1)), [nbytes], [nbytes], tma)
     return _registry.content_id(_registry.content_bytes(ptx.encode(), entry, ints))
 
 
-def _call(ptx: str, kernel_id: int, entry: str = "affine", grid=(2, 1, 1), n: int = 256):
-    call = jax.ffi.ffi_call(_lowering.CPU_TARGET, jax.ShapeDtypeStruct((n,), jnp.float32))
+def _launch(grid=(2, 1, 1), **members) -> dict:
+    """A launch attribute; a member given as None is left out."""
+    grid = grid if isinstance(grid, np.ndarray) else np.array(grid, np.int32)
+    launch = dict(grid=grid, block=np.array([128, 1, 1], np.int32),
+                  cluster=np.array([1, 1, 1], np.int32), smem=np.int64(0))
+    launch.update(members)
+    return {k: v for k, v in launch.items() if v is not None}
+
+
+def _call(ptx: str, kernel_id: int, entry: str = "affine", grid=(2, 1, 1), n: int = 256,
+          launch: Any = None):
     attrs = dict(kernel_id=np.int64(kernel_id), ptx=ptx, entry=entry,
-                 grid=np.array(grid, np.int32), block=np.array([128, 1, 1], np.int32),
-                 cluster=np.array([1, 1, 1], np.int32), smem=np.int64(0),
+                 launch=_launch(grid) if launch is None else launch,
                  scalars=np.zeros(0, np.int64), tma=np.zeros(0, np.int64),
                  may_write_inputs=np.int64(0), allow_unwritten=np.int64(0))
-    return jax.jit(lambda x: call(x, **attrs))
+    return raw_call(_lowering.CPU_TARGET, attrs, (n,))
 
 
 @pytest.mark.parametrize("size", [0, 1, 55, 56, 63, 64, 65, 119, 120, 128, 1000, 100_000])
@@ -56,7 +67,7 @@ def test_a_lowered_call_carries_the_id_of_its_content():
     text = jax.jit(affine).lower(X).as_text()
     kid = int(re.search(r"kernel_id = (\d+)", text).group(1))
     assert kid == _id(affine.ptx(N=256), "affine")
-    assert _ffi.check_call("jaxptx_cpu_v1", kid, affine.ptx(N=256).encode(), "affine", *LAUNCH,
+    assert _ffi.check_call("jaxptx_cpu_v2", kid, affine.ptx(N=256).encode(), "affine", *LAUNCH,
                            [], [1024], [1024]) == ""
 
 
@@ -65,7 +76,7 @@ def test_new_ptx_under_an_id_already_seen_is_refused():
     kid = _id(affine.ptx(N=256), "affine")
     other = clobber.ptx(N=256).replace("clobber", "affine")
     with pytest.raises(jax.errors.JaxRuntimeError,
-                       match=r"INVALID_ARGUMENT: jaxptx_cpu_v1: kernel affine \(id \d+\): the "
+                       match=r"INVALID_ARGUMENT: jaxptx_cpu_v2: kernel affine \(id \d+\): the "
                              r"call's PTX, entry or launch does not match its kernel id \(the "
                              r"content hashes to id \d+\): the custom call was edited after "
                              r"lowering"):
@@ -79,20 +90,61 @@ def test_the_check_covers_entry_launch_and_buffer_sizes(change):
     args = dict(entry="affine", grid=[2, 1, 1], input_bytes=[1024])
     args.update({"entry": dict(entry="affine2"), "grid": dict(grid=[1, 1, 1]),
                  "bytes": dict(input_bytes=[512])}[change])
-    bad = _ffi.check_call("jaxptx_launch_v1", kid, ptx, args["entry"], args["grid"], [128, 1, 1],
+    bad = _ffi.check_call("jaxptx_launch_v2", kid, ptx, args["entry"], args["grid"], [128, 1, 1],
                           [1, 1, 1], 0, [], args["input_bytes"], [1024])
-    assert "does not match its kernel id" in bad and bad.startswith("jaxptx_launch_v1: kernel ")
+    assert "does not match its kernel id" in bad and bad.startswith("jaxptx_launch_v2: kernel ")
 
 
 @pytest.mark.parametrize("grid, message", [
-    ([2, 1], r"attribute grid: expected 3 positive ints, got \[2, 1\]"),
-    ([2, 0, 1], r"attribute grid: expected 3 positive ints, got \[2, 0, 1\]"),
-    ([2, 1, 1, 1], r"attribute grid: expected 3 positive ints, got \[2, 1, 1, 1\]"),
+    ([2, 1], r"attribute launch: grid: expected 3 positive ints, got \[2, 1\]"),
+    ([2, 0, 1], r"attribute launch: grid: expected 3 positive ints, got \[2, 0, 1\]"),
+    ([2, 1, 1, 1], r"attribute launch: grid: expected 3 positive ints, got \[2, 1, 1, 1\]"),
+    ([2, 70000, 1], r"attribute launch: grid\.y = 70000 exceeds CUDA's limit of 65535"),
 ])
 def test_the_cpu_handler_refuses_a_grid_of_the_wrong_shape(grid, message):
-    with pytest.raises(jax.errors.JaxRuntimeError, match="INVALID_ARGUMENT: jaxptx_cpu_v1: kernel "
+    with pytest.raises(jax.errors.JaxRuntimeError, match="INVALID_ARGUMENT: jaxptx_cpu_v2: kernel "
                                                          r"affine \(id 7\): " + message):
         jax.block_until_ready(_call(affine.ptx(N=256), 7, grid=grid)(X))
+
+
+@pytest.mark.parametrize("launch, message", [
+    (dict(block=np.array([128, 8, 2], np.int32)),
+     r"block = \(128, 8, 2\) has 2048 threads, over CUDA's limit of 1024 per block"),
+    (dict(block=np.array([1, 1, 65], np.int32)), r"block\.z = 65 exceeds CUDA's limit of 64"),
+    (dict(cluster=np.array([4, 1, 1], np.int32)),
+     r"grid\.x = 2 is not a multiple of cluster\.x = 4 \(a grid is made of whole clusters\)"),
+    (dict(grid=np.array([16, 1, 1], np.int32), cluster=np.array([16, 1, 1], np.int32)),
+     r"cluster = \(16, 1, 1\) has 16 blocks, over CUDA's portable limit of 8"),
+    (dict(smem=np.int64(10**9)), r"smem = 1000000000: expected 0 to 232448 bytes"),
+    (dict(smem=np.int64(-1)), r"smem = -1: expected 0 to 232448 bytes"),
+    (dict(smem=None), r"expected the members block, cluster, grid \(3 int32 each\) and smem "
+                      r"\(int64\), got \{block, cluster, grid\}"),
+    (dict(warps=np.int64(4)),
+     r"expected the members .* got \{block, cluster, grid, smem, warps\}"),
+    (dict(grid=np.array([2, 1, 1], np.int64)), r"grid: expected 3 int32, Wrong array data type"),
+    (dict(smem=np.int32(0)), r"smem: expected an int64, "),
+])
+def test_the_handler_decodes_one_launch_and_checks_cudas_limits(launch, message):
+    """The launch attribute is decoded into one LaunchShape and validated in
+    one place (ffi/call_identity.cc) before the id is checked."""
+    with pytest.raises(jax.errors.JaxRuntimeError, match="INVALID_ARGUMENT: jaxptx_cpu_v2: kernel "
+                                                         r"affine \(id 7\): attribute launch: "
+                                                         + message):
+        jax.block_until_ready(_call(affine.ptx(N=256), 7, launch=_launch(**launch))(X))
+
+
+def test_launch_members_are_checked_by_the_shims_hook_as_by_the_handlers():
+    ptx = affine.ptx(N=256).encode()
+    bad = _ffi.check_call("jaxptx_cpu_v2", 7, ptx, "affine", [2, 1, 1], [32, 33, 1], [1, 1, 1],
+                          0, [], [1024], [1024])
+    assert bad == ("jaxptx_cpu_v2: kernel affine (id 7): attribute launch: block = (32, 33, 1) "
+                   "has 1056 threads, over CUDA's limit of 1024 per block")
+
+
+def test_a_launch_attribute_that_is_not_a_dictionary_is_refused():
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"Wrong attribute type: expected "
+                                                         r"dictionary but got array"):
+        jax.block_until_ready(_call(affine.ptx(N=256), 7, launch=np.zeros(10, np.int64))(X))
 
 
 def test_a_call_whose_entry_is_missing_names_the_entries():
@@ -130,16 +182,53 @@ def test_an_exported_artifact_whose_ptx_was_edited_is_refused(tmp_path):
     path.write_bytes(data.replace(b"0f40000000", b"0f40400000"))
     run = _run_artifact(path)
     assert run.returncode != 0
-    assert re.search(r"jaxptx_cpu_v1: kernel affine \(id \d+\): the call's PTX, entry or launch "
+    assert re.search(r"jaxptx_cpu_v2: kernel affine \(id \d+\): the call's PTX, entry or launch "
                      r"does not match its kernel id", run.stderr), run.stderr
 
 
 def test_an_artifact_run_without_registering_says_what_to_call(tmp_path):
     run = _run_artifact(_export_artifact(tmp_path), register=False)
     assert run.returncode != 0
-    assert ("No FFI handler registered for jaxptx_cpu_v1 (call "
+    assert ("No FFI handler registered for jaxptx_cpu_v2 (call "
             "jaxptx.jax.register_ffi_targets() first)") in run.stderr, run.stderr
     assert _run_artifact(_export_artifact(tmp_path)).stdout.strip() == "OK"
+
+
+_V1_CPU = "jaxptx_cpu_v1 (call jaxptx.jax.register_ffi_targets() first)"
+_RETIRED = (r"FAILED_PRECONDITION: jaxptx_cpu_v1 \(kernel affine\): this custom call was lowered "
+            r"by an older jaxptx, whose FFI targets are version 1 \(grid, block, cluster and smem "
+            r"as four attributes\); this jaxptx handles version 2 \(jaxptx_cpu_v2, one launch "
+            r"attribute\)\. Lower and export the function again with this jaxptx, or run the "
+            r"artifact with the jaxptx version that exported it")
+
+
+def _v1_attrs() -> dict:
+    """The attributes of jaxptx's version-1 calls: four launch attributes."""
+    ptx = affine.ptx(N=256)
+    return dict(kernel_id=np.int64(_id(ptx, "affine")), ptx=ptx, entry="affine",
+                grid=np.array([2, 1, 1], np.int32), block=np.array([128, 1, 1], np.int32),
+                cluster=np.array([1, 1, 1], np.int32), smem=np.int64(0),
+                scalars=np.zeros(0, np.int64), tma=np.zeros(0, np.int64),
+                may_write_inputs=np.int64(0), allow_unwritten=np.int64(0))
+
+
+def _v1(x):
+    return jax.ffi.ffi_call(_V1_CPU, jax.ShapeDtypeStruct((256,), jnp.float32))(x, **_v1_attrs())
+
+
+def test_a_call_of_the_retired_version_1_target_names_the_version_and_the_fix():
+    with pytest.raises(jax.errors.JaxRuntimeError, match=_RETIRED):
+        jax.block_until_ready(jax.jit(_v1)(X))
+
+
+def test_a_version_1_artifact_fails_with_the_version_and_the_fix(tmp_path):
+    exp = export.export(jax.jit(lambda x: jnp.sin(_v1(x))), platforms=["cpu"],
+                        disabled_checks=[export.DisabledSafetyCheck.custom_call(_V1_CPU)])(X)
+    path = tmp_path / "v1.jax"
+    path.write_bytes(exp.serialize())
+    run = _run_artifact(path)
+    assert run.returncode != 0
+    assert re.search(_RETIRED, run.stderr), run.stderr
 
 
 def test_registering_a_cubin_binds_it_to_its_ptx():

@@ -15,8 +15,10 @@ import pytest
 
 import jaxptx
 from jaxptx.jax import _cpu, _lowering, _registry
+from jaxptx.launch import Launch
 
 from jax_kernels import affine, axpy_index, clobber, wild_load
+from raw_calls import raw_call
 
 X = np.arange(256, dtype=np.float32)
 
@@ -27,18 +29,17 @@ def _kernel_id(text: str) -> int:
 
 def test_lowered_text_shows_the_custom_call_and_kernel_id():
     text = jax.jit(affine).lower(X).as_text()
-    m = re.search(r"stablehlo\.custom_call @\"jaxptx_cpu_v1 \(call jaxptx\.jax\.register_ffi_targets"
+    m = re.search(r"stablehlo\.custom_call @\"jaxptx_cpu_v2 \(call jaxptx\.jax\.register_ffi_targets"
                   r"\(\) first\)\"\(%arg0\) \{backend_config = \"\", "
                   r"mhlo\.backend_config = \{(.*?)\}, operand_layouts", text)
     assert m, text
     attrs = m.group(1)
-    assert re.fullmatch(r"allow_unwritten = 0 : i64, "
-                        r"block = dense<\[128, 1, 1\]> : tensor<3xi32>, cluster = dense<1> : "
-                        r"tensor<3xi32>, entry = \"affine\", grid = dense<\[2, 1, 1\]> : "
-                        r"tensor<3xi32>, kernel_id = \d+ : i64, may_write_inputs = 0 : i64, "
+    assert re.fullmatch(r"allow_unwritten = 0 : i64, entry = \"affine\", kernel_id = \d+ : i64, "
+                        r"launch = \{block = dense<\[128, 1, 1\]> : tensor<3xi32>, "
+                        r"cluster = dense<1> : tensor<3xi32>, grid = dense<\[2, 1, 1\]> : "
+                        r"tensor<3xi32>, smem = 0 : i64\}, may_write_inputs = 0 : i64, "
                         r"ptx = \".*\", "
                         r"scalars = dense<> : tensor<0xi64>, "
-                        r"smem = 0 : i64, "
                         r"tma = dense<> : tensor<0xi64>", attrs)
     assert "ptx = \".version 8.5\\0A.target sm_90a\\0A" in attrs  # the call carries its PTX
     hlo = jax.jit(affine).lower(X).as_text(dialect="hlo")
@@ -93,21 +94,23 @@ def test_an_emulator_fault_is_an_ffi_error_not_a_crash():
 
 
 def _raw_call(ptx: str, n: int, entry: str = "affine", **launch):
-    """A jaxptx_cpu_v1 call made by hand, as a deserialised export makes it;
-    its kernel id is derived from its content unless given."""
-    call = jax.ffi.ffi_call(_lowering.CPU_TARGET, jax.ShapeDtypeStruct((n,), jnp.float32))
-    attrs = dict(ptx=ptx, entry=entry,
-                 grid=np.array([n // 128, 1, 1], np.int32), block=np.array([128, 1, 1], np.int32),
-                 cluster=np.array([1, 1, 1], np.int32), smem=np.int64(0),
-                 scalars=np.zeros(0, np.int64), tma=np.zeros(0, np.int64),
-                 may_write_inputs=np.int64(0), allow_unwritten=np.int64(0))
-    attrs.update(launch)
-    if "kernel_id" not in attrs:
-        ints = _registry.launch_integers(attrs["grid"], attrs["block"], attrs["cluster"],
-                                         attrs["smem"], [4 * n], [4 * n], attrs["tma"])
-        attrs["kernel_id"] = np.int64(_registry.content_id(
-            _registry.content_bytes(ptx.encode(), entry, ints)))
-    return jax.jit(lambda x: call(x, **attrs))
+    """A jaxptx_cpu_v2 call made by hand, as a deserialised export makes it
+    (``launch`` members replace the default launch's); its kernel id is
+    derived from its content unless given."""
+    kernel_id = launch.pop("kernel_id", None)
+    members = dict(grid=np.array([n // 128, 1, 1], np.int32),
+                   block=np.array([128, 1, 1], np.int32),
+                   cluster=np.array([1, 1, 1], np.int32), smem=np.int64(0))
+    members.update(launch)
+    attrs = dict(ptx=ptx, entry=entry, launch=members, scalars=np.zeros(0, np.int64),
+                 tma=np.zeros(0, np.int64), may_write_inputs=np.int64(0),
+                 allow_unwritten=np.int64(0))
+    if kernel_id is None:
+        ints = _registry.launch_integers(Launch.from_attributes(**members), [4 * n], [4 * n],
+                                         attrs["tma"])
+        kernel_id = _registry.content_id(_registry.content_bytes(ptx.encode(), entry, ints))
+    attrs["kernel_id"] = np.int64(kernel_id)
+    return raw_call(_lowering.CPU_TARGET, attrs, (n,))
 
 
 def test_an_id_not_lowered_here_runs_from_the_ptx_the_call_carries():
@@ -121,10 +124,10 @@ def test_an_id_not_lowered_here_runs_from_the_ptx_the_call_carries():
 def test_bad_ptx_or_a_missing_attribute_in_a_call_is_an_ffi_error():
     with pytest.raises(jax.errors.JaxRuntimeError,
                        match=r"(?s)INTERNAL: ParseError: kernel affine: <string>:1:8: expected ';'.*"
-                             r"\(jaxptx_cpu_v1, kernel id \d+\)"):
+                             r"\(jaxptx_cpu_v2, kernel id \d+\)"):
         jax.block_until_ready(_raw_call("garbage", 256)(X))
     call = jax.ffi.ffi_call(_lowering.CPU_TARGET, jax.ShapeDtypeStruct((4,), jnp.float32))
-    with pytest.raises(jax.errors.JaxRuntimeError, match="Wrong number of attributes: expected 11"):
+    with pytest.raises(jax.errors.JaxRuntimeError, match="Wrong number of attributes: expected 8"):
         jax.block_until_ready(jax.jit(lambda x: call(x, kernel_id=np.int64(1)))(X[:4]))
 
 
@@ -132,9 +135,9 @@ def test_the_callback_checks_buffer_sizes():
     kid = _kernel_id(jax.jit(affine).lower(X).as_text())
     small = memoryview(bytearray(16))
     message = _cpu.run(kid, (small,), (memoryview(bytearray(1024)),), memoryview(b""), "affine",
-                       (2, 1, 1), (128, 1, 1), (1, 1, 1), 0)
+                       ((2, 1, 1), (128, 1, 1), (1, 1, 1), 0))
     assert message == ("ValueError: kernel affine: input 0: expected 1024 bytes for float32[256], "
-                       "got 16 (jaxptx_cpu_v1, kernel id %d)" % kid)
+                       "got 16 (jaxptx_cpu_v2, kernel id %d)" % kid)
 
 
 def test_a_raising_or_missing_callback_is_an_ffi_error():
@@ -148,7 +151,7 @@ def test_a_raising_or_missing_callback_is_an_ffi_error():
     try:
         _ffi.set_cpu_callback(boom)
         with pytest.raises(jax.errors.JaxRuntimeError,
-                           match="jaxptx_cpu_v1: the Python callback raised: RuntimeError: boom"):
+                           match="jaxptx_cpu_v2: the Python callback raised: RuntimeError: boom"):
             jax.block_until_ready(f(X))
         _ffi.set_cpu_callback(None)
         with pytest.raises(jax.errors.JaxRuntimeError, match="no Python callback registered"):

@@ -30,32 +30,32 @@ def _lower_cuda(f, *args):
 
 def test_stablehlo_shows_the_launch_and_its_attributes():
     text = _lower_cuda(affine, X).as_text()
-    m = re.search(r"stablehlo\.custom_call @\"jaxptx_launch_v1 \(call jaxptx\.jax\.register_ffi_targets"
+    m = re.search(r"stablehlo\.custom_call @\"jaxptx_launch_v2 \(call jaxptx\.jax\.register_ffi_targets"
                   r"\(\) first\)\"\(%arg0\) \{backend_config = \"\", "
                   r"mhlo\.backend_config = \{(.*?)\}, operand_layouts", text)
     assert m, text
-    assert re.fullmatch(r"allow_unwritten = 0 : i64, "
-                        r"block = dense<\[128, 1, 1\]> : tensor<3xi32>, cluster = dense<1> : "
-                        r"tensor<3xi32>, entry = \"affine\", grid = dense<\[2, 1, 1\]> : "
-                        r"tensor<3xi32>, kernel_id = \d+ : i64, may_write_inputs = 0 : i64, "
+    assert re.fullmatch(r"allow_unwritten = 0 : i64, entry = \"affine\", kernel_id = \d+ : i64, "
+                        r"launch = \{block = dense<\[128, 1, 1\]> : tensor<3xi32>, "
+                        r"cluster = dense<1> : tensor<3xi32>, grid = dense<\[2, 1, 1\]> : "
+                        r"tensor<3xi32>, smem = 0 : i64\}, may_write_inputs = 0 : i64, "
                         r"ptx = \".*\", "
                         r"scalars = dense<> : tensor<0xi64>, "
-                        r"smem = 0 : i64, "
                         r"tma = dense<> : tensor<0xi64>",
                         m.group(1))
 
 
 def test_hlo_is_a_typed_ffi_call():
     hlo = _lower_cuda(affine, X).as_text(dialect="hlo")
-    assert re.search(r'custom-call\(.*\), custom_call_target="jaxptx_launch_v1 \(call '
+    assert re.search(r'custom-call\(.*\), custom_call_target="jaxptx_launch_v2 \(call '
                      r'jaxptx\.jax\.register_ffi_targets\(\) first\)".*'
                      r"api_version=API_VERSION_TYPED_FFI", hlo)
 
 
 def test_cluster_and_dynamic_shared_memory_attributes():
     text = _lower_cuda(big_smem_cluster, X).as_text()
-    assert "cluster = dense<[2, 1, 1]> : tensor<3xi32>" in text
-    assert "smem = 65536 : i64" in text
+    assert re.search(r"launch = \{block = dense<\[128, 1, 1\]> : tensor<3xi32>, "
+                     r"cluster = dense<\[2, 1, 1\]> : tensor<3xi32>, grid = dense<\[2, 1, 1\]> : "
+                     r"tensor<3xi32>, smem = 65536 : i64\}", text), text
 
 
 def test_the_call_carries_the_ptx_of_the_kernel_it_names():

@@ -36,7 +36,7 @@ def test_an_emulator_fault_names_class_kernel_ptx_line_and_python_line():
     assert "is not in any global buffer (CTA 0, thread 0)" in message
     assert "[PTX line 25: ld.global.f32 %f1, [%rd5];]" in message
     assert message.endswith(f"at {jax_kernels.__file__}:{line} in the kernel "
-                            f"(jaxptx_cpu_v1, kernel id {message.rsplit(' ', 1)[1][:-1]})")
+                            f"(jaxptx_cpu_v2, kernel id {message.rsplit(' ', 1)[1][:-1]})")
 
 
 @kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),),

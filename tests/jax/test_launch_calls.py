@@ -37,8 +37,9 @@ def test_the_primitive_carries_the_launch_and_the_call_attributes_come_from_it()
     (eqn,) = jaxpr.eqns
     assert eqn.params["launch"] == Launch((2, 1, 1), (128, 1, 1))
     text = jax.jit(affine).lower(X).as_text()
-    assert re.search(r"block = dense<\[128, 1, 1\]> : tensor<3xi32>, cluster = dense<1> : "
-                     r"tensor<3xi32>, entry = \"affine\", grid = dense<\[2, 1, 1\]> : tensor<3xi32>", text)
+    assert re.search(r"launch = \{block = dense<\[128, 1, 1\]> : tensor<3xi32>, cluster = "
+                     r"dense<1> : tensor<3xi32>, grid = dense<\[2, 1, 1\]> : tensor<3xi32>, "
+                     r"smem = 0 : i64\}", text)  # one attribute
     kernel_id = int(re.search(r"kernel_id = (\d+) : i64", text).group(1))
     assert _registry.lookup(kernel_id).launch == eqn.params["launch"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import re
 import sys
 
 import jax
@@ -67,9 +68,10 @@ def test_the_quickstart_demo_prints_ptx_the_custom_call_and_checks_numpy():
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                          check=True, timeout=300).stdout
     assert ".visible .entry rms_norm(" in out and "Resources(registers=" in out
-    assert ('stablehlo.custom_call @"jaxptx_launch_v1 (call jaxptx.jax.register_ffi_targets() '
+    assert ('stablehlo.custom_call @"jaxptx_launch_v2 (call jaxptx.jax.register_ffi_targets() '
             'first)"(%arg0, %arg1)') in out
-    assert 'entry = "rms_norm", grid = dense<[4, 1, 1]>' in out and 'ptx = ".version' in out
+    assert re.search(r'entry = "rms_norm", kernel_id = \d+ : i64, launch = \{block = .*'
+                     r'grid = dense<\[4, 1, 1\]>', out) and 'ptx = ".version' in out
     assert "== jax.jit(rms_norm) ran on cpu ==" in out
     err = float(out.split("max abs error")[1].split()[0])
     assert err < 1e-4

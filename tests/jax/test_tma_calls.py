@@ -156,12 +156,13 @@ def test_a_malformed_tma_attribute_is_an_ffi_error_not_a_crash():
     x = np.zeros((32, 32), np.float32)
     ptx_text = tma_scale.ptx(M=32, N=32)
     views = (memoryview(x.tobytes()),), (memoryview(bytearray(x.nbytes)),)
-    message = _cpu.run(999, *views, memoryview(ptx_text.encode()), "tma_scale", (1, 1, 1),
-                       (128, 1, 1), (1, 1, 1), 0, tma=(0, 7, 2))
+    launch = ((1, 1, 1), (128, 1, 1), (1, 1, 1), 0)
+    message = _cpu.run(999, *views, memoryview(ptx_text.encode()), "tma_scale", launch,
+                       tma=(0, 7, 2))
     assert "the tma attribute has 3 entries, not a multiple of 26" in message
     record = [0, 99] + [0] * (RECORD - 2)
-    message = _cpu.run(999, *views, memoryview(ptx_text.encode()), "tma_scale", (1, 1, 1),
-                       (128, 1, 1), (1, 1, 1), 0, tma=tuple(record * 2))
+    message = _cpu.run(999, *views, memoryview(ptx_text.encode()), "tma_scale", launch,
+                       tma=tuple(record * 2))
     assert "unknown code" in message
 
 

@@ -1,4 +1,4 @@
-"""The CUDA launch handler (ffi/cuda_launch.cc, jaxptx_launch_v1) run with no
+"""The CUDA launch handler (ffi/cuda_launch.cc, jaxptx_launch_v2) run with no
 GPU: its real C++ code, called with the call frame XLA would build from a CUDA
 lowering, against a stand-in driver that runs the PTX on the emulator
 (jaxptx.runtime.standin). Results are compared with numpy; the driver's log
@@ -7,6 +7,7 @@ shows what the handler asked of it."""
 from __future__ import annotations
 
 import pathlib
+import re
 import struct
 import sys
 
@@ -17,6 +18,7 @@ import pytest
 
 from jaxptx import Tile, _ffi, kernel, ptx, sim
 from jaxptx.jax import in_place
+from jaxptx.launch import Launch
 from jaxptx.runtime.standin import (CUDA_ERROR_INVALID_HANDLE, DriverError, HandlerError,
                                     StandInDriver, cuda_calls)
 from jaxptx.types import f32, s64, u32
@@ -26,7 +28,7 @@ from jax_kernels import affine, axpy_index, clobber, wild_load  # noqa: E402
 from tma_kernels import tma_reshaped_dump, tma_scale  # noqa: E402
 
 X = np.arange(256, dtype=np.float32)
-INVALID_ARGUMENT, RESOURCE_EXHAUSTED, INTERNAL = 3, 8, 13
+INVALID_ARGUMENT, RESOURCE_EXHAUSTED, FAILED_PRECONDITION, INTERNAL = 3, 8, 9, 13
 
 
 @kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32), Tile("N", s64)),
@@ -314,3 +316,56 @@ def test_parameter_declarations_with_comments_alignment_and_arrays():
     with pytest.raises(ValueError, match=r"parameter 0 of entry q \(.param .q32 a\): unknown "
                                          r"parameter type .q32"):
         _ffi.entry_param_bytes(b".entry q(.param .q32 a) {}", "q")
+
+
+def test_the_launch_travels_as_one_attribute_and_reaches_the_driver():
+    call = _call(affine, X)
+    assert [k for n, k, _ in call.attributes if n == "launch"] == ["dict"]
+    assert call.launch == Launch((2, 1, 1), (128, 1, 1))
+    clustered = call.replace(launch=dict(cluster=(2, 1, 1)))  # re-derives the id
+    assert clustered.launch == Launch((2, 1, 1), (128, 1, 1), (2, 1, 1))
+    ran, driver = _run(clustered, X)
+    np.testing.assert_array_equal(ran.outputs[0], X * 2 + 1)
+    (launch,) = driver.calls("launch")
+    assert (launch["grid"], launch["block"], launch["cluster"], launch["smem"]) == \
+        ((2, 1, 1), (128, 1, 1), (2, 1, 1), 0)
+
+
+@pytest.mark.parametrize("members, message", [
+    (dict(block=(1, 1, 65)), r"block\.z = 65 exceeds CUDA's limit of 64"),
+    (dict(grid=(3, 1, 1), cluster=(2, 1, 1)), r"grid\.x = 3 is not a multiple of cluster\.x = 2"),
+    (dict(smem=300 * 1024), r"smem = 307200: expected 0 to 232448 bytes"),
+    (dict(grid=(2, 1)), r"grid: expected 3 positive ints, got \[2, 1\]"),
+    (dict(smem=None), r"expected the members block, cluster, grid \(3 int32 each\) and smem "
+                      r"\(int64\), got \{block, cluster, grid\}"),
+    (dict(grid=("i64[]", (2, 1, 1))), r"grid: expected 3 int32, Wrong array data type: expected "
+                                      r"S32 but got S64"),
+])
+def test_a_bad_launch_attribute_is_refused_before_the_driver_is_asked(members, message):
+    call = _call(affine, X)
+    driver = StandInDriver()
+    e = _failure(call.replace(launch=members, rehash=False), X, driver=driver)
+    assert e.code == INVALID_ARGUMENT
+    assert re.search(r"^jaxptx_launch_v2: kernel affine \(id \d+\): attribute launch: " + message,
+                     e.message), e.message
+    assert driver.log == []
+
+
+def test_the_retired_version_1_handler_names_the_version_and_the_fix():
+    e = _failure(_call(affine, X), X, retired=True)
+    assert e.code == FAILED_PRECONDITION
+    assert e.message.startswith(
+        "jaxptx_launch_v1 (kernel affine): this custom call was lowered by an older jaxptx, whose "
+        "FFI targets are version 1 (grid, block, cluster and smem as four attributes); this "
+        "jaxptx handles version 2 (jaxptx_launch_v2, one launch attribute). Lower and export "
+        "the function again")
+
+
+@pytest.mark.parametrize("members", [
+    dict(grid=(1, 1, 1)), dict(block=(64, 1, 1)), dict(cluster=(2, 1, 1)), dict(smem=1024)])
+def test_the_kernel_id_covers_every_member_of_the_launch(members):
+    call = _call(affine, X)
+    edited = call.replace(launch=members, rehash=False)
+    e = _failure(edited, X)
+    assert e.code == INVALID_ARGUMENT and "does not match its kernel id" in e.message
+    assert edited.content_id() != call["kernel_id"]
