@@ -32,7 +32,8 @@ def test_a_race_under_jit_is_raised_naming_the_kernel_and_both_lines() -> None:
     with sim.checking():
         with pytest.raises(Exception, match=r"SanitizerError: kernel neighbour: sanitizer: shared-memory "
                                              r"race: read of offset 0x4 at PTX line \d+ \(ld.shared.f32\).*"
-                                             r"conflicts with the write at PTX line \d+ \(st.shared.f32\) by "
+                                             r"conflicts with the write at PTX line \d+ "
+                                             r"\[test_checking.py:\d+\] \(st.shared.f32\) by "
                                              r"thread \(1, 0, 0\).* at .*test_checking.py:\d+ in the kernel"):
             jax.block_until_ready(f(X))
 

@@ -38,18 +38,14 @@ UNINITIALISED = [
     mov.u32 %r13, 1;
     @%p5 mov.u32 %r13, 2;                       //@L
     st.global.u32 [%rd4], %r13;
-""", "uninitialised", lambda inp, g, b: np.where(gid(inp, g, b) < 8, 2, 1),
-         bug_xfail="found, but on the wrong line: Machine._guard reads the guard predicate before "
-                   "Sanitizer.begin(pc), so the finding names the previous instruction"),
+""", "uninitialised", lambda inp, g, b: np.where(gid(inp, g, b) < 8, 2, 1)),
 
     Case("selp choosing an uninitialised operand (twin: choosing the defined one)", """
     setp.lt.u32 %p2, %r1, 16;
     @%p2 mov.u32 %r40, 7;
-    selp.u32 %r13, [[0, %r40||%r40, 0]], %p2;    //@L
-    st.global.u32 [%rd4], %r13;
-""", "uninitialised", lambda inp, g, b: np.where(gid(inp, g, b) < 16, 7, 0), block=32,
-         twin_xfail="selp's operands are all checked as read (Sanitizer.read_register): the operand its "
-                    "predicate does not select is flagged as an uninitialised read"),
+    selp.u32 %r13, [[0, %r40||%r40, 0]], %p2;
+    st.global.u32 [%rd4], %r13;                 //@L (selp moves the undefined value; its use is the finding)
+""", "uninitialised", lambda inp, g, b: np.where(gid(inp, g, b) < 16, 7, 0), block=32),
 
     Case("uninitialised shared memory", """
     setp.lt.u32 %p2, %r1, 48;

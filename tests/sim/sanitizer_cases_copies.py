@@ -107,9 +107,7 @@ CONSUMER:
     ld.shared.u32 %r13, [buf+[[4||0]]];         //@L
     st.global.u32 [%rd4], %r13;
 DONE:
-""", "race", _lanes(lambda lane, inp: 11 + 0 * lane), decls=BAR,
-    bug_xfail="mbarrier releases accumulate over phases (Clocks.mbarrier_release): observing phase 0 "
-              "acquires the producer's later arrival into the still incomplete phase 1 too"))
+""", "race", _lanes(lambda lane, inp: 11 + 0 * lane), decls=BAR))
 
 CP_ASYNC = [
     Case("cp.async destination read before cp.async.wait_group", """
@@ -297,7 +295,6 @@ PROXY.append(Case("cp.async.bulk.wait_group.read 1 while the newest group's sour
     add.u32 %r15, %r11, [[256||0]];
     st.shared.u32 [%r15], %r1;                  //@L
 """, "async", lambda inp, g, b: np.concatenate([2 * np.arange(64), 3 * np.arange(64)]).astype(np.uint32),
-    words=128, bug_xfail="cp.async.bulk.wait_group{.read} N resolves every in-flight bulk read of the "
-                         "thread (Sanitizer.after -> _resolve('bulk')), ignoring N and the groups"))
+    words=128))
 
 CASES = MBARRIERS + CP_ASYNC + TMA + PROXY

@@ -85,17 +85,13 @@ WGMMA += [
          + _MMA.format(d=_D1, scale=0) + "        //@O\n    wgmma.commit_group.sync.aligned;\n"
          "    [[||wgmma.wait_group.sync.aligned 0;]]\n    mov.f32 %f1, 0f00000000;                    //@L\n"
          "    [[wgmma.wait_group.sync.aligned 0;||]]" + _SUM.format(mark=""),
-         "async", lambda inp, g, b: np.full(128, 48, np.uint32), decls=_B, block=128,
-         bug_xfail="a plain write of a register a wgmma still has in flight just clears its pending "
-                   "tag (Sanitizer.write_register); only reads are checked"),
+         "async", lambda inp, g, b: np.full(128, 48, np.uint32), decls=_B, block=128),
 
     Case("wgmma A registers overwritten before wgmma.wait_group", _FENCED + "    "
          + _MMA.format(d=_D1, scale=0) + "        //@O\n    wgmma.commit_group.sync.aligned;\n"
          "    [[||wgmma.wait_group.sync.aligned 0;]]\n    mov.b32 %r20, 0;                            //@L\n"
          "    [[wgmma.wait_group.sync.aligned 0;||]]" + _SUM.format(mark=""),
-         "async", _SIXTY_FOUR, decls=_B, block=128,
-         bug_xfail="wgmma's register operands (A fragment) are read at issue and not tracked as in "
-                   "flight: only its destination registers get a pending tag"),
+         "async", _SIXTY_FOUR, decls=_B, block=128),
 ]
 
 # one warp: allocate 32 columns of tensor memory, store gid in lane tid,
@@ -227,16 +223,13 @@ TCGEN05 += [
          _MMA_SETUP.format(mark="", mma="//@O", fence="fence.proxy.async.shared::cta;")
          + "    [[st.shared.v4.u32 [%r31], {%r1, %r1, %r1, %r1};      //@L||]]" + _MMA_DONE
          + "    [[||st.shared.v4.u32 [%r31], {%r1, %r1, %r1, %r1};]]\n",
-         "race", _ONE_TWENTY_EIGHT, decls=_AB, block=128, arch="sm_100a"),
+         "race|async", _ONE_TWENTY_EIGHT, decls=_AB, block=128, arch="sm_100a"),
 
     Case("tcgen05.mma's issuer overwrites its shared operand after tcgen05.commit, before the mbarrier",
          _MMA_SETUP.format(mark="", mma="//@O", fence="fence.proxy.async.shared::cta;")
          + "    [[@%p1 st.shared.v4.u32 [%r31], {%r1, %r1, %r1, %r1};      //@L||]]" + _MMA_DONE
          + "    [[||@%p1 st.shared.v4.u32 [%r31], {%r1, %r1, %r1, %r1};]]\n",
-         "async", _ONE_TWENTY_EIGHT, decls=_AB, block=128, arch="sm_100a",
-         bug_xfail="tcgen05.mma's shared reads are resolved at tcgen05.commit (mbarrier_arrive -> "
-                   "_resolve) instead of when the commit's mbarrier phase completes, so the issuing "
-                   "thread may overwrite its operand right after the commit"),
+         "async", _ONE_TWENTY_EIGHT, decls=_AB, block=128, arch="sm_100a"),
 ]
 
 CASES = WGMMA + TCGEN05

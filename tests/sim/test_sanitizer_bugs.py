@@ -132,8 +132,6 @@ def test_check_all_returns_every_finding_each_naming_both_accesses() -> None:
     assert out[0] == (32 ^ 0) + 9       # ran to the end: thread 0 read thread 32's word and buf[64]
 
 
-@pytest.mark.xfail(strict=True, reason="a read of a cp.async / TMA destination still in flight "
-                                       "(_check_pending) reports no `other`: the copy's PTX line is not kept")
 @pytest.mark.parametrize("name", ["cp.async destination read before cp.async.wait_group",
                                   "bulk copy destination read before its mbarrier phase is observed"])
 def test_async_copy_findings_name_the_copy(name: str) -> None:
@@ -176,8 +174,6 @@ def test_a_finding_in_a_traced_kernel_names_the_python_lines() -> None:
     np.testing.assert_array_equal(y, np.arange(64) ^ 32)
 
 
-@pytest.mark.xfail(strict=True, reason="the emulator's misaligned-access SimError names the address and "
-                                       "line but no CTA or thread (issue 12, 'reports a person can act on')")
 def test_a_misaligned_vector_access_names_its_cta_and_thread() -> None:
     body = """
     shl.b32 %r12, %r1, 3;
@@ -218,8 +214,6 @@ def test_under_jax_jit_checking_names_the_kernel_and_the_python_line() -> None:
     assert _jit_finding(True) == ""
 
 
-@pytest.mark.xfail(strict=True, reason="under jax.jit the kernel runs from its PTX text: the finding names "
-                                       "PTX lines and only its own access's Python line, not the other's")
 def test_under_jax_jit_a_finding_names_both_python_lines() -> None:
     here = Path(__file__).name
     message = _jit_finding(False)

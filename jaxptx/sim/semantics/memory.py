@@ -41,7 +41,12 @@ def check_alignment(s: Step, addr: np.ndarray, size: int, what: str) -> None:
     each element; this checks the vector."""
     bad = (addr % np.uint64(size)) != 0
     if bad.any():
-        raise SimError(f"{s.ins.name}: misaligned {size}-byte {what} at {int(addr[bad][0]):#x}")
+        m = s.m
+        cta, tid = divmod(int(s.threads[bad][0]), m.ntid)
+        (bx, by, _), (gx, gy, _) = m.block, m.grid
+        raise SimError(f"{s.ins.name}: misaligned {size}-byte {what} at {int(addr[bad][0]):#x} by CTA "
+                       f"({cta % gx}, {cta // gx % gy}, {cta // (gx * gy)}) thread "
+                       f"({tid % bx}, {tid // bx % by}, {tid // (bx * by)})")
 
 
 def _elements(op: ir.Operand) -> int:

@@ -166,6 +166,9 @@ class Sanitizer:
         self.wg_open = np.zeros(n, dtype=np.int64)
         self.wg_done = np.zeros(n, dtype=np.int64)
         self.ld_open = np.zeros(n, dtype=np.int64)
+        self.bulk_open = np.zeros(n, dtype=np.int64)
+        self.bulk_done = np.zeros(n, dtype=np.int64)
+        self.flying_regs: dict[str, tuple[np.ndarray, np.ndarray]] = {}   # wgmma A operands: (group, pc)
         self.ld_done = np.zeros(n, dtype=np.int64)
         self.pending_regs: dict[str, tuple[str, np.ndarray, np.ndarray]] = {}   # name -> (kind, tag, pc)
         # async reads in flight: (kind, group, issuing threads, reader per byte, flat bytes, PC)
@@ -220,7 +223,7 @@ class Sanitizer:
         """An instruction starts executing."""
         self.pc, self.sim = pc, sim
         self._tma_bytes = []
-        self._moving = sim == "mov" and _register_move(self.m.program.code[pc])
+        self._moving = (sim == "mov" and _register_move(self.m.program.code[pc])) or sim == "selp"
         if self._moving:
             self._quiet = True
 
@@ -237,8 +240,9 @@ class Sanitizer:
         bad = ~done[threads]
         if bad.any():
             t = int(threads[bad][0])
-            self.report("uninitialised", f"read of uninitialised register {name} at {self.at(t)}",
-                        self.line(self.pc))
+            pc = self.m.current_pc if self.m.current_pc is not None else self.pc   # a guard: before begin()
+            self.report("uninitialised", f"read of uninitialised register {name} at {self.at(t, pc)}",
+                        self.line(pc))
         pending = self.pending_regs.get(name)
         if pending is not None and self.sim not in _WGMMA_REGS:
             kind, tag, pcs = pending
@@ -264,13 +268,40 @@ class Sanitizer:
         pending = self.pending_regs.get(name)
         if kind is None:
             if pending is not None:
+                self._early_write(name, threads, pending[1], pending[2],
+                                  self.wg_done if pending[0] == "wgmma" else self.ld_done, "writes")
                 pending[1][threads] = -1
+            flying = self.flying_regs.get(name)
+            if flying is not None:
+                self._early_write(name, threads, flying[0], flying[1], self.wg_done, "reads")
             return
         if pending is None:
             n = self.m.nthreads
             pending = self.pending_regs[name] = (kind, np.full(n, -1, np.int64), np.zeros(n, np.int64))
         pending[1][threads] = (self.wg_open if kind == "wgmma" else self.ld_open)[threads]
         pending[2][threads] = self.pc
+
+    def _flying_operand(self, name: str, threads: np.ndarray) -> None:
+        """Register ``name`` is an operand a wgmma reads until it completes."""
+        flying = self.flying_regs.get(name)
+        if flying is None:
+            n = self.m.nthreads
+            flying = self.flying_regs[name] = (np.full(n, -1, np.int64), np.zeros(n, np.int64))
+        flying[0][threads] = self.wg_open[threads]
+        flying[1][threads] = self.pc
+
+    def _early_write(self, name: str, threads: np.ndarray, tag: np.ndarray, pcs: np.ndarray,
+                     done: np.ndarray, how: str) -> None:
+        """A write of ``name`` while an async instruction that ``how`` it
+        (reads or writes) has not completed for the writing thread."""
+        t = tag[threads]
+        late = (t >= 0) & (t >= done[threads])
+        if late.any():
+            k = int(threads[late][0])
+            src = self.line(int(pcs[k]))
+            wait = "tcgen05.wait::ld" if "tcgen05.ld" in src else "wgmma.wait_group"
+            self.report("async", f"write of {name} at {self.at(k)} while the async {src} that {how} it "
+                        f"has not completed (no {wait} since)", self.line(self.pc), src)
 
     def _bytes_defined(self, op: Any, threads: np.ndarray, nbytes: int) -> np.ndarray:
         """Per thread, a mask of which of ``op``'s ``nbytes`` bytes hold
@@ -294,6 +325,17 @@ class Sanitizer:
         if not whole.all():
             partial = self.partial.setdefault(name, np.zeros(self.m.nthreads, dtype=np.int64))
             partial[threads] = mask
+
+    def _select_definedness(self, s) -> None:
+        """``selp d, a, b, c``: the predicate is used; d is as defined as
+        the operand it selects (the other one is not read)."""
+        ins, th = s.ins, s.threads
+        self.read_register(ins.operands[3].name, th) if isinstance(ins.operands[3], ir.Register) else None
+        pick = s.pred(3)
+        width = _bits(ins) // 8
+        a = self._bytes_defined(ins.operands[1], th, width)
+        b = self._bytes_defined(ins.operands[2], th, width)
+        self._set_defined(ins.operands[0], th, np.where(pick, a, b), width)
 
     def _move_definedness(self, ins: ir.Instruction, threads: np.ndarray) -> None:
         """``mov`` copies, packs (``mov.b64 d, {a, b}``) and unpacks
@@ -634,10 +676,11 @@ class Sanitizer:
         if (pend == CP_ASYNC).any():
             k = int(np.argmax(pend == CP_ASYNC))
             issuer = int(sh.pend_key[idx[k]])
+            copy = self.line(int(sh.w_pc[idx[k]]))
             self.report("async", f"{what} of shared offset {int(idx[k] % sh.size):#x} at "
-                        f"{self.at(int(th[k]))}: a cp.async by {self._thread_at(th[k], issuer % self.ntid)} "
-                        "is still copying into it (no cp.async.wait_group completed it)",
-                        self.line(self.pc))
+                        f"{self.at(int(th[k]))}: the cp.async at {copy} by "
+                        f"{self._thread_at(th[k], issuer % self.ntid)} is still copying into it (no "
+                        "cp.async.wait_group completed it)", self.line(self.pc), copy)
         tma = np.nonzero(pend == TMA)[0]
         if len(tma):
             words = sh.pend_key[idx[tma]]
@@ -648,11 +691,12 @@ class Sanitizer:
                 late = seen <= sh.pend_seq[idx[sel]]
                 if late.any():
                     k = int(sel[np.argmax(late)])
+                    copy = self.line(int(sh.w_pc[idx[k]]))
                     self.report("async", f"{what} of shared offset {int(idx[k] % sh.size):#x} at "
-                                f"{self.at(int(th[k]))}: an async copy into it completes on the mbarrier "
-                                f"at shared offset {word * 8 % sh.size:#x}, and this thread has not "
-                                "observed that phase complete (try_wait/test_wait, or a barrier after "
-                                "a thread that did)", self.line(self.pc))
+                                f"{self.at(int(th[k]))}: the async copy at {copy} completes on the "
+                                f"mbarrier at shared offset {word * 8 % sh.size:#x}, and this thread has "
+                                "not observed that phase complete (try_wait/test_wait, or a barrier "
+                                "after a thread that did)", self.line(self.pc), copy)
 
     # async proxy ---------------------------------------------------------------------------
     def async_read(self, idx: np.ndarray, th: np.ndarray, kind: str) -> None:
@@ -679,25 +723,47 @@ class Sanitizer:
                         f"{self.line(int(sh.w_pc[idx[k]]))} by {self._thread_at(th[k], writer[k])} with "
                         "no fence.proxy.async between them", self.line(self.pc), self.line(int(sh.w_pc[idx[k]])))
         sh.flying[idx] = True
-        group = int(self.wg_open[th[0]]) if kind == "wgmma" else 0
+        group = (int(self.wg_open[th[0]]) if kind == "wgmma" else
+                 int(self.bulk_open[th[0]]) if kind == "bulk" else 0)
         self.in_flight.append((kind, group, _distinct(th), th, idx, self.pc))
 
     def _check_in_flight(self, idx: np.ndarray, th: np.ndarray, what: str) -> None:
         """A write to bytes an async read (wgmma, tcgen05.mma, a bulk
-        store) may still be reading: nothing waited for it yet."""
-        flying = self.shadow.flying[idx]
+        store) may still be reading: nothing waited for it yet, or (for
+        reads tied to an mbarrier by a commit) the writer has not observed
+        the phase that completes them."""
+        sh = self.shadow
+        flying = sh.flying[idx]
         if not flying.any():
             return
-        k = int(np.argmax(flying))
-        for kind, _, _, readers, where, pc in self.in_flight:
-            hit = np.nonzero(where == idx[k])[0]
-            if len(hit):
-                reader = int(readers[hit[0]])
-                self.report("async", f"{what} of shared offset {int(idx[k] % self.shadow.size):#x} at "
-                            f"{self.at(int(th[k]))} while the async read by {self.line(pc)} "
-                            f"({self._thread_at(th[k], reader % self.ntid)}) is still in flight (no wait "
-                            "for it orders the write after it)", self.line(self.pc), self.line(pc))
-                return
+        written = idx[flying]
+        keep, dropped = [], []
+        for entry in self.in_flight:
+            kind, seq, _, readers, where, pc = entry
+            hit = np.isin(where, written)
+            if not hit.any():
+                keep.append(entry)
+                continue
+            if "@" in kind:
+                column = self._mbar_column[int(kind.split("@")[1])]
+                writers = _distinct(th[np.isin(idx, where[hit])])
+                if (self.clocks.vc[writers, column] > seq).all():
+                    dropped.append(entry)          # the writer saw the commit's phase complete
+                    continue
+            k = int(np.nonzero(hit)[0][0])
+            byte = int(where[k])
+            t = int(th[np.argmax(idx == byte)])
+            self.report("async", f"{what} of shared offset {byte % sh.size:#x} at {self.at(t)} while "
+                        f"the async read by {self.line(pc)} ({self._thread_at(t, int(readers[k]) % self.ntid)}) "
+                        "is still in flight (no wait for it orders the write after it)",
+                        self.line(self.pc), self.line(pc))
+            keep.append(entry)
+        if dropped:
+            for entry in dropped:
+                sh.flying[entry[4]] = False
+            for entry in keep:
+                sh.flying[entry[4]] = True
+            self.in_flight = keep
 
     def async_write(self, idx: np.ndarray, th: np.ndarray) -> None:
         """Shared bytes written by a TMA or bulk copy issued by ``th``:
@@ -748,8 +814,9 @@ class Sanitizer:
         if col is None:
             col = self._mbar_column[word] = self.clocks.vc.shape[1]
             self.clocks.vc = np.pad(self.clocks.vc, ((0, 0), (0, 1)))
-            for key, held in list(self.clocks._mbarrier.items()):
-                self.clocks._mbarrier[key] = np.pad(held, (0, self.clocks.vc.shape[1] - len(held)))
+            for table in (self.clocks._mbarrier, self.clocks._completed):
+                for key, held in list(table.items()):
+                    table[key] = np.pad(held, (0, self.clocks.vc.shape[1] - len(held)))
             for key, held in list(self.clocks._arrived.items()):
                 self.clocks._arrived[key] = np.pad(held, (0, self.clocks.vc.shape[1] - len(held)))
         return col
@@ -803,7 +870,10 @@ class Sanitizer:
         th = s.threads
         if self._moving:
             self._quiet = self._moving = False
-            self._move_definedness(s.ins, th)
+            if sim == "selp":
+                self._select_definedness(s)
+            else:
+                self._move_definedness(s.ins, th)
             return
         if sim in _MASKED:
             self.member_mask(s)
@@ -827,9 +897,15 @@ class Sanitizer:
             if "ld" in "".join(s.ins.modifiers):
                 self.ld_done[th] = self.ld_open[th]
         elif sim == "cp_async_bulk_commit_group":
-            pass
+            self.bulk_open[th] += 1
         elif sim == "cp_async_bulk_wait_group":
-            self._resolve("bulk", th)
+            n = int(s.src(0).astype(np.int64)[0])
+            self.bulk_done[th] = self.bulk_open[th] - n
+            self._resolve("bulk", th, self.bulk_done)
+        elif sim == "wgmma_mma_async" and isinstance(s.ins.operands[1], ir.Vector):
+            for op in s.ins.operands[1].items:       # A from registers: read until the wgmma completes
+                if isinstance(op, ir.Register):
+                    self._flying_operand(op.name, th)
 
     def cp_async_written(self, idx: np.ndarray, th: np.ndarray) -> None:
         """``cp.async`` bytes: written (checked like a store), then in flight
@@ -900,8 +976,26 @@ class Sanitizer:
         for w in np.unique(words).tolist():
             self._column(w)
         if self.sim in ("tcgen05_commit",):
-            self._resolve("tcgen05", threads)
+            self._tie("tcgen05", threads, words)
         self.clocks.mbarrier_release(threads, words)
+
+    def _tie(self, kind: str, threads: np.ndarray, words: np.ndarray) -> None:
+        """The ``kind`` async reads of ``threads`` complete with the current
+        phase of their commit's mbarrier: a write to those bytes must come
+        from a thread that observed that phase."""
+        order = np.argsort(threads, kind="stable")
+        keys, vals = np.asarray(threads)[order], np.asarray(words, dtype=np.int64)[order]
+        tied = []
+        for entry in self.in_flight:
+            k, group, issuers, readers, idx, pc = entry
+            at = np.clip(np.searchsorted(keys, issuers), 0, len(keys) - 1)
+            if k != kind or not (keys[at] == issuers).all():
+                tied.append(entry)
+                continue
+            word = int(vals[at[0]])
+            self._column(word)
+            tied.append((f"{kind}@{word}", self.completions.get(word, 0), issuers, readers, idx, pc))
+        self.in_flight = tied
 
     def mbarrier_acquire(self, threads: np.ndarray, words: np.ndarray) -> None:
         """``threads`` observed a completed phase of ``words``."""
@@ -916,6 +1010,7 @@ class Sanitizer:
         for w, c in zip(np.asarray(words).tolist(), np.asarray(completed).tolist()):
             if c:
                 self.completions[w] = self.completions.get(w, 0) + int(c)
+                self.clocks.mbarrier_complete(w)
 
     def mbarrier_init(self, words: np.ndarray) -> None:
         """``mbarrier.init``/``inval``: a fresh object."""

@@ -19,9 +19,10 @@ maximum) in the direction PTX's memory model orders:
 * ``barrier.cluster``: as ``bar.sync`` within each CTA (orderings between
   CTAs are not tracked: see :mod:`.shadow`).
 
-mbarrier clocks accumulate over phases (an acquire sees the releases of
-later phases that have already happened too): this can hide a bug, never
-invent one.
+An mbarrier keeps what was released into its current phase apart from what
+its completed phases hold: observing a phase acquires only completed
+phases' releases (arrivals a fast thread already made towards the next
+phase stay out).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ class Clocks:
         self.tid = np.arange(n, dtype=np.int64) % max(ntid, 1)
         self.vc[np.arange(n), self.tid] = 1
         self._arrived: dict[int, np.ndarray] = {}     # CTA * 16 + barrier id -> released clocks
-        self._mbarrier: dict[int, np.ndarray] = {}    # flat mbarrier word -> released clocks
+        self._mbarrier: dict[int, np.ndarray] = {}    # flat mbarrier word -> released into the current phase
+        self._completed: dict[int, np.ndarray] = {}   # ... -> released into its completed phases
 
     def own(self, threads: np.ndarray) -> np.ndarray:
         """Each thread's own clock entry (the stamp of its accesses now)."""
@@ -96,10 +98,18 @@ class Clocks:
             self._mbarrier[word] = joined if held is None else np.maximum(held, joined)
         self._tick(threads)
 
+    def mbarrier_complete(self, word: int) -> None:
+        """A phase of mbarrier ``word`` completed: what was released into it
+        becomes visible to the threads that observe it."""
+        held = self._mbarrier.pop(word, None)
+        if held is not None:
+            done = self._completed.get(word)
+            self._completed[word] = held if done is None else np.maximum(done, held)
+
     def mbarrier_acquire(self, threads: np.ndarray, words: np.ndarray) -> None:
         """``threads`` observed a completed phase of the mbarriers ``words``."""
         for word in np.unique(words).tolist():
-            held = self._mbarrier.get(word)
+            held = self._completed.get(word)
             if held is not None:
                 mine = threads[words == word]
                 self.vc[mine] = np.maximum(self.vc[mine], held)
@@ -108,3 +118,4 @@ class Clocks:
         """``mbarrier.init``/``inval``: nothing released so far counts."""
         for word in np.unique(words).tolist():
             self._mbarrier.pop(word, None)
+            self._completed.pop(word, None)
