@@ -1,0 +1,175 @@
+"""``jaxptx.profile`` on the kernel library, and what profiling costs.
+
+1. Every op of :mod:`jaxptx.kernels`, every variant (sm_80, sm_90a,
+   sm_100a), called through ``jax.jit`` on the CPU at a small shape: each
+   launch the op makes runs the emulator with the profiler on (the JAX CPU
+   path's ``Device.launch`` is wrapped for this script), and ptxas gives the
+   launched PTX's resources. One row per launch: global sectors per request
+   (and the ideal), LSU shared-memory bank conflicts, the tensor-core
+   operand-read model's extra wavefronts, registers, spills, occupancy on
+   the variant's own GPU, and the roofline *estimate* (a lower bound from
+   counts at peak rates, never a measurement) for H100 and B200.
+2. The cost of profiling: ``sim.launch`` with and without ``profile=True``
+   on the two GEMMs of ``benchmarks/gemm_kernels.py``, best of N.
+
+    python benchmarks/profile_kernels.py [--repeat 3] [--sizes 256 512] [--skip-overhead]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def _capture() -> list:
+    """Profile every ``sim.Device.launch`` from here on; returns the list
+    the profiles go to (``(module, profile)``)."""
+    from jaxptx import sim
+    captured: list = []
+    plain = sim.Device.launch
+
+    def launch(self: Any, source: Any, params: Any, **kw: Any) -> Any:
+        p = plain(self, source, params, profile=True, **kw)
+        captured.append((source, p))
+        return p.findings
+    sim.Device.launch = launch
+    return captured
+
+
+def library_cases() -> list[tuple[str, str, Any, tuple]]:
+    """(op, arch, jitted call, inputs) for every op and variant."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxptx import kernels
+    rng = np.random.default_rng(0)
+
+    def rand(shape: tuple, dtype: Any = jnp.bfloat16) -> Any:
+        return jnp.asarray(rng.standard_normal(shape, dtype=np.float32), dtype)
+
+    rows = []
+    for arch in ("sm_80", "sm_90a", "sm_100a"):
+        a, b = rand((256, 256)), rand((256, 256))
+        rows.append(("matmul 256^3", arch, lambda a, b, arch=arch: kernels.matmul(a, b, arch=arch), (a, b)))
+    for arch in ("sm_80", "sm_90a"):
+        q, k, v = rand((1, 128, 2, 64)), rand((1, 128, 2, 64)), rand((1, 128, 2, 64))
+        rows.append(("flash_attention 1x128x2x64", arch,
+                     lambda q, k, v, arch=arch: kernels.flash_attention(q, k, v, arch=arch), (q, k, v)))
+    lhs, rhs = rand((256, 128)), rand((2, 128, 128))
+    sizes = jnp.asarray([128, 128], jnp.int32)
+    rows.append(("grouped_matmul 2x128x128x128", "sm_80",
+                 lambda l, r, s: kernels.grouped_matmul(l, r, s, arch="sm_80"), (lhs, rhs, sizes)))
+    x, w, bias = rand((64, 1024)), rand((1024,)), rand((1024,))
+    g, u = rand((64, 1024)), rand((64, 1024))
+    for arch in ("sm_80", "sm_90a", "sm_100a"):
+        rows.append(("rms_norm 64x1024", arch, lambda x, w, arch=arch: kernels.rms_norm(x, w, arch=arch), (x, w)))
+        rows.append(("layer_norm 64x1024", arch,
+                     lambda x, w, b, arch=arch: kernels.layer_norm(x, w, b, arch=arch), (x, w, bias)))
+        rows.append(("softmax 64x1024", arch, lambda x, arch=arch: kernels.softmax(x, arch=arch), (x,)))
+        rows.append(("swiglu 64x1024", arch, lambda g, u, arch=arch: kernels.swiglu(g, u, arch=arch), (g, u)))
+    return [(op, arch, jax.jit(fn), inputs) for op, arch, fn, inputs in rows]
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.2f}"
+
+
+def profile_library() -> None:
+    """Part 1: one row per launch of every op and variant."""
+    import jax
+
+    from jaxptx.emit import emit
+    from jaxptx.profile.api import attach_resources
+    captured = _capture()
+    print("| op | variant | kernel | sectors/req (ideal) | LSU bank conflicts (wavefronts/req) | "
+          "tensor-operand extra wavefronts | regs | spills (B) | occupancy | H100 est. (us, bound) | "
+          "B200 est. (us, bound) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for op, arch, fn, inputs in library_cases():
+        del captured[:]
+        try:
+            jax.block_until_ready(fn(*inputs))
+        except Exception as e:                  # report and go on with the others
+            print(f"| {op} | {arch} | failed: {type(e).__name__}: {str(e)[:80]} | | | | | | | | |")
+            continue
+        seen: set[int] = set()
+        for module, p in captured:
+            # The JAX CPU path may launch a kernel twice (to find outputs it
+            # never writes); the counts are the same, so one row each.
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            attach_resources(p, emit(module) if not isinstance(module, str) else module, p.arch)
+            k = p.kernel
+            r = p.resources or {}
+            occ = next(iter((p.occupancy or {}).values()), None)
+            occ_text = (f"{100 * occ['occupancy']:.0f}% ({occ['ctas_per_sm']} CTA, {occ['limited_by']})"
+                        if occ else "n/a")
+            spills = f"{r.get('spill_stores', '?')}/{r.get('spill_loads', '?')}" if "error" not in r else "ptxas error"
+            h, b = p.roofline("H100"), p.roofline("B200")
+            print(f"| {op} | {arch} | {p.name} | {k['sectors_per_request']:.2f} ({k['ideal_sectors_per_request']:.2f}) "
+                  f"| {k['shared_bank_conflicts']} ({k['wavefronts_per_request']:.2f}) "
+                  f"| {k['tensor_smem_conflicts']} | {r.get('registers', '?')} | {spills} | {occ_text} "
+                  f"| {_us(h['time_lower_bound_s'])}, {h['bound_by']} | {_us(b['time_lower_bound_s'])}, "
+                  f"{b['bound_by']} |")
+            worst = [e for e in p.lines if e["shared_bank_conflicts"] or
+                     e["global_sectors"] > e["global_ideal_sectors"]]
+            for e in sorted(worst, key=lambda e: -(e["shared_bank_conflicts"] + e["global_sectors"]
+                                                    - e["global_ideal_sectors"]))[:2]:
+                print(f"|  | | line {e['line']}: `{e['instruction'][:60]}` | "
+                      f"{e['sectors_per_request']:.2f} ({e['ideal_sectors_per_request']:.2f}) | "
+                      f"{e['shared_bank_conflicts']} ({e['wavefronts_per_request']:.2f}) | | | | | | |")
+
+
+def overhead(sizes: list[int], repeat: int) -> None:
+    """Part 2: profiled / plain launch time of the benchmark GEMMs."""
+    import ml_dtypes
+
+    from gemm_kernels import maps, tc_gemm, ws_gemm
+    from jaxptx import sim
+    print("\n| GEMM | size | plain s | profiled s | ratio |")
+    print("|---|---|---|---|---|")
+    for n in sizes:
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((n, n)).astype(ml_dtypes.bfloat16)
+        bt = rng.standard_normal((n, n)).astype(ml_dtypes.bfloat16)
+        for k in (ws_gemm, tc_gemm):
+            spec = k.specialize(M=n, N=n, K=n)
+            c = np.zeros((n, n), np.float32)
+
+            def run(prof: bool) -> float:
+                t = time.perf_counter()
+                sim.launch(spec.module, a, bt, c, *maps(a.shape, bt.shape), grid=spec.grid, block=spec.block,
+                           smem=spec.smem, profile=prof)
+                return time.perf_counter() - t
+            run(True)
+            plain, profiled = [], []
+            for _ in range(repeat):         # interleaved, so that load on the machine hits both alike
+                plain.append(run(False))
+                profiled.append(run(True))
+            print(f"| {k.name} | {n}^3 | {min(plain):.3f} | {min(profiled):.3f} | {min(profiled) / min(plain):.2f} |")
+
+
+def main() -> None:
+    """Run both parts."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--sizes", type=int, nargs="*", default=[256, 512])
+    ap.add_argument("--skip-overhead", action="store_true")
+    ap.add_argument("--skip-library", action="store_true")
+    args = ap.parse_args()
+    if not args.skip_library:
+        profile_library()
+    if not args.skip_overhead:
+        overhead(args.sizes, args.repeat)
+
+
+if __name__ == "__main__":
+    main()

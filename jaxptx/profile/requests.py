@@ -1,0 +1,226 @@
+"""Warp-level requests from one instruction's accesses, counted the way
+Nsight Compute counts them.
+
+A *request* is one warp's execution of a memory instruction over its
+active lanes (a ``ld.global.v4.f32`` is one request, although the emulator
+reads its four elements separately).
+
+* **Global** (and generic addresses that land in global memory): the
+  *sectors* of a request are the distinct aligned 32-byte segments its lanes
+  touch (``l1tex__t_sectors_pipe_lsu_mem_global_op_ld/st``); the ideal is
+  ``ceil(bytes requested / 32)``.
+* **Shared**: a request is served in *wavefronts*. Lanes are split into
+  phases by their access width ``W`` (the bytes one lane moves: 4 or less:
+  one phase of 32 lanes; 8: two half-warps; 16: four quarter-warps, which
+  is also how ``ldmatrix``/``stmatrix`` serve each matrix's 8 row
+  addresses). Within a phase, bank ``(address / 4) % 32`` serves one 4-byte
+  word per wavefront, and several lanes reading the same word share it
+  (broadcast), so a phase needs as many wavefronts as the most distinct
+  words any bank holds. The ideal is one per phase with active lanes; the
+  excess is ``shared_bank_conflicts`` (Nsight's
+  ``l1tex__data_bank_conflicts_pipe_lsu_mem_shared``).
+* **Tensor-core operands** read from shared memory through descriptors
+  (``wgmma``, ``tcgen05.mma``, ``tcgen05.cp``): the ISA defines their layout
+  as 8-row x 16-byte core matrices; a model counts the distinct 16-byte
+  chunks an MMA reads, ideally 8 (128 bytes, one per bank group) a
+  wavefront, and a bank group (chunk % 8) holding more than its share as
+  extra wavefronts. These are kept apart from the LSU counts
+  (``tensor_smem_*``): Nsight does not count them as shared requests.
+* **Bulk copies** (TMA): bytes only (``tma_bytes``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+__all__ = ["LineCounts", "count", "FIELDS"]
+
+
+@dataclasses.dataclass
+class LineCounts:
+    """Memory and tensor counts of one PTX line, summed over its executions."""
+
+    global_requests: int = 0
+    global_sectors: int = 0
+    global_ideal_sectors: int = 0
+    global_bytes: int = 0
+    shared_requests: int = 0
+    shared_wavefronts: int = 0
+    shared_ideal_wavefronts: int = 0
+    shared_bank_conflicts: int = 0
+    shared_bytes: int = 0
+    local_requests: int = 0
+    local_bytes: int = 0
+    tensor_smem_bytes: int = 0
+    tensor_smem_wavefronts: int = 0
+    tensor_smem_conflicts: int = 0
+    tma_bytes: int = 0
+    tensor_flops: int = 0
+    width: int = 0          # bytes one lane moves per request (the last seen)
+
+
+FIELDS = tuple(f.name for f in dataclasses.fields(LineCounts) if f.name != "width")
+"""The summed fields of :class:`LineCounts`, in order."""
+
+
+def _changes(sorted_keys: np.ndarray) -> np.ndarray:
+    """Mask of the first element of each run of equal values."""
+    first = np.empty(len(sorted_keys), dtype=bool)
+    if len(sorted_keys):
+        first[0] = True
+        np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
+    return first
+
+
+def _distinct(keys: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted (a stable sort: fast on the nearly sorted
+    keys of a coalesced access)."""
+    s = np.sort(keys, kind="stable")
+    return s[_changes(s)]
+
+
+def count(c: Any, pc: int, line: LineCounts, records: list[tuple]) -> None:
+    """Add the requests of one execution of ``pc`` (its ``records``:
+    ``(buffer, byte offsets, threads, width, write)``) to ``line``."""
+    kind = c.kinds[pc]
+    if kind.traffic == "none" or not records:
+        return
+    mem = c.m.memory
+    shared, local = mem.shared, mem.local
+    g, s, loc = [], [], []
+    for rec in records:
+        buf = rec[0]
+        if buf is shared:
+            s.append(rec)
+        elif buf is local:
+            loc.append(rec)
+        elif buf is not mem.param and buf is not mem.const:
+            g.append(rec)
+    if kind.traffic == "tma":
+        line.tma_bytes += sum(len(r[2]) * r[3] for r in (g or s))
+        return
+    if kind.traffic == "tensor":
+        if s:
+            _tensor_reads(c, line, s)
+        return
+    if g:
+        _global(c, line, g)
+    if s:
+        _shared(c, pc, line, s)
+    if loc:
+        line.local_requests += len(np.unique(np.concatenate([c.warp_of(r[2]) for r in loc])))
+        line.local_bytes += sum(len(r[2]) * r[3] for r in loc)
+
+
+def _global(c: Any, line: LineCounts, records: list[tuple]) -> None:
+    keys, warps, sizes = [], [], []
+    for buf, off, thr, width, _ in records:
+        w = c.warp_of(thr)
+        k = c.buffer_id(buf)
+        sectors = np.asarray(off, dtype=np.int64) >> 5
+        keys.append((w << 42) | (k << 31) | sectors)
+        warps.append(w)
+        sizes.append(np.full(len(w), width, dtype=np.int64))
+        touched = c.touched.get(k)
+        if touched is None:
+            touched = c.touched[k] = np.zeros(-(-len(buf) // 32), dtype=bool)
+        touched[sectors] = True
+    w = np.concatenate(warps) if len(warps) > 1 else warps[0]
+    uw, inv = np.unique(w, return_inverse=True)
+    per_warp = np.bincount(inv.reshape(-1), weights=np.concatenate(sizes), minlength=len(uw))
+    line.global_requests += len(uw)
+    line.global_sectors += len(_distinct(np.concatenate(keys) if len(keys) > 1 else keys[0]))
+    line.global_ideal_sectors += int(np.ceil(per_warp / 32).sum())
+    line.global_bytes += int(per_warp.sum())
+
+
+def _shared(c: Any, pc: int, line: LineCounts, records: list[tuple]) -> None:
+    size = c.m.memory.shared_size
+    total = sum(len(r[2]) * r[3] for r in records)
+    most = max(len(r[2]) for r in records)
+    if most == 0:
+        return
+    width = 1 << max(0, int(round(np.log2(total / most))))      # bytes per lane
+    per_phase = 32 if width <= 4 else max(1, 128 // width)
+    phases = 32 // per_phase
+    keys, warps = [], []
+    ntid = c.ntid
+    for _, off, thr, each, _ in records:
+        w = c.warp_of(thr)
+        lane = (thr & 31) if ntid % 32 == 0 else (thr % ntid) % 32
+        word = (np.asarray(off, dtype=np.int64) % size) >> 2
+        key = ((w * phases + lane // per_phase) << 20) | word
+        if each > 4:            # an 8- or 16-byte element covers 2 or 4 words
+            key = (key[:, None] + np.arange(each // 4)).reshape(-1)
+        keys.append(key)
+        warps.append(w)
+    u = _distinct(np.concatenate(keys) if len(keys) > 1 else keys[0])
+    wp = u >> 20
+    banked = np.sort((wp << 5) | (u & 31), kind="stable")
+    starts = np.flatnonzero(_changes(banked))
+    runs = np.diff(np.append(starts, len(banked)))           # distinct words per (phase, bank)
+    run_wp = banked[starts] >> 5
+    groups = np.flatnonzero(_changes(run_wp))
+    wavefronts = int(np.maximum.reduceat(runs, groups).sum()) if len(runs) else 0
+    ideal = len(groups)
+    requests = len(np.unique(np.concatenate(warps)))
+    line.shared_requests += requests
+    line.shared_wavefronts += wavefronts
+    line.shared_ideal_wavefronts += ideal
+    line.shared_bank_conflicts += wavefronts - ideal
+    line.shared_bytes += total
+    line.width = width
+    if pc not in c.samples:
+        c.samples[pc] = _sample(c, records, width, per_phase, size)
+
+
+def _sample(c: Any, records: list[tuple], width: int, per_phase: int, size: int) -> dict:
+    """One warp's access (the first warp of the first execution) for the
+    bank map: per (lane, 4-byte word) its bank and the wavefront (pass) that
+    serves it."""
+    first = int(c.warp_of(records[0][2][:1])[0])
+    lanes, offsets = [], []
+    for _, off, thr, w, _ in records:
+        sel = c.warp_of(thr) == first
+        t = thr[sel]
+        o = np.asarray(off, dtype=np.int64)[sel] % size
+        for b in (range(0, w, 4) if w >= 4 else (0,)):
+            lanes.append((t % c.ntid) % 32)
+            offsets.append(o + b)
+    lane = np.concatenate(lanes).astype(int)
+    word = np.concatenate(offsets).astype(int) >> 2
+    rows = []
+    seen: dict[tuple[int, int], list[int]] = {}
+    for ln, wd in sorted(zip(lane.tolist(), word.tolist())):
+        key = (ln // per_phase, wd % 32)
+        words = seen.setdefault(key, [])
+        if wd not in words:
+            words.append(wd)
+        rows.append({"lane": ln, "word": wd, "bank": wd % 32, "phase": ln // per_phase,
+                     "pass": words.index(wd)})
+    return {"warp": first, "width": width, "lanes_per_phase": per_phase, "accesses": rows}
+
+
+def _tensor_reads(c: Any, line: LineCounts, records: list[tuple]) -> None:
+    """All operand reads of one tensor-core step at once: distinct 16-byte
+    chunks per issuing thread, 8 to a wavefront, more where a bank group
+    (chunk % 8) holds more than its share."""
+    size = c.m.memory.shared_size
+    off = np.concatenate([np.asarray(r[1], dtype=np.int64) for r in records])
+    owner = np.concatenate([np.broadcast_to(np.asarray(r[2], dtype=np.int64), (len(r[1]),)) for r in records])
+    u = _distinct((owner << 24) | ((off % size) >> 4))
+    who = u >> 24
+    starts = np.flatnonzero(_changes(who))
+    n = np.diff(np.append(starts, len(u)))                           # chunks per issuing thread
+    grouped = np.sort((who << 3) | (u & 7), kind="stable")
+    gs = np.flatnonzero(_changes(grouped))
+    per_group = np.diff(np.append(gs, len(grouped)))
+    most = np.maximum.reduceat(per_group, np.flatnonzero(_changes(grouped[gs] >> 3)))
+    ideal = -(-n // 8)
+    waves = np.maximum(ideal, most)
+    line.tensor_smem_bytes += int(n.sum()) * 16
+    line.tensor_smem_wavefronts += int(waves.sum())
+    line.tensor_smem_conflicts += int((waves - ideal).sum())

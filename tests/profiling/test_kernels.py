@@ -1,0 +1,145 @@
+"""jaxptx.profile on traced kernels: tensor-core FLOPs of mma.sync, wgmma
+and tcgen05.mma GEMMs (2 M N K, counted from the instructions executed),
+PTX and Python lines, occupancy against hand-computed figures, pictures."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from jaxptx.profile.api import profile
+from jaxptx.profile.occupancy import LIMITS, occupancy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _gemm_inputs(m: int, n: int, k: int):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    bt = rng.standard_normal((n, k)).astype(ml_dtypes.bfloat16)
+    return a, bt, a.astype(np.float64) @ bt.astype(np.float64).T
+
+
+def _line_of(text: str) -> int:
+    """The line of examples/mma_gemm.py that holds ``text``."""
+    lines = (ROOT / "examples" / "mma_gemm.py").read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def test_mma_sync_gemm_flops_and_source_lines():
+    sys.path.insert(0, str(ROOT / "examples"))
+    from mma_gemm import mma_gemm
+    a, bt, want = _gemm_inputs(32, 16, 64)
+    c = np.zeros((32, 16), np.float32)
+    p = profile(mma_gemm, a, bt, c, resources=False)
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4)
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    fig = p.heatmap(by="source")
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == [f"mma_gemm.py:{_line_of(text)}" for text in
+                      ("frag_a = ", "frag_b = ", "ptx.st.global_.v2.f32(out, ", "ptx.st.global_.v2.f32(out + ")]
+    assert p.tensor_flops == {"bf16": 2 * 32 * 16 * 64}
+    (mma,) = [e for e in p.lines if e["instruction"].startswith("mma.sync")][:1]
+    assert mma["source"].endswith(f"mma_gemm.py:{_line_of('ptx.mma.sync')}")
+    # the PTX line number points at the instruction in the kernel's text
+    text = mma_gemm.ptx(M=32, N=16, K=64).splitlines()
+    for e in p.lines:
+        assert text[e["line"] - 1].strip() == e["instruction"]
+    # fragments are 4-byte loads of rows K*2 bytes apart: 8 rows x 4 lanes,
+    # each row's 4 lanes in one 32-byte sector -> 8 sectors per request
+    loads = p.find("ld.global.b32")
+    assert loads and all(e["sectors_per_request"] == 8 for e in loads)
+
+
+@pytest.mark.parametrize("name", ["ws_gemm", "tc_gemm"])
+def test_wgmma_and_tcgen05_gemm_flops(name):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gemm_kernels
+    k = getattr(gemm_kernels, name)
+    n = 128
+    a, bt, want = _gemm_inputs(n, n, n)
+    c = np.zeros((n, n), np.float32)
+    spec = k.specialize(M=n, N=n, K=n)
+    p = profile(spec.module, a, bt, c, *gemm_kernels.maps(a.shape, bt.shape), grid=spec.grid, block=spec.block,
+                smem=spec.smem, resources=False)
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+    assert p.tensor_flops == {"bf16": 2 * n * n * n}
+    mmas = [e for e in p.lines if e["class"] == "tensor"]
+    if name == "ws_gemm":
+        # wgmma.m64n128k16: 2 consumer warpgroups x 2 K-blocks x 4 MMAs, 4 warps each
+        assert sum(e["executions"] for e in mmas) == 2 * 2 * 4 * 4
+        assert all(e["tensor_flops"] == e["executions"] // 4 * 2 * 64 * 128 * 16 for e in mmas)
+    else:
+        # tcgen05.mma M = N = 128, K = 16 (kind::f16), one thread issues each
+        assert sum(e["predicated_on"] for e in mmas) == 2 * 4
+    # K-major tiles, 128-byte swizzle: every 8 rows of 16 bytes in 8 bank groups
+    assert p.kernel["tensor_smem_bytes"] > 0 and p.kernel["tensor_smem_conflicts"] == 0
+    assert p.kernel["tma_bytes"] == 2 * n * n * 2
+    est = p.roofline("B200")
+    assert est["estimate"] and est["bound_by"] == "tensor cores"
+
+
+# Hand-computed from the limits in occupancy.py's docstring:
+#   warps/CTA = ceil(threads / 32); registers/warp = roundup(regs * 32, 256);
+#   CTAs by registers = floor(16384 / regs-per-warp) * 4 // warps;
+#   CTAs by shared = floor(smem_per_SM / roundup(smem + 1024, 128)).
+@pytest.mark.parametrize("arch, threads, regs, smem, ctas, limited", [
+    ("sm_90a", 256, 128, 0, 2, "registers"),          # 4096 regs/warp: 4 warps a partition, 16 a SM
+    ("sm_80", 128, 32, 48 * 1024, 3, "shared"),       # 50176 B a CTA: 167936 // 50176 = 3
+    ("sm_100a", 384, 168, 0, 1, "registers"),         # 5376 regs/warp: 3 warps a partition, 12 a SM
+    ("sm_90a", 128, 32, 0, 16, "warps"),              # 64 warps / 4
+    ("sm_80", 32, 16, 0, 32, "ctas"),                 # 32 CTAs of 1 warp
+    ("sm_90a", 384, 40, 200 * 1024, 1, "shared"),     # 205824 B: one CTA in 233472
+    ("sm_90a", 128, 32, 228 * 1024, 0, "shared"),     # more than a CTA may have
+])
+def test_occupancy_by_hand(arch, threads, regs, smem, ctas, limited):
+    o = occupancy(arch, threads, regs, smem)
+    assert o["ctas_per_sm"] == ctas
+    assert o["limited_by"] == limited
+    warps = -(-threads // 32)
+    assert o["occupancy"] == ctas * warps / 64
+
+
+def test_limits_are_written_down():
+    for lim in LIMITS.values():
+        assert lim.source and lim.max_warps == 64 and lim.registers == 65536
+    assert LIMITS["sm_80"].shared_per_sm == 167936 and LIMITS["sm_90a"].shared_per_sm == 233472
+
+
+def test_resources_and_occupancy_from_ptxas():
+    sys.path.insert(0, str(ROOT / "examples"))
+    from mma_gemm import mma_gemm
+    a, bt, _ = _gemm_inputs(16, 8, 32)
+    c = np.zeros((16, 8), np.float32)
+    try:
+        want = mma_gemm.resources(M=16, N=8, K=32)
+    except Exception as e:       # no ptxas on this machine
+        pytest.skip(f"ptxas unavailable: {e}")
+    p = profile(mma_gemm, a, bt, c)
+    assert p.resources["registers"] == want.registers
+    assert p.resources["spill_stores"] == want.spill_stores == 0
+    o = p.occupancy["sm_80"]
+    assert o == occupancy("sm_80", 32, want.registers, want.shared_bytes)
+    assert "occupancy" in str(p)
+
+
+def test_pictures(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from profile_cases import transpose
+    src = np.arange(32 * 32, dtype=np.float32)
+    p = profile(transpose(32), src, np.zeros_like(src), block=(32, 32), resources=False)
+    fig = p.heatmap()
+    fig.savefig(tmp_path / "heat.png")
+    fig = p.bank_map("ld.shared")
+    fig.savefig(tmp_path / "banks.png")
+    sample = p.samples[p.find("ld.shared")[0]["line"]]
+    # lane l reads word 32 l: all in bank 0, in pass l
+    assert sorted((a["lane"], a["bank"], a["pass"]) for a in sample["accesses"]) == \
+        [(lane, 0, lane) for lane in range(32)]
+    assert (tmp_path / "banks.png").stat().st_size > 0
