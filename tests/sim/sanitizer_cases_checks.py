@@ -180,7 +180,7 @@ OTHERS += [
     @%p2 bra CONSUMER;
     st.global.u32 [%rd4], %r4;                  //@O
     fence.acq_rel.[[cta||gpu]];
-    @%p1 st.relaxed.[[cta||gpu]].global.u32 [%rd1+256], 1;
+    @%p1 st.relaxed.[[cta||gpu]].global.u32 [%rd1+256], 1;   //@O2 (the flag store)
     bra DONE;
 CONSUMER:
     ld.relaxed.[[cta||gpu]].global.u32 %r12, [%rd1+256];       //@L2 (the flag itself races)
@@ -197,10 +197,7 @@ DONE:
     Case("global memory: two CTAs store to one word with .cta-scope relaxed stores", """
     add.u32 %r13, %r2, 1;
     @%p1 st.relaxed.[[cta||gpu]].global.u32 [%rd1], %r13;     //@L
-""", "race", lambda inp, g, b: np.array([2, 0], np.uint32), block=32, grid=2, words=2,
-         bug_xfail="strong global accesses (relaxed, volatile, atomics) are skipped whatever their scope "
-                   "(Sanitizer.other_access: `strong`); .cta-scope ones from different CTAs are not "
-                   "morally strong and race"),
+""", "race", lambda inp, g, b: np.array([2, 0], np.uint32), block=32, grid=2, words=2),
 
     Case("global memory: plain read of a counter other CTAs update atomically", """
     @%p1 atom.global.add.u32 %r12, [%rd1], 1;   //@O
@@ -208,9 +205,7 @@ DONE:
     mul.wide.u32 %rd6, %r2, 4;
     add.u64 %rd6, %rd1, %rd6;
     @%p1 st.global.u32 [%rd6+4], %r13;
-""", "race", lambda inp, g, b: np.array([2, 1, 1, 0], np.uint32), block=32, grid=2, words=4,
-         bug_xfail="atomics are not recorded in the global shadow (Sanitizer.other_access returns on "
-                   "atomic), so a plain access racing with another CTA's atomics is not seen"),
+""", "race", lambda inp, g, b: np.array([2, 1, 1, 0], np.uint32), block=32, grid=2, words=4),
 ]
 
 CASES = UNINITIALISED + OTHERS

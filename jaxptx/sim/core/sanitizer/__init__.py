@@ -418,16 +418,39 @@ class Sanitizer:
         if key is not None and (atomic or strong):
             self._location_sync(off, np.asarray(threads, dtype=np.int64), key + 1, write or atomic,
                                 not write or atomic, release, acquire)
-        if key is None or atomic or strong or not self.cross_cta:
+        if key is None or not self.cross_cta:
             return
         shadow = self._global_shadow.get(key)
         if shadow is None:
             n = len(buf)
             shadow = self._global_shadow[key] = (np.full(n, -1, np.int32), np.full(n, -1, np.int32),
-                                                 np.zeros(n, np.int64), np.zeros(n, np.int64))
-        writer, reader, w_at, r_at = shadow       # CTA (-1: none; reader -2: several), thread, pc packed
+                                                 np.zeros(n, np.int64), np.zeros(n, np.int64),
+                                                 np.full(n, -1, np.int32), np.zeros(n, np.int64))
+        # CTA of the last plain write, of the plain reads since, of the strong
+        # (gpu-scope) accesses since (-1: none, -2: several); thread << 20 | pc of each
+        writer, reader, w_at, r_at, strong_cta, s_at = shadow
         th = np.repeat(np.asarray(threads, dtype=np.int64), width)
         cta = (th // self.ntid).astype(np.int32)
+        if (atomic or strong) and not self._cta_scoped():
+            w, r = writer[idx], reader[idx]
+            plain = (w >= 0) & (w != cta)
+            if write or atomic:
+                plain |= (r == -2) | ((r >= 0) & (r != cta))
+            if plain.any():
+                k = int(np.argmax(plain))
+                at = w_at[idx[k]] if w[k] >= 0 and w[k] != cta[k] else r_at[idx[k]]
+                self._global_race("atomic" if atomic else "strong access", k, idx, th, at, "the plain access")
+            a = strong_cta[idx]
+            strong_cta[idx] = np.where((a == -1) | (a == cta), cta, -2)
+            s_at[idx] = _pack_at(th, self.pc, self.ntid)
+            return
+        a = strong_cta[idx]
+        mixed = (a == -2) | ((a >= 0) & (a != cta))
+        if mixed.any():
+            k = int(np.argmax(mixed))
+            self._global_race("write" if write else "read", k, idx, th, s_at[idx[k]], "the atomic or strong access")
+        if write:
+            strong_cta[idx] = -1
         w = writer[idx]
         clash = (w >= 0) & (w != cta)
         if write and values is not None and not self.strict:
@@ -466,6 +489,13 @@ class Sanitizer:
                     f"{other} at {self.line(pc)} by {self.who(tid)}: nothing orders accesses of different "
                     "CTAs (no gpu-scope fence or release/acquire in the kernel)",
                     self.line(self.pc), self.line(pc))
+
+    def _cta_scoped(self) -> bool:
+        """The executing strong access has ``.cta`` scope: it orders nothing,
+        and is not morally strong, between CTAs."""
+        code = self.m.program.code
+        ins = code[self.pc] if 0 <= self.pc < len(code) else None
+        return ins is not None and "cta" in ins.modifiers
 
     # release/acquire through memory -------------------------------------------------------
     def _semantics(self) -> tuple[bool, bool, bool]:
