@@ -753,9 +753,10 @@ class Sanitizer:
                         f"{self.line(int(sh.w_pc[idx[k]]))} by {self._thread_at(th[k], writer[k])} with "
                         "no fence.proxy.async between them", self.line(self.pc), self.line(int(sh.w_pc[idx[k]])))
         sh.flying[idx] = True
-        group = (int(self.wg_open[th[0]]) if kind == "wgmma" else
-                 int(self.bulk_open[th[0]]) if kind == "bulk" else 0)
-        self.in_flight.append((kind, group, _distinct(th), th, idx, self.pc))
+        issuers = _distinct(th)
+        group = (self.wg_open[issuers] if kind == "wgmma" else           # each issuer's open group
+                 self.bulk_open[issuers] if kind == "bulk" else np.zeros(len(issuers), np.int64))
+        self.in_flight.append((kind, group, issuers, th, idx, self.pc))
 
     def _check_in_flight(self, idx: np.ndarray, th: np.ndarray, what: str) -> None:
         """A write to bytes an async read (wgmma, tcgen05.mma, a bulk
@@ -874,15 +875,15 @@ class Sanitizer:
             k, group, issuers, readers, idx, pc = entry
             hit = mine[issuers]
             if done is not None:
-                hit &= group < done[issuers]
+                hit &= group < done[issuers]      # group: per issuer
             if k != kind or not hit.any():
                 keep.append(entry)
             elif hit.all():
                 finished.append(entry)
             else:           # some issuers waited: their bytes land, the rest stay in flight
                 sel = np.isin(readers, issuers[hit])
-                finished.append((k, group, issuers[hit], readers[sel], idx[sel], pc))
-                keep.append((k, group, issuers[~hit], readers[~sel], idx[~sel], pc))
+                finished.append((k, group[hit], issuers[hit], readers[sel], idx[sel], pc))
+                keep.append((k, group[~hit], issuers[~hit], readers[~sel], idx[~sel], pc))
         if not finished:
             return
         sh = self.shadow
