@@ -60,9 +60,7 @@ RACES = [
     [[||bar.sync 0;]]
     @%p2 st.shared.u32 [buf], 9;                //@L
     st.global.u32 [%rd4], %r13;
-""", "race", const(7), block=32,
-         bug_xfail="reads are kept per (byte, warp) as the warp's last reading lane: when that lane "
-                   "writes, the other lanes' reads are gone and `readers != tid` skips the slot"),
+""", "race", const(7), block=32),
 
     Case("war: an unordered read hidden by a later, ordered read of the same warp", """
     mov.u32 %r13, 0;
@@ -88,9 +86,7 @@ WAIT:
     st.shared.u32 [buf], 9;                     //@L
 DONE:
 """, "race", lambda inp, g, b: np.isin(np.arange(64), [3, 7]).astype(np.uint32) * 7,
-         decls="    .shared .align 8 .b64 bar;\n",
-         bug_xfail="reads are kept per (byte, warp) as the warp's last reading lane: lane 7's ordered "
-                   "read replaces lane 3's unordered one, which the writer is never checked against"),
+         decls="    .shared .align 8 .b64 bar;\n"),
 
     Case("raw through generic addresses", """
     mov.u64 %rd10, buf;

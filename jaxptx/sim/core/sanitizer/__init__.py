@@ -613,7 +613,7 @@ class Sanitizer:
             k = int(np.argmax(slot >= 0))
             self._race("read", idx[k], th[k], "atomic", int(sh.a_tid[idx[k], slot[k]]),
                        int(sh.a_pc[idx[k], slot[k]]))
-        sh.record_read(idx, tid, self.clocks.own(th), self.pc)
+        sh.record_read(idx, tid, self.clocks.own(th), self.pc, self._knows(th))
 
     def _write(self, idx: np.ndarray, th: np.ndarray, byte_values: np.ndarray | None) -> None:
         sh = self.shadow
@@ -767,17 +767,19 @@ class Sanitizer:
         flying = sh.flying[idx]
         if not flying.any():
             return
-        written = idx[flying]
+        mark = sh.mark
+        mark[idx[flying]] = True                # the bytes written that are in flight
+        sh.who[idx[flying]] = th[flying]        # and who writes each
         keep, dropped = [], []
         for entry in self.in_flight:
             kind, seq, _, readers, where, pc = entry
-            hit = np.isin(where, written)
+            hit = mark[where]
             if not hit.any():
                 keep.append(entry)
                 continue
             if "@" in kind:
                 column = self._mbar_column[int(kind.split("@")[1])]
-                writers = _distinct(th[np.isin(idx, where[hit])])
+                writers = _distinct(sh.who[where[hit]])
                 if (self.clocks.vc[writers, column] > seq).all():
                     dropped.append(entry)          # the writer saw the commit's phase complete
                     continue
@@ -789,6 +791,7 @@ class Sanitizer:
                         "is still in flight (no wait for it orders the write after it)",
                         self.line(self.pc), self.line(pc))
             keep.append(entry)
+        mark[idx] = False
         if dropped:
             for entry in dropped:
                 sh.flying[entry[4]] = False
@@ -889,7 +892,7 @@ class Sanitizer:
         sh = self.shadow
         for _, _, _, readers, idx, pc in finished:
             sh.flying[idx] = False
-            sh.record_read(idx, readers % self.ntid, self.clocks.own(readers), pc)
+            sh.record_read(idx, readers % self.ntid, self.clocks.own(readers), pc, self._knows(readers))
         for _, _, _, _, idx, _ in keep:
             sh.flying[idx] = True
         self.in_flight = keep
@@ -1044,8 +1047,10 @@ class Sanitizer:
                 self.clocks.mbarrier_complete(w)
 
     def mbarrier_init(self, words: np.ndarray) -> None:
-        """``mbarrier.init``/``inval``: a fresh object."""
+        """``mbarrier.init``/``inval``: a fresh object (its 8 bytes now hold a value)."""
         self.clocks.mbarrier_reset(words)
+        words = np.asarray(words, dtype=np.int64)
+        self.shadow.init[(words[:, None] * 8 + np.arange(8)).ravel()] = True
 
     def _warps(self, threads: np.ndarray) -> list[np.ndarray]:
         """``threads`` grouped by warp (warps are CTA-local: 32 lanes from

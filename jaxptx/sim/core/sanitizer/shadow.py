@@ -7,7 +7,8 @@ async-proxy reads, and what is still in flight into it (a ``cp.async``
 before its ``wait_group``, a TMA copy before its mbarrier phase). Reads
 since the last write are kept per (byte, warp): the last reading lane of
 each warp and its stamp, so a write checks every warp's reads in one
-vectorised comparison. An async-proxy read (``wgmma``, ``tcgen05.mma``, a
+vectorised comparison (with a second slot per warp for an earlier read by
+another lane that the last reader did not come after). An async-proxy read (``wgmma``, ``tcgen05.mma``, a
 TMA store's source) is "in flight" (``flying``) until the issuing thread
 waits for it; then it is recorded as a read stamped with the clock of the
 wait.
@@ -43,12 +44,16 @@ class SharedShadow:
         self.w_atomic = np.zeros(n, dtype=bool)
         self.fenced = np.zeros(n, dtype=bool)
         self.flying = np.zeros(n, dtype=bool)          # an async read not yet waited for
+        self.mark = np.zeros(n, dtype=bool)            # scratch for set membership (kept all False)
+        self.who = np.zeros(n, dtype=np.int64)         # scratch: the writer of each marked byte
         self.pend = np.zeros(n, dtype=np.int8)
         self.pend_key = np.zeros(n, dtype=np.int64)    # cp.async: global thread; TMA: mbarrier word
         self.pend_seq = np.zeros(n, dtype=np.int64)    # cp.async: group; TMA: completions at issue
-        self.r_tid = np.full((n, self.warps), -1, dtype=np.int16 if ntid < 2**15 else np.int32)
-        self.r_clock = np.zeros((n, self.warps), dtype=np.int32)
-        self.r_pc = np.zeros((n, self.warps), dtype=np.int32)
+        # two slots per warp: its last reading lane, and an earlier read by
+        # another lane of the warp that the last one did not come after
+        self.r_tid = np.full((n, 2 * self.warps), -1, dtype=np.int16 if ntid < 2**15 else np.int32)
+        self.r_clock = np.zeros((n, 2 * self.warps), dtype=np.int32)
+        self.r_pc = np.zeros((n, 2 * self.warps), dtype=np.int32)
         self.a_tid: np.ndarray | None = None           # atomics: last atomic lane per warp
         self.a_clock: np.ndarray | None = None
         self.a_pc: np.ndarray | None = None
@@ -74,12 +79,42 @@ class SharedShadow:
         if self.a_tid is not None:
             self.a_tid[idx] = -1
 
-    def record_read(self, idx: np.ndarray, tid: np.ndarray, clock: np.ndarray | np.int32, pc: int) -> None:
-        """Reads of bytes ``idx`` by CTA-local threads ``tid`` (one slot per warp)."""
+    def record_read(self, idx: np.ndarray, tid: np.ndarray, clock: np.ndarray | np.int32, pc: int,
+                    knows=None) -> None:
+        """Reads of bytes ``idx`` by CTA-local threads ``tid``: each takes its
+        warp's slot; the read it displaces moves to the warp's second slot
+        when the new reader did not come after it (``knows(rows, lanes)``:
+        the new readers' clock entries). Lanes of one warp reading a byte in
+        the same instruction are unordered: the last two keep both slots."""
         warp = tid // 32
+        clock = np.broadcast_to(np.asarray(clock, dtype=np.int32), idx.shape)
+        if knows is not None:
+            old = self.r_tid[idx, warp].astype(np.int64)
+            rows = np.nonzero((old >= 0) & (old != tid))[0]
+            if len(rows):
+                rows = rows[self.r_clock[idx[rows], warp[rows]] > knows(rows, old[rows])]
+                self._second(idx[rows], warp[rows], old[rows], self.r_clock[idx[rows], warp[rows]],
+                             self.r_pc[idx[rows], warp[rows]])
+        if len(idx) > 1 and not (tid[0] == tid[-1] and (tid == tid[0]).all()):   # one reader: no ties
+            order = np.lexsort((tid, warp, idx))
+            i, w, t = idx[order], warp[order], tid[order]
+            new_group = np.r_[True, (i[1:] != i[:-1]) | (w[1:] != w[:-1])]
+            last = np.r_[new_group[1:], True]
+            before = np.nonzero(last[1:] & ~new_group[1:] & (t[1:] != t[:-1]))[0]   # next to a group's last
+            if len(before):
+                rows = order[before]
+                self._second(idx[rows], warp[rows], tid[rows], clock[rows], pc)
+            rows = order[last]
+            idx, warp, tid, clock = idx[rows], warp[rows], tid[rows], clock[rows]
         self.r_tid[idx, warp] = tid
         self.r_clock[idx, warp] = clock
         self.r_pc[idx, warp] = pc
+
+    def _second(self, idx: np.ndarray, warp: np.ndarray, tid: np.ndarray, clock: np.ndarray, pc) -> None:
+        col = self.warps + warp
+        self.r_tid[idx, col] = tid
+        self.r_clock[idx, col] = clock
+        self.r_pc[idx, col] = pc
 
     def unordered_reads(self, idx: np.ndarray, tid: np.ndarray, knows) -> np.ndarray:
         """For each byte, the warp slot of a read by another thread that the
