@@ -1,0 +1,56 @@
+"""The site's figures: each drawn by ``jaxptx.viz`` when the site is built
+(nothing is committed as a PNG)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from jaxptx import viz
+
+
+def close(fig: Any) -> None:
+    """Free a figure after it is saved."""
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+
+
+def _gemm_timeline(arch: str) -> Any:
+    """A one-tile GEMM (K = 8 blocks) recorded on the emulator, its full and
+    empty barriers named."""
+    import ml_dtypes
+    rng = np.random.default_rng(0)
+    if arch == "sm_90a":
+        from jaxptx.kernels._matmul_sm90 import BK, STAGES, matmul_sm90 as run
+        m, n = 128, 128
+    else:
+        from jaxptx.kernels._matmul_sm100 import BK, STAGES, matmul_sm100 as run
+        m, n = 128, 128
+    a = rng.standard_normal((1, m, 8 * BK)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((1, 8 * BK, n)).astype(ml_dtypes.bfloat16)
+    with viz.record_pipeline() as trace:
+        np.asarray(run(a, b))
+    offs = sorted({off for launch, cta, off in trace.barriers if launch == 0 and cta == 0})
+    names = {off: (f"full[{k}]" if k < STAGES else f"empty[{k - STAGES}]") if k < 2 * STAGES else "done"
+             for k, off in enumerate(offs)}
+    return viz.pipeline_timeline(trace, cta=0, names=names, title=f"{arch} GEMM, 1 tile, K = 8 x {BK}")
+
+
+FIGURES: dict[str, Callable[[], Any]] = {
+    "images/mma_m16n8k16_a.png": lambda: viz.mma_fragment("m16n8k16", "a", "f16"),
+    "images/mma_m16n8k16_b.png": lambda: viz.mma_fragment("m16n8k16", "b", "f16"),
+    "images/mma_m16n8k16_c.png": lambda: viz.mma_fragment("m16n8k16", "c", "f32"),
+    "images/wgmma_d_n16.png": lambda: viz.wgmma_fragment(16, rows=32),
+    "images/ldmatrix_x4.png": lambda: viz.ldmatrix_map("m8n8", False, 4),
+    "images/ldmatrix_trans.png": lambda: viz.ldmatrix_map("m8n8", True, 1),
+    "images/tcgen05_ld_32x32b.png": lambda: viz.tcgen05_ld_map("32x32b", 4),
+    "images/tcgen05_ld_16x256b.png": lambda: viz.tcgen05_ld_map("16x256b", 2),
+    "images/swizzle_128.png": lambda: viz.swizzle_pattern(128),
+    "images/swizzle_64.png": lambda: viz.swizzle_pattern(64),
+    "images/swizzle_32.png": lambda: viz.swizzle_pattern(32),
+    "images/tma_box.png": lambda: viz.tma_box((12, 40), (8, 32), (6, 16), "f32", 128),
+    "images/pipeline_sm90.png": lambda: _gemm_timeline("sm_90a"),
+    "images/pipeline_sm100.png": lambda: _gemm_timeline("sm_100a"),
+}

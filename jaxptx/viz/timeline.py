@@ -1,0 +1,189 @@
+"""A kernel's pipeline over time, from an emulator run: when each mbarrier
+completes a phase, and when threads issue TMA copies, MMAs and commits.
+
+:func:`record_pipeline` wraps the emulator's semantics functions for the
+asynchronous families (mbarrier, bulk/tensor copies, ``wgmma``,
+``tcgen05.mma``/``commit``) for the duration of a ``with`` block, without
+changing how they compute; every launch inside the block (``sim.launch``,
+``sim.Device.launch``, a kernel called under ``jax.jit`` on the CPU) is
+recorded. Time is the emulator's step counter (what ``%clock`` reads): one
+step runs one instruction for the threads at one PC.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from ._draw import figure_with_data, pyplot
+
+__all__ = ["PipelineTrace", "record_pipeline", "pipeline_timeline", "EVENT_KINDS"]
+
+# Semantics names recorded as issue events, by the kind they are drawn as.
+EVENT_KINDS: dict[str, str] = {
+    "cp_async_bulk_tensor": "TMA copy", "cp_async_bulk": "bulk copy",
+    "wgmma_mma_async": "MMA issue", "tcgen05_mma": "MMA issue",
+    "wgmma_commit_group": "commit", "tcgen05_commit": "commit",
+    "mbarrier_arrive": "arrive", "mbarrier_arrive_expect_tx": "arrive", "mbarrier_arrive_noComplete": "arrive",
+    "mbarrier_try_wait_parity": "wait", "mbarrier_try_wait": "wait", "mbarrier_test_wait_parity": "wait",
+    "mbarrier_test_wait": "wait",
+}
+KIND_CODES = ("TMA copy", "bulk copy", "MMA issue", "commit", "arrive", "wait")
+
+
+@dataclasses.dataclass
+class PipelineTrace:
+    """What :func:`record_pipeline` saw.
+
+    Attributes:
+        launches: how many emulator launches were recorded (a kernel under
+            ``jax.jit`` on the CPU may launch more than once per call).
+        flips: ``(launch, step, cta, shared offset, new phase)`` of every
+            mbarrier phase completion, in order.
+        events: ``(launch, step, kind code, cta, warp)`` of every step that
+            ran a recorded instruction (one event for all the threads at that
+            PC; ``cta``/``warp`` of the first), ``kind code`` indexing
+            :data:`KIND_CODES`.
+        barriers: ``(launch, cta, shared offset)`` of every ``mbarrier.init``.
+    """
+
+    launches: int = 0
+    flips: list[tuple[int, ...]] = dataclasses.field(default_factory=list)
+    events: list[tuple[int, ...]] = dataclasses.field(default_factory=list)
+    barriers: list[tuple[int, ...]] = dataclasses.field(default_factory=list)
+
+    def flip_array(self) -> np.ndarray:
+        """:attr:`flips` as an ``(n, 5)`` int64 array."""
+        return np.asarray(self.flips, dtype=np.int64).reshape(-1, 5)
+
+    def event_array(self) -> np.ndarray:
+        """:attr:`events` as an ``(n, 5)`` int64 array."""
+        return np.asarray(self.events, dtype=np.int64).reshape(-1, 5)
+
+
+class _Recorder:
+    """Per-machine barrier phases, updated after every wrapped call."""
+
+    def __init__(self, trace: PipelineTrace) -> None:
+        self.trace = trace
+        self.machine: Any = None
+        self.known: dict[int, int] = {}          # word index -> last phase
+
+    def wrap(self, name: str, fn: Callable) -> Callable:
+        kind = KIND_CODES.index(EVENT_KINDS[name]) if name in EVENT_KINDS else None
+
+        def recorded(s: Any) -> None:
+            if s.m is not self.machine:
+                self.machine, self.known = s.m, {}
+                self.trace.launches += 1
+            launch = self.trace.launches - 1
+            fn(s)
+            step, per_cta = s.m.steps, s.m.ntid
+            if name == "mbarrier_init":
+                from ..sim.semantics.mbarrier import barrier_index
+                for idx in np.unique(barrier_index(s, 0)):
+                    self.known[int(idx)] = self._phase(s, int(idx))
+                    self.trace.barriers.append((launch, *self._where(s, int(idx))))
+            if kind is not None:
+                first = int(s.threads[0])
+                self.trace.events.append((launch, step, kind, first // per_cta, (first % per_cta) // 32))
+            for idx, old in list(self.known.items()):
+                new = self._phase(s, idx)
+                if new != old:
+                    self.known[idx] = new
+                    self.trace.flips.append((launch, step, *self._where(s, idx), new))
+        return recorded
+
+    @staticmethod
+    def _phase(s: Any, idx: int) -> int:
+        return int(s.m.memory.shared.view(np.uint64)[idx] >> np.uint64(63))
+
+    @staticmethod
+    def _where(s: Any, idx: int) -> tuple[int, int]:
+        size = s.m.memory.shared_size or 1
+        cta, off = divmod(idx * 8, size)
+        return cta, off
+
+
+@contextlib.contextmanager
+def record_pipeline() -> Iterator[PipelineTrace]:
+    """Record mbarrier phase completions and asynchronous issues of every
+    emulator launch inside the block.
+
+    Example::
+
+        with viz.record_pipeline() as trace:
+            jaxptx.sim.launch(kernel, a, b, c, **dims)
+        fig = viz.pipeline_timeline(trace)
+    """
+    from ..sim.semantics import SEMANTICS
+    trace = PipelineTrace()
+    rec = _Recorder(trace)
+    names = [n for n in SEMANTICS if n in EVENT_KINDS or n.startswith(("mbarrier_", "cp_async_bulk"))
+             or n in ("tcgen05_commit", "tcgen05_mma", "cp_async_mbarrier_arrive")]
+    saved = {n: SEMANTICS[n] for n in names}
+    try:
+        for n in names:
+            SEMANTICS[n] = rec.wrap(n, saved[n])
+        yield trace
+    finally:
+        SEMANTICS.update(saved)
+
+
+def pipeline_timeline(trace: PipelineTrace, cta: int = 0, names: Mapping[int, str] | None = None,
+                      title: str = "pipeline", launch: int = 0) -> Any:
+    """Draw one CTA's pipeline: a row per mbarrier (its phase over time, a
+    tick at each completion) and a row per issue kind (TMA copies, MMAs,
+    commits, waits), emulator steps across.
+
+    Args:
+        trace: from :func:`record_pipeline`.
+        cta: which CTA (its linear index in the grid).
+        names: labels for barriers by shared offset (``{0: "full[0]"}``);
+            default ``mbar +0x<offset>``.
+        title: the figure title.
+        launch: which recorded launch (0: the first; -1: the last).
+
+    Returns:
+        A ``Figure``; ``fig.data`` is the CTA's flips ``(n, 3)``: step,
+        shared offset, new phase; ``fig.events`` its events ``(n, 3)``:
+        step, kind code (:data:`KIND_CODES`), warp.
+    """
+    launch = launch % max(trace.launches, 1)
+    flips = trace.flip_array()
+    flips = flips[(flips[:, 0] == launch) & (flips[:, 2] == cta)][:, [1, 3, 4]]
+    events = trace.event_array()
+    events = events[(events[:, 0] == launch) & (events[:, 3] == cta)][:, [1, 2, 4]]
+    bars = sorted({off for n, c, off in trace.barriers if c == cta and n == launch})
+    kinds = [k for k in range(len(KIND_CODES)) if (events[:, 1] == k).any()]
+    end = int(max(flips[:, 0].max(initial=0), events[:, 0].max(initial=0))) + 1
+    plt = pyplot()
+    rows = len(bars) + len(kinds)
+    fig, ax = plt.subplots(figsize=(11, 0.38 * rows + 1.6))
+    labels = []
+    for y, off in enumerate(bars):
+        mine = flips[flips[:, 1] == off]
+        edges = [0, *mine[:, 0].tolist(), end]
+        for k in range(len(edges) - 1):
+            ax.broken_barh([(edges[k], edges[k + 1] - edges[k])], (y - 0.35, 0.7),
+                           facecolors="#a6cee3" if k % 2 == 0 else "#1f78b4")
+        ax.plot(mine[:, 0], np.full(len(mine), y), "k|", markersize=10)
+        labels.append((names or {}).get(off, f"mbar +{off:#x}"))
+    colours = ("#d62728", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#7f7f7f")
+    for i, k in enumerate(kinds):
+        y = len(bars) + i
+        at = events[events[:, 1] == k][:, 0]
+        ax.plot(at, np.full(len(at), y), "|", color=colours[k], markersize=9)
+        labels.append(KIND_CODES[k])
+    ax.set_yticks(range(rows), labels, fontsize=8)
+    ax.set_ylim(rows - 0.5, -0.5)
+    ax.set_xlim(0, end)
+    ax.set_xlabel("emulator step (light/dark: barrier phase 0/1; | a phase completes)", fontsize=8)
+    ax.set_title(f"{title} (CTA {cta})", fontsize=10)
+    ax.grid(axis="x", color="#dddddd")
+    fig.tight_layout()
+    return figure_with_data(fig, flips, events=events)
