@@ -1,4 +1,5 @@
-// Compiled only when the build finds a cuda.h: checks that the driver
+// Compiled in every build (cuda.h from the nvidia-cuda-runtime wheel, a build
+// requirement; CMake option JAXPTX_CHECK_CUDA_H=OFF skips it): checks that the driver
 // declarations of cuda_driver.h match the real ones. It holds no code.
 
 #include <cstddef>
@@ -41,3 +42,10 @@ static_assert(CU_TENSOR_MAP_DATA_TYPE_UINT8 == 0 && CU_TENSOR_MAP_DATA_TYPE_UINT
 static_assert(CU_TENSOR_MAP_SWIZZLE_32B == 1 && CU_TENSOR_MAP_SWIZZLE_64B == 2 &&
               CU_TENSOR_MAP_SWIZZLE_128B == 3 && CU_TENSOR_MAP_L2_PROMOTION_L2_128B == 2 &&
               CU_TENSOR_MAP_INTERLEAVE_NONE == 0 && CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE == 0);
+static_assert(alignof(jaxptx::cu::LaunchConfig) == alignof(CUlaunchConfig));
+static_assert(offsetof(jaxptx::cu::LaunchConfig, gridDimX) == offsetof(CUlaunchConfig, gridDimX) &&
+              offsetof(jaxptx::cu::LaunchConfig, blockDimX) == offsetof(CUlaunchConfig, blockDimX) &&
+              offsetof(jaxptx::cu::LaunchConfig, blockDimZ) == offsetof(CUlaunchConfig, blockDimZ));
+static_assert(offsetof(jaxptx::cu::LaunchAttributeValue, clusterDim) == 0);
+static_assert(sizeof(jaxptx::cu::CUdevice) == sizeof(CUdevice));
+static_assert(jaxptx::cu::CUDA_SUCCESS == CUDA_SUCCESS);

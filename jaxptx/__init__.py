@@ -51,12 +51,12 @@ __all__ = ["errors", "ir", "isa", "specs", "types", "Kernel", "Layout", "Special
 # Subpackages loaded on first attribute access (PEP 562), so that a plain
 # ``import jaxptx`` reaches ``jaxptx.sim`` without paying for the emulator's
 # import (~150 ms) in processes that never use it.
-_LAZY_SUBPACKAGES = ("sim", "codegen", "runtime", "kernels", "profile", "viz")
+_LAZY_SUBPACKAGES = ("sim", "codegen", "runtime", "kernels", "profile", "viz", "torch")
 
 
 def __getattr__(name: str):
     """``jaxptx.sim``, ``jaxptx.codegen``, ``jaxptx.runtime``, ``jaxptx.kernels``,
-    ``jaxptx.profile``, ``jaxptx.viz``: imported on first use."""
+    ``jaxptx.profile``, ``jaxptx.viz``, ``jaxptx.torch``: imported on first use."""
     if name in _LAZY_SUBPACKAGES:
         import importlib
         return importlib.import_module(f"{__name__}.{name}")

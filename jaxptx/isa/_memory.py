@@ -146,7 +146,7 @@ def _sized(opcode: str, head: tuple[Slot, ...], spaces: str, cop: str | None, *,
 def _ld_st(opcode: str, store: bool) -> tuple[Inst, ...]:
     """Every ``ld`` or ``st`` form except ``ld.global.nc`` and ``st.param``."""
     spaces = " ".join((("global", "local") if store else
-                       ("const", "global", "local", "param", "param::entry", "param::func"))
+                       ("const", "global", "local", "param", "param::entry"))
                       + SHARED)
     cop = "wb cg cs wt" if store else "ca cg cs lu cv"
     ordered = "relaxed release" if store else "relaxed acquire"
@@ -183,6 +183,25 @@ def _st_param() -> tuple[Inst, ...]:
              rules=(Rule("vec", "type", ("v4",), UPTO32),),
              section=_ST_SEC, sim="st", summary="store a vector to a parameter",
              example=".param .align 8 .b8 stp0[8]; st.param.v2.b32 [stp0], {1, 2};"),
+    )
+
+
+def _ld_param_func() -> tuple[Inst, ...]:
+    # ld.param::func reads what a call returned into a .param variable;
+    # ptxas 13.1 and later accept it only there (not through a register
+    # address), so these forms carry an example with the call.
+    head = (_slot("space", "param::func"),)
+    call = (".reg .u64 %callfp0; mov.u64 %callfp0, 0; .param {decl}; callpt0: .callprototype "
+            "(.param {proto}) _ (); call (r0), %callfp0, callpt0; ")
+    return (
+        Inst("ld", (*head, _slot("type", LD_TYPES)), (LD_D, ADDR),
+             section=_LD_SEC, sim="ld", summary="load a value a call returned",
+             example=call.format(decl=".b32 r0", proto=".b32 _") + "ld.param::func.b32 %{b32}, [r0];"),
+        Inst("ld", (*head, _slot("vec", "v2 v4"), _slot("type", VEC_TYPES)), (LD_DV, ADDR),
+             rules=(Rule("vec", "type", ("v4",), UPTO32),),
+             section=_LD_SEC, sim="ld", summary="load a vector a call returned",
+             example=call.format(decl=".align 8 .b8 r0[8]", proto=".align 8 .b8 _[8]")
+             + "ld.param::func.v2.b32 {%{b32}, %{b32}}, [r0];"),
     )
 
 
@@ -272,6 +291,7 @@ ENTRIES: tuple[Inst, ...] = (
             summary="load via the non-coherent cache", nc=True),
     *_ld_st("st", store=True),
     *_st_param(),
+    *_ld_param_func(),
     Inst("ldu", (_slot("space", "global", optional=True), _slot("type", LD_TYPES)), (LD_D, ADDR),
          section=_LDU_SEC, sim="ld", summary="load a warp-uniform read-only value"),
     Inst("ldu", (_slot("space", "global", optional=True), _slot("vec", "v2 v4"),

@@ -46,7 +46,7 @@ from .. import _ffi, isa
 from ..dsl import Kernel
 from ..errors import SpecError
 from ..launch import Launch
-from ..runtime import arch_from_capability, compile_cubin
+from ..runtime import arch_from_capability, module_image
 from . import _cpu, _declare, _partition, _registry, _tma, _writes
 
 __all__ = ["register", "cuda_target", "arch_for_devices", "CPU_TARGET", "CUDA_TARGET",
@@ -133,8 +133,8 @@ def _register_cubin(kernel: Kernel, ctx: Any, entry: _registry.Entry) -> None:
     arch = _device_arch(kernel, ctx)
     if arch is None:
         return
-    cubin = compile_cubin(entry.spec.ptx, arch)
-    _ffi.cuda_register(entry.kernel_id, cubin, entry.spec.ptx, entry.entry,
+    image = module_image(entry.spec.ptx, arch)  # a cubin, or PTX for the driver to JIT
+    _ffi.cuda_register(entry.kernel_id, image, entry.spec.ptx, entry.entry,
                        len(entry.inputs) + len(entry.outputs))
 
 

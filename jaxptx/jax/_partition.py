@@ -43,7 +43,7 @@ def needs_partitioning(kernel: Kernel, ctx: Any) -> bool:
     manual) mode."""
     if not kernel.shardable:
         return False
-    from jax._src import sharding_impls  # the axis contexts have no public API
+    from .._jax_private import sharding_impls  # the axis contexts have no public API
     context = ctx.module_context.axis_context
     if isinstance(context, sharding_impls.ShardingContext):
         return context.num_devices > 1

@@ -23,8 +23,8 @@ import jax
 import jax.extend as jex
 import jax.numpy as jnp
 import numpy as np
-from jax._src import core as jcore  # varying manual axes have no public API yet
-from jax._src import dispatch as jdispatch
+from .._jax_private import core as jcore  # varying manual axes have no public API yet
+from .._jax_private import dispatch as jdispatch
 from jax.interpreters import ad, batching, xla
 
 from ..dsl import Kernel, Tile

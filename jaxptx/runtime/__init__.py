@@ -1,4 +1,5 @@
-"""Runtime support: the CUDA toolchain (ptxas, nvJitLink, nvdisasm) and devices."""
+"""Runtime support: the CUDA toolchain (ptxas, nvJitLink, nvdisasm), devices, and
+which module image (cubin or PTX) the installed driver can load."""
 
 from ._cache import cache_dir as cache_dir
 from ._cache import cache_max_bytes as cache_max_bytes
@@ -15,3 +16,7 @@ from ._toolchain import resources as resources
 from ._toolchain import resources_all as resources_all
 from ._toolchain import sass as sass
 from ._toolchain import tool_version as tool_version
+from ._compat import ModuleImage as ModuleImage
+from ._compat import driver_cuda_version as driver_cuda_version
+from ._compat import module_image as module_image
+from ._compat import plan_image as plan_image

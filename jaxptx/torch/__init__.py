@@ -1,0 +1,94 @@
+"""jaxptx kernels on PyTorch tensors (``pip install jaxptx[torch]``).
+
+:func:`op` turns a kernel into a ``torch.library.custom_op``
+(``torch.ops.jaxptx.<name>``) with a fake implementation, so it runs in
+eager mode and inside ``torch.compile`` graphs (``fullgraph=True``, dynamic
+shapes specialise per shape, as the kernel's PTX does):
+
+* **CPU tensors** run on the emulator (``jaxptx.sim``), through JAX on the CPU;
+* **CUDA tensors** launch on the GPU through the shim's CUDA handler, the
+  one XLA calls (``jaxptx_launch_v2``), on torch's current stream, with the
+  tensors' own memory; scratch memory comes from torch's allocator.
+
+Outputs are new tensors (an ``in_place`` output is a new tensor holding the
+updated input; the input itself is not changed). Shapes and dtypes are
+checked against the kernel's ``in_specs`` with jaxptx's messages
+(:class:`jaxptx.errors.SpecError`). Keyword arguments (template values, raw
+scalar params) are static, as under ``jax.jit``. The operator has no
+autograd formula: use it where no gradient flows through it.
+
+``import jaxptx`` never imports torch; this module imports it on first use.
+
+Example::
+
+    import torch, jaxptx.torch
+    from my_kernels import scale            # a jaxptx @kernel
+    scale_op = jaxptx.torch.op(scale)
+    y = scale_op(torch.ones(4, 128), factor=2.0)            # emulator
+    f = torch.compile(lambda x: scale_op(x, factor=2.0) + 1, fullgraph=True)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..dsl import Kernel
+
+__all__ = ["op", "call", "is_torch_call", "available"]
+
+_OPS: dict[int, Any] = {}
+
+
+def available() -> bool:
+    """Whether torch imports."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _import_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise ImportError("jaxptx.torch needs PyTorch: pip install 'jaxptx[torch]' "
+                          "(a CPU build runs kernels on the emulator)") from e
+
+
+def op(kernel: Kernel, *, name: str | None = None) -> Any:
+    """The custom operator of ``kernel``: ``op(*tensors, **keywords)``
+    returns one tensor per ``out_specs`` entry (a tensor when there is one).
+
+    Args:
+        kernel: a jaxptx kernel with ``in_specs`` and ``out_specs``.
+        name: the operator's name in ``torch.ops.jaxptx`` (default: the
+            kernel's; a suffix keeps names unique).
+
+    Returns:
+        A :class:`jaxptx.torch._op.TorchOp`; its ``custom_op`` is the
+        ``torch.library`` operator.
+
+    Raises:
+        ImportError: torch is not installed.
+        SpecError: the kernel cannot be called on tensors (no ``out_specs``).
+    """
+    _import_torch()
+    from ._op import TorchOp
+
+    if name is None and id(kernel) in _OPS and _OPS[id(kernel)].kernel is kernel:
+        return _OPS[id(kernel)]
+    made = TorchOp(kernel, name)
+    if name is None:
+        _OPS[id(kernel)] = made
+    return made
+
+
+def call(kernel: Kernel, *tensors: Any, **kwargs: Any) -> Any:
+    """``kernel(*tensors, **kwargs)`` on torch tensors, through :func:`op`."""
+    return op(kernel)(*tensors, **kwargs)
+
+
+def is_torch_call(args: tuple) -> bool:
+    """Whether any of ``args`` is a torch tensor (checked without importing torch)."""
+    return any(type(a).__module__.startswith("torch") and hasattr(a, "data_ptr") for a in args)
