@@ -73,9 +73,6 @@ UNINITIALISED = [
 """, "uninitialised", gid, decls="    .local .align 4 .b8 loc[16];\n"),
 ]
 
-_MASK = ("the member-mask check covers lanes the mask names that do not execute, not a shfl.sync "
-         "source lane outside the mask (semantics/warp.py just reads the lane's value)")
-
 OTHERS = [
     Case(".aligned bar.sync reached by part of a warp", """
     st.shared.u32 [%r11], %r4;
@@ -143,8 +140,7 @@ DONE:
     shfl.sync.idx.b32 %r13, %r4, %r12, 0x1f, 0x0000ffff;    //@L
     st.global.u32 [%rd4], %r13;
 DONE:
-""", "divergence", lambda inp, g, b: np.where(gid(inp, g, b) < 16, gid(inp, g, b) ^ 1, 0), block=32,
-         bug_xfail=_MASK),
+""", "divergence", lambda inp, g, b: np.where(gid(inp, g, b) < 16, gid(inp, g, b) ^ 1, 0), block=32),
 
     Case("global memory: two CTAs store different values to one word", """
     [[mov.u64 %rd6, %rd1;||mul.wide.u32 %rd6, %r2, 4;

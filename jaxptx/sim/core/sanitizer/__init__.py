@@ -582,6 +582,38 @@ class Sanitizer:
                        "(exited, or elsewhere in the program)")
             self.report("divergence", f"{self.line(self.pc)} at {self.who(int(th[k]))}: {why}",
                         self.line(self.pc))
+        if s.ins.opcode == "shfl.sync":
+            self._shuffle_source(s, mask, lane)
+
+    def _shuffle_source(self, s, mask: np.ndarray, lane: np.ndarray) -> None:
+        """``shfl.sync``: the lane each thread reads from (PTX ISA, shfl.sync:
+        from ``b``, the clamp and segment mask ``c`` and the mode) must be in
+        the member mask, else the result is undefined."""
+        mode = next((m for m in s.ins.modifiers if m in ("up", "down", "bfly", "idx")), "idx")
+        b = s.src(2).astype(np.int64) & 0x1F
+        c = s.src(3).astype(np.int64)
+        clamp, seg = c & 0x1F, (c >> 8) & 0x1F
+        max_lane = (lane & seg) | (clamp & ~seg)
+        min_lane = lane & seg
+        if mode == "up":
+            j = lane - b
+            valid = j >= max_lane
+        elif mode == "down":
+            j = lane + b
+            valid = j <= max_lane
+        elif mode == "bfly":
+            j = lane ^ b
+            valid = j <= max_lane
+        else:
+            j = min_lane | (b & ~seg)
+            valid = j <= max_lane
+        j = np.where(valid, j, lane)
+        bad = ((mask >> (j & 31)) & 1) == 0
+        if bad.any():
+            k = int(np.argmax(bad))
+            self.report("divergence", f"{self.line(self.pc)} at {self.who(int(s.threads[k]))}: it reads lane "
+                        f"{int(j[k])}, which is outside the member mask {int(mask[k]):#010x} (the value is "
+                        "undefined)", self.line(self.pc))
 
     def _check_init(self, idx: np.ndarray, th: np.ndarray, what: str) -> None:
         bad = ~self.shadow.init[idx]
