@@ -86,7 +86,8 @@ def _distinct(threads: np.ndarray) -> np.ndarray:
     """The distinct threads of a per-byte thread array (usually one)."""
     if len(threads) and threads[0] == threads[-1] and (threads == threads[0]).all():
         return threads[:1]
-    return np.unique(threads)
+    runs = threads[np.r_[0, np.flatnonzero(threads[1:] != threads[:-1]) + 1]] if len(threads) else threads
+    return np.unique(runs)          # per-byte arrays repeat each thread in runs: unique over the runs
 
 
 _SCOPES = ("gpu", "sys")

@@ -51,9 +51,11 @@ class SharedShadow:
         self.pend_seq = np.zeros(n, dtype=np.int64)    # cp.async: group; TMA: completions at issue
         # two slots per warp: its last reading lane, and an earlier read by
         # another lane of the warp that the last one did not come after
+        # (the second slots are rare: ``has2`` marks the bytes that use any)
         self.r_tid = np.full((n, 2 * self.warps), -1, dtype=np.int16 if ntid < 2**15 else np.int32)
         self.r_clock = np.zeros((n, 2 * self.warps), dtype=np.int32)
         self.r_pc = np.zeros((n, 2 * self.warps), dtype=np.int32)
+        self.has2 = np.zeros(n, dtype=bool)
         self.a_tid: np.ndarray | None = None           # atomics: last atomic lane per warp
         self.a_clock: np.ndarray | None = None
         self.a_pc: np.ndarray | None = None
@@ -76,6 +78,7 @@ class SharedShadow:
         self.fenced[idx] = False
         self.pend[idx] = 0
         self.r_tid[idx] = -1                 # (stale stamps behind a -1 lane are never read)
+        self.has2[idx] = False
         if self.a_tid is not None:
             self.a_tid[idx] = -1
 
@@ -112,6 +115,7 @@ class SharedShadow:
 
     def _second(self, idx: np.ndarray, warp: np.ndarray, tid: np.ndarray, clock: np.ndarray, pc) -> None:
         col = self.warps + warp
+        self.has2[idx] = True
         self.r_tid[idx, col] = tid
         self.r_clock[idx, col] = clock
         self.r_pc[idx, col] = pc
@@ -120,7 +124,14 @@ class SharedShadow:
         """For each byte, the warp slot of a read by another thread that the
         writer has not synchronised with (``knows(rows, readers)``: the
         writer of row ``rows``' clock entries for ``readers``), or -1."""
-        return _unordered(self.r_tid[idx], self.r_clock[idx], tid, knows)
+        w = self.warps
+        out = _unordered(self.r_tid[idx, :w], self.r_clock[idx, :w], tid, knows)
+        two = np.flatnonzero(self.has2[idx] & (out < 0))
+        if len(two):
+            second = _unordered(self.r_tid[idx[two], w:], self.r_clock[idx[two], w:], tid[two],
+                                lambda rows, lanes: knows(two[rows], lanes))
+            out[two] = np.where(second >= 0, second + w, -1)
+        return out
 
     def unordered_atomics(self, idx: np.ndarray, tid: np.ndarray, knows) -> np.ndarray:
         """As :meth:`unordered_reads`, for the atomics on each byte."""
@@ -136,12 +147,12 @@ class SharedShadow:
 def _unordered(lanes: np.ndarray, stamps: np.ndarray, tid: np.ndarray, knows) -> np.ndarray:
     """Per row of (row, warp) records, the first warp slot holding an
     access by another lane whose stamp the row's writer does not know, or -1."""
-    lanes = lanes.astype(np.int64)
-    rows, slots = np.nonzero((lanes >= 0) & (lanes != tid[:, None]))
     out = np.full(len(lanes), -1)
+    rows, slots = np.nonzero((lanes >= 0) & (lanes != tid[:, None]))
+    lanes = lanes[rows, slots].astype(np.int64)
     if len(rows) == 0:
         return out
-    bad = stamps[rows, slots] > knows(rows, lanes[rows, slots])
+    bad = stamps[rows, slots] > knows(rows, lanes)
     if bad.any():
         rows, slots = rows[bad], slots[bad]
         first = np.unique(rows, return_index=True)[1]
