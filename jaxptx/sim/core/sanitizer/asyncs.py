@@ -1,0 +1,234 @@
+"""The sanitizer's checks of the async proxy: TMA and bulk copies, cp.async,
+wgmma/tcgen05 operand reads, proxy fences."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .shadow import ASYNC, CP_ASYNC, TMA
+from .values import distinct
+
+__all__ = ["AsyncChecks"]
+
+
+class AsyncChecks:
+    """Mixed into :class:`Sanitizer`: the async proxy."""
+
+    def async_read(self, idx: np.ndarray, th: np.ndarray, kind: str) -> None:
+        """Shared bytes read by the async proxy for ``th``'s instruction:
+        initialised, complete, ordered after their writes, fenced; in flight
+        until the thread waits (``kind``: ``wgmma``, ``tcgen05``, ``bulk``)."""
+        sh = self.shadow
+        self._check_init(idx, th, "async-proxy read of")
+        self._check_pending(idx, th, "async-proxy read")
+        tid = th % self.ntid
+        writer = self._unordered_write(idx, th, tid, "async-proxy read")
+        unfenced = (writer >= 0) & ~sh.fenced[idx]
+        if unfenced.any():
+            k = int(np.argmax(unfenced))
+            self.report("proxy", f"the async proxy reads shared offset {int(idx[k] % sh.size):#x} at "
+                        f"{self.at(int(th[k]))}, written through the generic proxy at "
+                        f"{self.line(int(sh.w_pc[idx[k]]))} by {self._thread_at(th[k], writer[k])} with "
+                        "no fence.proxy.async between them", self.line(self.pc), self.line(int(sh.w_pc[idx[k]])))
+        sh.flying[idx] = True
+        issuers = distinct(th)
+        group = (self.wg_open[issuers] if kind == "wgmma" else           # each issuer's open group
+                 self.bulk_open[issuers] if kind == "bulk" else np.zeros(len(issuers), np.int64))
+        self.in_flight.append((kind, group, issuers, th, idx, self.pc))
+
+    def _check_in_flight(self, idx: np.ndarray, th: np.ndarray, what: str) -> None:
+        """A write to bytes an async read (wgmma, tcgen05.mma, a bulk
+        store) may still be reading: nothing waited for it yet, or (for
+        reads tied to an mbarrier by a commit) the writer has not observed
+        the phase that completes them."""
+        sh = self.shadow
+        flying = sh.flying[idx]
+        if not flying.any():
+            return
+        mark = sh.mark
+        mark[idx[flying]] = True                # the bytes written that are in flight
+        sh.who[idx[flying]] = th[flying]        # and who writes each
+        keep, dropped = [], []
+        for entry in self.in_flight:
+            kind, seq, _, readers, where, pc = entry
+            hit = mark[where]
+            if not hit.any():
+                keep.append(entry)
+                continue
+            if "@" in kind:
+                column = self._mbar_column[int(kind.split("@")[1])]
+                writers = distinct(sh.who[where[hit]])
+                if (self.clocks.vc[writers, column] > seq).all():
+                    dropped.append(entry)          # the writer saw the commit's phase complete
+                    continue
+            k = int(np.nonzero(hit)[0][0])
+            byte = int(where[k])
+            t = int(th[np.argmax(idx == byte)])
+            self.report("async", f"{what} of shared offset {byte % sh.size:#x} at {self.at(t)} while "
+                        f"the async read by {self.line(pc)} ({self._thread_at(t, int(readers[k]) % self.ntid)}) "
+                        "is still in flight (no wait for it orders the write after it)",
+                        self.line(self.pc), self.line(pc))
+            keep.append(entry)
+        mark[idx] = False
+        if dropped:
+            for entry in dropped:
+                sh.flying[entry[4]] = False
+            for entry in keep:
+                sh.flying[entry[4]] = True
+            self.in_flight = keep
+
+    def async_write(self, idx: np.ndarray, th: np.ndarray) -> None:
+        """Shared bytes written by a TMA or bulk copy issued by ``th``:
+        checked like a write of the issuing thread (the stage must be free),
+        then in flight until the copy's mbarrier phase is observed."""
+        sh = self.shadow
+        idx = np.asarray(idx, dtype=np.int64)
+        th = np.asarray(th, dtype=np.int64)
+        local = idx // max(sh.size, 1) == th // self.ntid
+        if local.any():
+            li, lt = idx[local], th[local]
+            self._check_in_flight(li, lt, "async-proxy write")
+            tid = lt % self.ntid
+            slot = sh.unordered_reads(li, tid, self._knows(lt))
+            if (slot >= 0).any():
+                k = int(np.argmax(slot >= 0))
+                self._race("async-proxy write", li[k], lt[k], "read", int(sh.r_tid[li[k], slot[k]]),
+                           int(sh.r_pc[li[k], slot[k]]))
+        sh.record_write(idx, np.full(len(idx), ASYNC), 0, self.pc)
+        self._tma_bytes.append((idx, th))
+
+    def tma_signal(self, threads: np.ndarray, words: np.ndarray) -> None:
+        """The copies this instruction issued for ``threads`` complete-tx on
+        their mbarrier ``words`` (called before the phase can complete)."""
+        sh = self.shadow
+        order = np.argsort(threads, kind="stable")
+        keys, vals = np.asarray(threads)[order], np.asarray(words, dtype=np.int64)[order]
+        rest = []
+        for idx, th in self._tma_bytes:
+            at = np.clip(np.searchsorted(keys, th), 0, len(keys) - 1)
+            mine = keys[at] == th
+            if not mine.any():
+                rest.append((idx, th))
+                continue
+            b, w = idx[mine], vals[at[mine]]
+            sh.pend[b] = TMA
+            sh.pend_key[b] = w
+            for word in distinct(w).tolist():
+                self._column(word)
+                sh.pend_seq[b[w == word]] = self.completions.get(word, 0)
+            if not mine.all():
+                rest.append((idx[~mine], th[~mine]))
+        self._tma_bytes = rest
+
+    def _column(self, word: int) -> int:
+        """The clock column standing for mbarrier ``word``'s completed phases."""
+        col = self._mbar_column.get(word)
+        if col is None:
+            col = self._mbar_column[word] = self.clocks.vc.shape[1]
+            self.clocks.vc = np.pad(self.clocks.vc, ((0, 0), (0, 1)))
+            for table in (self.clocks._mbarrier, self.clocks._completed):
+                for key, held in list(table.items()):
+                    table[key] = np.pad(held, (0, self.clocks.vc.shape[1] - len(held)))
+            for key, held in list(self.clocks._arrived.items()):
+                self.clocks._arrived[key] = np.pad(held, (0, self.clocks.vc.shape[1] - len(held)))
+        return col
+
+    def proxy_fence(self, threads: np.ndarray) -> None:
+        """``fence.proxy.async`` by ``threads``: the generic writes each has
+        seen become visible to the async proxy."""
+        sh = self.shadow
+        for cta in np.unique(threads // self.ntid).tolist():
+            mine = threads[threads // self.ntid == cta]
+            known = self.clocks.vc[mine, :self.ntid].max(axis=0)
+            r = sh.cta_range(cta)
+            w = sh.w_tid[r].astype(np.int64)
+            ok = (w >= 0) & (sh.w_clock[r] <= known[np.where(w >= 0, w, 0)])
+            sh.fenced[r] |= ok
+
+    def _resolve(self, kind: str, threads: np.ndarray, done: np.ndarray | None = None) -> None:
+        """Async reads of ``kind`` issued by ``threads`` are complete now
+        (for wgmma: the groups below ``done`` per thread): they become reads
+        stamped with their issuing thread's clock."""
+        mine = np.zeros(self.m.nthreads, dtype=bool)
+        mine[threads] = True
+        keep, finished = [], []
+        for entry in self.in_flight:
+            k, group, issuers, readers, idx, pc = entry
+            hit = mine[issuers]
+            if done is not None:
+                hit &= group < done[issuers]      # group: per issuer
+            if k != kind or not hit.any():
+                keep.append(entry)
+            elif hit.all():
+                finished.append(entry)
+            else:           # some issuers waited: their bytes land, the rest stay in flight
+                sel = np.isin(readers, issuers[hit])
+                finished.append((k, group[hit], issuers[hit], readers[sel], idx[sel], pc))
+                keep.append((k, group[~hit], issuers[~hit], readers[~sel], idx[~sel], pc))
+        if not finished:
+            return
+        sh = self.shadow
+        for _, _, _, readers, idx, pc in finished:
+            sh.flying[idx] = False
+            sh.record_read(idx, readers % self.ntid, self.clocks.own(readers), pc, self._knows(readers))
+        for _, _, _, _, idx, _ in keep:
+            sh.flying[idx] = True
+        self.in_flight = keep
+
+    def cp_async_written(self, idx: np.ndarray, th: np.ndarray) -> None:
+        """``cp.async`` bytes: written (checked like a store), then in flight
+        in the issuing thread's open group."""
+        sh = self.shadow
+        self._write(idx, th, None)
+        sh.pend[idx] = CP_ASYNC
+        sh.pend_key[idx] = th
+        sh.pend_seq[idx] = self.cp_open[th]
+        self._cp_pending = True
+
+    def _complete_cp_async(self, threads: np.ndarray) -> None:
+        if not self._cp_pending:
+            return
+        sh = self.shadow
+        for cta in np.unique(threads // self.ntid).tolist():
+            r = sh.cta_range(cta)
+            pend = np.nonzero(sh.pend[r] == CP_ASYNC)[0] + r.start
+            if len(pend) == 0:
+                continue
+            issuer = sh.pend_key[pend]
+            mine = np.isin(issuer, threads)
+            done = mine & (sh.pend_seq[pend] < self.cp_done[issuer])
+            b = pend[done]
+            sh.pend[b] = 0
+            sh.w_clock[b] = self.clocks.own(issuer[done])
+
+    def cp_async_to_mbarrier(self, threads: np.ndarray, words: np.ndarray) -> None:
+        """``cp.async.mbarrier.arrive``: the threads' cp.async copies so far
+        complete on the mbarrier's current phase."""
+        sh = self.shadow
+        for cta in np.unique(threads // self.ntid).tolist():
+            r = sh.cta_range(cta)
+            pend = np.nonzero(sh.pend[r] == CP_ASYNC)[0] + r.start
+            for t, word in zip(threads.tolist(), words.tolist()):
+                b = pend[sh.pend_key[pend] == t]
+                sh.pend[b] = TMA
+                sh.pend_key[b] = word
+                sh.pend_seq[b] = self.completions.get(word, 0)
+                self._column(word)
+
+    def _tie(self, kind: str, threads: np.ndarray, words: np.ndarray) -> None:
+        """The ``kind`` async reads of ``threads`` complete with the current
+        phase of their commit's mbarrier: a write to those bytes must come
+        from a thread that observed that phase."""
+        order = np.argsort(threads, kind="stable")
+        keys, vals = np.asarray(threads)[order], np.asarray(words, dtype=np.int64)[order]
+        tied = []
+        for entry in self.in_flight:
+            k, group, issuers, readers, idx, pc = entry
+            at = np.clip(np.searchsorted(keys, issuers), 0, len(keys) - 1)
+            if k != kind or not (keys[at] == issuers).all():
+                tied.append(entry)
+                continue
+            word = int(vals[at[0]])
+            self._column(word)
+            tied.append((f"{kind}@{word}", self.completions.get(word, 0), issuers, readers, idx, pc))
+        self.in_flight = tied

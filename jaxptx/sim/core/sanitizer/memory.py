@@ -1,0 +1,171 @@
+"""The sanitizer's checks of local and global memory, and release/acquire
+orderings through memory locations."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .values import bytes_of, pack_at
+
+__all__ = ["MemoryChecks"]
+
+
+class MemoryChecks:
+    """Mixed into :class:`Sanitizer`: local and global memory, and release/acquire orderings through memory locations."""
+
+    def other_access(self, buf: np.ndarray, off: np.ndarray, threads: np.ndarray, width: int,
+                     write: bool, atomic: bool = False, values: np.ndarray | None = None) -> None:
+        """Local memory (reads of bytes never written) and global memory
+        (conflicting accesses from different CTAs) for ``threads``."""
+        off = np.asarray(off, dtype=np.int64)
+        idx = (off[:, None] + np.arange(width)).ravel()
+        if buf is self.m.memory.local:
+            if write:
+                self.local_init[idx] = True
+            elif not self.local_init[idx].all():
+                k = int(np.argmax(~self.local_init[idx])) // width
+                self.report("uninitialised", f"read of uninitialised local memory at {self.at(int(threads[k]))}",
+                            self.line(self.pc))
+            return
+        key = self._globals.get(id(buf))
+        strong, release, acquire = self._semantics()
+        if key is not None and (atomic or strong):
+            self._location_sync(off, np.asarray(threads, dtype=np.int64), key + 1, write or atomic,
+                                not write or atomic, release, acquire)
+        if key is None or not self.cross_cta:
+            return
+        shadow = self._global_shadow.get(key)
+        if shadow is None:
+            n = len(buf)
+            shadow = self._global_shadow[key] = (np.full(n, -1, np.int32), np.full(n, -1, np.int32),
+                                                 np.zeros(n, np.int64), np.zeros(n, np.int64),
+                                                 np.full(n, -1, np.int32), np.zeros(n, np.int64))
+        # CTA of the last plain write, of the plain reads since, of the strong
+        # (gpu-scope) accesses since (-1: none, -2: several); thread << 20 | pc of each
+        writer, reader, w_at, r_at, strong_cta, s_at = shadow
+        th = np.repeat(np.asarray(threads, dtype=np.int64), width)
+        cta = (th // self.ntid).astype(np.int32)
+        if (atomic or strong) and not self._cta_scoped():
+            w, r = writer[idx], reader[idx]
+            plain = (w >= 0) & (w != cta)
+            if write or atomic:
+                plain |= (r == -2) | ((r >= 0) & (r != cta))
+            if plain.any():
+                k = int(np.argmax(plain))
+                at = w_at[idx[k]] if w[k] >= 0 and w[k] != cta[k] else r_at[idx[k]]
+                self._global_race("atomic" if atomic else "strong access", k, idx, th, at, "the plain access")
+            a = strong_cta[idx]
+            strong_cta[idx] = np.where((a == -1) | (a == cta), cta, -2)
+            s_at[idx] = pack_at(th, self.pc, self.ntid)
+            return
+        a = strong_cta[idx]
+        mixed = (a == -2) | ((a >= 0) & (a != cta))
+        if mixed.any():
+            k = int(np.argmax(mixed))
+            self._global_race("write" if write else "read", k, idx, th, s_at[idx[k]], "the atomic or strong access")
+        if write:
+            strong_cta[idx] = -1
+        w = writer[idx]
+        clash = (w >= 0) & (w != cta)
+        if write and values is not None and not self.strict:
+            clash &= buf[idx] != bytes_of(values, width)
+        if write and len(idx) > 1:              # CTAs storing to one byte in the same step
+            order = np.argsort(idx, kind="stable")
+            i, c = idx[order], cta[order]
+            dup = (i[1:] == i[:-1]) & (c[1:] != c[:-1])
+            if values is not None and not self.strict:
+                v = bytes_of(values, width)[order]
+                dup &= v[1:] != v[:-1]
+            if dup.any():
+                j = int(np.argmax(dup))
+                first, second = int(order[j]), int(order[j + 1])
+                self._global_race("write", second, idx, th, int(th[first]) << 20 | self.pc, "the write")
+        if write:
+            r = reader[idx]
+            war = (r == -2) | ((r >= 0) & (r != cta))
+            if war.any() and not clash.any():
+                k = int(np.argmax(war))
+                self._global_race("write", k, idx, th, r_at[idx[k]], "a read")
+            writer[idx] = cta
+            reader[idx] = -1
+            w_at[idx] = pack_at(th, self.pc, self.ntid)
+        else:
+            r = reader[idx]
+            reader[idx] = np.where((r == -1) | (r == cta), cta, -2)
+            r_at[idx] = pack_at(th, self.pc, self.ntid)
+        if clash.any():
+            k = int(np.argmax(clash))
+            self._global_race("write" if write else "read", k, idx, th, w_at[idx[k]], "the write")
+
+    def _global_race(self, kind: str, k: int, idx: np.ndarray, th: np.ndarray, at: int, other: str) -> None:
+        tid, pc = divmod(int(at), 1 << 20)
+        self.report("race", f"global-memory race between CTAs: {kind} at {self.at(int(th[k]))} conflicts with "
+                    f"{other} at {self.line(pc)} by {self.who(tid)}: nothing orders accesses of different "
+                    "CTAs (no gpu-scope fence or release/acquire in the kernel)",
+                    self.line(self.pc), self.line(pc))
+
+    def _cta_scoped(self) -> bool:
+        """The executing strong access has ``.cta`` scope: it orders nothing,
+        and is not morally strong, between CTAs."""
+        code = self.m.program.code
+        ins = code[self.pc] if 0 <= self.pc < len(code) else None
+        return ins is not None and "cta" in ins.modifiers
+
+    def _semantics(self) -> tuple[bool, bool, bool]:
+        """(strong, release, acquire) of the executing memory instruction:
+        atomics and ``.relaxed``/``.volatile``/``.acquire``/``.release``
+        accesses are strong (they do not race with each other)."""
+        cached = self._sem_cache.get(self.pc)
+        if cached is None:
+            code = self.m.program.code
+            ins = code[self.pc] if 0 <= self.pc < len(code) else None
+            mods = set(ins.modifiers) if ins is not None else set()
+            release = bool(mods & {"release", "acq_rel"})
+            acquire = bool(mods & {"acquire", "acq_rel"})
+            strong = (ins is not None and ins.opcode in ("atom", "red")) or release or acquire \
+                or bool(mods & {"relaxed", "volatile"})
+            cached = self._sem_cache[self.pc] = (strong, release, acquire)
+        return cached
+
+    def _location_sync(self, offsets: np.ndarray, threads: np.ndarray, space: int, writes: bool,
+                       reads: bool, release: bool, acquire: bool) -> None:
+        """Orderings through one memory location, per CTA: a release store
+        (or any strong store after a fence) publishes the thread's clock
+        there; an acquire load joins it (a relaxed load does when a fence
+        follows it). ``space``: 0 shared, k + 1 global buffer k."""
+        offsets = np.asarray(offsets, dtype=np.int64)
+        cta = threads // self.ntid
+        pairs = np.stack([cta, offsets], axis=1)
+        for c, off in (np.unique(pairs, axis=0) if len(pairs) > 1 else pairs).tolist():
+            mine = threads[(cta == c) & (offsets == off)]
+            key = (c, space, off)
+            if writes:
+                publish = mine if release else mine[self.fenced_threads[mine]]
+                if len(publish):
+                    held = self.location_clocks.get(key)
+                    joined = self.clocks.vc[publish].max(axis=0)
+                    self.location_clocks[key] = joined if held is None else np.maximum(held, joined[:len(held)])
+                    self.clocks._tick(publish)
+                    self.fenced_threads[publish] = False
+            if reads:
+                if acquire:
+                    self._acquire_location(mine, key)
+                else:
+                    for t in mine.tolist():
+                        self.pending_acquire[t] = key
+
+    def _acquire_location(self, threads: np.ndarray, key: tuple) -> None:
+        held = self.location_clocks.get(key)
+        if held is not None:
+            width = min(len(held), self.clocks.vc.shape[1])
+            self.clocks.vc[threads, :width] = np.maximum(self.clocks.vc[threads, :width], held[:width])
+
+    def fence(self, threads: np.ndarray) -> None:
+        """``fence``/``membar``: relaxed loads before it acquire, strong
+        stores after it release (the fence-atomic patterns of the memory
+        model)."""
+        for t in threads.tolist():
+            key = self.pending_acquire.pop(t, None)
+            if key is not None:
+                self._acquire_location(np.array([t]), key)
+        self.fenced_threads[threads] = True

@@ -1,0 +1,193 @@
+"""The sanitizer's checks of shared memory: races by happens-before,
+uninitialised bytes, async copies still in flight."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .shadow import CP_ASYNC, TMA
+from .values import ASYNC_READERS, bytes_of, distinct
+
+__all__ = ["SharedChecks"]
+
+
+class SharedChecks:
+    """Mixed into :class:`Sanitizer`: shared memory."""
+
+    def shared_access(self, linear: np.ndarray, threads: np.ndarray, width: int, write: bool,
+                      atomic: bool = False, values: np.ndarray | None = None) -> None:
+        """Check and record an access of ``width`` bytes at each flat shared
+        index by ``threads`` (``values``: what a store writes)."""
+        linear = np.asarray(linear, dtype=np.int64)
+        if self.reader is not None:
+            threads = np.full(len(linear), self.reader)
+        idx = (linear[:, None] + np.arange(width)).ravel()
+        th = np.repeat(np.asarray(threads, dtype=np.int64), width)
+        byte_values = None
+        if values is not None:
+            byte_values = bytes_of(values, width)
+        local = idx // max(self.shadow.size, 1) == th // self.ntid
+        if not local.all():                 # another CTA's shared memory: initialisation only
+            far = ~local
+            if not write:
+                self._check_init(idx[far], th[far], "read of")
+            else:
+                self.shadow.init[idx[far]] = True
+            idx, th = idx[local], th[local]
+            byte_values = None if byte_values is None else byte_values[local]
+        if len(idx) == 0:
+            return
+        kind = ASYNC_READERS.get(self.sim)
+        strong, release, acquire = self._semantics()
+        if write and self.sim == "cp_async":
+            self.cp_async_written(idx, th)
+        elif atomic or strong:
+            self._atomic(idx, th, reads=atomic or not write, writes=atomic or write)
+            self._location_sync(linear, np.asarray(threads, dtype=np.int64), 0, write or atomic,
+                                not write or atomic, release, acquire)
+        elif write:
+            self._write(idx, th, byte_values)
+        elif kind is not None:
+            self.async_read(idx, th, kind)
+        else:
+            self._read(idx, th)
+
+    def _check_init(self, idx: np.ndarray, th: np.ndarray, what: str) -> None:
+        bad = ~self.shadow.init[idx]
+        if bad.any():
+            k = int(np.argmax(bad))
+            size = max(self.shadow.size, 1)
+            self.report("uninitialised", f"{what} uninitialised shared memory at offset "
+                        f"{int(idx[k] % size):#x} at {self.at(int(th[k]))}", self.line(self.pc))
+
+    def _knows(self, th: np.ndarray):
+        vc = self.clocks.vc
+        return lambda rows, others: vc[th[rows], others]
+
+    def _read(self, idx: np.ndarray, th: np.ndarray) -> None:
+        sh = self.shadow
+        self._check_init(idx, th, "read of")
+        self._check_pending(idx, th, "read")
+        tid = th % self.ntid
+        self._unordered_write(idx, th, tid, "read")
+        slot = sh.unordered_atomics(idx, tid, self._knows(th))
+        if (slot >= 0).any():
+            k = int(np.argmax(slot >= 0))
+            self._race("read", idx[k], th[k], "atomic", int(sh.a_tid[idx[k], slot[k]]),
+                       int(sh.a_pc[idx[k], slot[k]]))
+        sh.record_read(idx, tid, self.clocks.own(th), self.pc, self._knows(th))
+
+    def _write(self, idx: np.ndarray, th: np.ndarray, byte_values: np.ndarray | None) -> None:
+        sh = self.shadow
+        tid = th % self.ntid
+        old = self.m.memory.shared[idx] if byte_values is not None else None
+        same = (old == byte_values) & sh.init[idx] if old is not None and not self.strict else None
+        self._check_pending(idx, th, "write")
+        self._unordered_write(idx, th, tid, "write", None if same is None else ~same)
+        self._check_in_flight(idx, th, "write")
+        slot = sh.unordered_reads(idx, tid, self._knows(th))
+        if (slot >= 0).any():
+            k = int(np.argmax(slot >= 0))
+            self._race("write", idx[k], th[k], "read", int(sh.r_tid[idx[k], slot[k]]),
+                       int(sh.r_pc[idx[k], slot[k]]))
+        slot = sh.unordered_atomics(idx, tid, self._knows(th))
+        if (slot >= 0).any():
+            k = int(np.argmax(slot >= 0))
+            self._race("write", idx[k], th[k], "atomic", int(sh.a_tid[idx[k], slot[k]]),
+                       int(sh.a_pc[idx[k], slot[k]]))
+        self._same_step_conflicts(idx, th, byte_values)
+        sh.record_write(idx, tid, self.clocks.own(th), self.pc)
+
+    def _same_step_conflicts(self, idx: np.ndarray, th: np.ndarray, byte_values: np.ndarray | None) -> None:
+        """Several threads writing one byte in the same instruction (with
+        different values, unless strict)."""
+        if len(idx) < 2:
+            return
+        order = np.argsort(idx, kind="stable")
+        i, t = idx[order], th[order]
+        dup = (i[1:] == i[:-1]) & (t[1:] != t[:-1])
+        if byte_values is not None and not self.strict:
+            v = byte_values[order]
+            dup &= v[1:] != v[:-1]
+        if dup.any():
+            k = int(np.argmax(dup))
+            self._race("write", i[k + 1], t[k + 1], "write", int(t[k] % self.ntid), self.pc)
+
+    def _atomic(self, idx: np.ndarray, th: np.ndarray, reads: bool = True, writes: bool = True) -> None:
+        """An atomic or strong (``.relaxed``/``.acquire``/``.release``/
+        ``.volatile``) access: it does not race with other such accesses,
+        only with plain ones nothing orders."""
+        sh = self.shadow
+        if reads:
+            self._check_init(idx, th, "atomic on")
+        if writes:
+            sh.init[idx] = True
+        tid = th % self.ntid
+        self._unordered_write(idx, th, tid, "atomic on", ~sh.w_atomic[idx])
+        self._check_in_flight(idx, th, "atomic on")
+        slot = sh.unordered_reads(idx, tid, self._knows(th))
+        if (slot >= 0).any():
+            k = int(np.argmax(slot >= 0))
+            self._race("atomic on", idx[k], th[k], "read", int(sh.r_tid[idx[k], slot[k]]),
+                       int(sh.r_pc[idx[k], slot[k]]))
+        a_tid, a_clock, a_pc = sh.atomics()
+        a_tid[idx, tid // 32] = tid
+        a_clock[idx, tid // 32] = self.clocks.own(th)
+        a_pc[idx, tid // 32] = self.pc
+
+    def _unordered_write(self, idx: np.ndarray, th: np.ndarray, tid: np.ndarray, kind: str,
+                         among: np.ndarray | None = None) -> np.ndarray:
+        """Report the first byte whose last write, by another thread, the
+        accessing thread has not synchronised with (only bytes ``among``
+        where given); returns each byte's writer (CTA-local, -1: none)."""
+        sh = self.shadow
+        writer = sh.w_tid[idx].astype(np.int64)
+        other = (writer >= 0) & (writer != tid)
+        if among is not None:
+            other &= among
+        if other.any():
+            late = np.zeros(len(idx), dtype=bool)
+            late[other] = sh.w_clock[idx[other]] > self.clocks.knows(th[other], writer[other])
+            if late.any():
+                k = int(np.argmax(late))
+                self._race(kind, idx[k], th[k], "write", int(writer[k]), int(sh.w_pc[idx[k]]))
+        return writer
+
+    def _race(self, kind: str, byte: int, thread: int, other_kind: str, other_tid: int, other_pc: int) -> None:
+        size = max(self.shadow.size, 1)
+        other_line = self.line(other_pc)
+        other = f"the {other_kind} at {other_line} by {self._thread_at(thread, other_tid)}"
+        of = "" if kind.endswith(" on") else " of"
+        self.report("race", f"shared-memory race: {kind}{of} offset {int(byte % size):#x} at "
+                    f"{self.at(int(thread))} conflicts with {other}: no barrier or mbarrier orders them",
+                    self.line(self.pc), other_line)
+
+    def _check_pending(self, idx: np.ndarray, th: np.ndarray, what: str) -> None:
+        sh = self.shadow
+        pend = sh.pend[idx]
+        if not pend.any():
+            return
+        if (pend == CP_ASYNC).any():
+            k = int(np.argmax(pend == CP_ASYNC))
+            issuer = int(sh.pend_key[idx[k]])
+            copy = self.line(int(sh.w_pc[idx[k]]))
+            self.report("async", f"{what} of shared offset {int(idx[k] % sh.size):#x} at "
+                        f"{self.at(int(th[k]))}: the cp.async at {copy} by "
+                        f"{self._thread_at(th[k], issuer % self.ntid)} is still copying into it (no "
+                        "cp.async.wait_group completed it)", self.line(self.pc), copy)
+        tma = np.nonzero(pend == TMA)[0]
+        if len(tma):
+            words = sh.pend_key[idx[tma]]
+            for word in distinct(words).tolist():
+                sel = tma[words == word]
+                column = self._column(word)
+                seen = self.clocks.vc[th[sel], column]
+                late = seen <= sh.pend_seq[idx[sel]]
+                if late.any():
+                    k = int(sel[np.argmax(late)])
+                    copy = self.line(int(sh.w_pc[idx[k]]))
+                    self.report("async", f"{what} of shared offset {int(idx[k] % sh.size):#x} at "
+                                f"{self.at(int(th[k]))}: the async copy at {copy} completes on the "
+                                f"mbarrier at shared offset {word * 8 % sh.size:#x}, and this thread has "
+                                "not observed that phase complete (try_wait/test_wait, or a barrier "
+                                "after a thread that did)", self.line(self.pc), copy)
