@@ -11,11 +11,11 @@ emulator, each kernel assembled by ptxas for sm_100a:
   in every form family of the table, with ``.L2::256B`` prefetch and L2
   eviction priorities;
 - ``cp.async.bulk ... .cp_mask``;
-- ``tensormap.replace .swizzle_atomicity`` (16-byte atomicity runs; the
-  others are refused by the copy that would use them);
+- ``tensormap.replace .swizzle_atomicity`` (16-byte atomicity; the coarser
+  ones in ``test_swizzle_atomicity.py``);
 - the sm_100 ``cvt`` forms (fp6/fp4 pairs and back, ue8m0x2, ``.rs`` pairs;
-  the four-value ``.rs`` forms are refused); their values are checked in
-  depth in ``test_convert.py``.
+  the four-value ``.rs`` forms in ``test_cvt_rs.py``); their values are
+  checked in depth in ``test_convert.py``.
 
 ``.f32x2`` arithmetic, three-input ``min``/``max`` and ``redux.sync .f32``
 are in ``test_sm100_arith.py``; ``ldmatrix``/``stmatrix`` in
@@ -345,14 +345,6 @@ def test_tensormap_replace_swizzle_atomicity_16b_keeps_the_128b_swizzle() -> Non
             np.testing.assert_array_equal(rows[r, 4 * s:4 * s + 4], a[r, 4 * c:4 * c + 4])
 
 
-@pytest.mark.parametrize("code", [1, 2, 3])
-def test_tensormap_swizzle_atomicity_other_than_16b_is_refused_by_the_copy(code: int) -> None:
-    """32-byte / 32-byte+8-byte-flip / 64-byte atomicity: the field is
-    written, and the TMA copy refuses the map instead of swizzling 16-byte chunks."""
-    with pytest.raises(SimError, match=rf"atomicity/mode codes 3/0/0/{code}/0 are not supported by the emulator"):
-        _replace_atomicity_then_load(code)
-
-
 # --- the sm_100 cvt forms, assembled by ptxas (values in depth: test_convert.py) ------------------
 
 def _cvt(line: str, dreg: str, srcs: list[tuple[str, np.ndarray]]) -> np.ndarray:
@@ -454,19 +446,3 @@ def test_cvt_rs_pairs_with_zero_random_bits_truncate(name: str, dtype) -> None:
         return (hi.view(np.uint16).astype(np.uint32) << np.uint32(16)) | lo.view(np.uint16).astype(np.uint32)
     np.testing.assert_array_equal(zero, pack(rz(a), rz(b)))
     np.testing.assert_array_equal(ones, pack(away(a), away(b)))
-
-
-def test_cvt_rs_four_value_forms_are_refused_not_guessed() -> None:
-    """The rbits layout of the .x4 forms is given only in the ISA's figures;
-    the emulator refuses them with a reason rather than guess."""
-    text = _assembled(HEAD + f""".visible .entry k(.param .u64 out)
-{{
-{REGS}    .reg .f32 %f<4>;
-    mov.f32 %f0, 0f3F800000; mov.f32 %f1, %f0; mov.f32 %f2, %f0; mov.f32 %f3, %f0;
-    mov.u32 %r1, 0;
-    cvt.rs.satfinite.e4m3x4.f32 %r2, {{%f0, %f1, %f2, %f3}}, %r1;
-    ret;
-}}
-""")
-    with pytest.raises(SimError, match="does not run the four-value .rs forms"):
-        sim.launch(text, np.zeros(1, np.uint32), block=(1, 1, 1))

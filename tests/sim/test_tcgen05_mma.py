@@ -273,17 +273,15 @@ def test_bad_shared_memory_descriptors_are_refused() -> None:
                 args=(np.uint64(da), np.uint64(good), np.uint32(idesc(0, 0, 1, 128, 32)), np.uint32(0)))
 
 
-def test_sparse_and_ashift_forms_are_refused_before_running() -> None:
+def test_ashift_form_is_refused_before_running() -> None:
+    """(Sparse ``tcgen05.mma.sp`` runs: ``test_tcgen05_sparse.py``.)"""
     from jaxptx.sim import PrecheckError
     img = np.zeros(32768, np.uint8)
-    for line, message in (
-            ("tcgen05.mma.sp.cta_group::1.kind::f16 [%taddr], %rd21, %rd22, [%taddr], %r21, %p7;",
-             "tcgen05.mma.sp.cta_group::1.kind::f16: sparse tcgen05.mma.sp .* is not emulated yet"),
-            ("tcgen05.mma.cta_group::1.kind::f16.ashift [%taddr], [%taddr], %rd22, %r21, %p7;",
-             "tcgen05.mma.cta_group::1.kind::f16.ashift: tcgen05.mma .ashift .* is not emulated yet")):
-        with pytest.raises(PrecheckError, match=message):
-            run(LOADS + line, img, np.zeros((128, 8), np.uint32), params=PARAMS,
-                args=(np.uint64(0), np.uint64(0), np.uint32(0), np.uint32(0)))
+    line = "tcgen05.mma.cta_group::1.kind::f16.ashift [%taddr], [%taddr], %rd22, %r21, %p7;"
+    message = "tcgen05.mma.cta_group::1.kind::f16.ashift: tcgen05.mma .ashift .* is not emulated yet"
+    with pytest.raises(PrecheckError, match=message):
+        run(LOADS + line, img, np.zeros((128, 8), np.uint32), params=PARAMS,
+            args=(np.uint64(0), np.uint64(0), np.uint32(0), np.uint32(0)))
 
 
 def test_bf16_values_are_exact() -> None:

@@ -21,7 +21,8 @@ as PTX numbers dimensions and coordinates; unused entries are 0)::
     7       u8         swizzle mode code (0 none, 1 32B, 2 64B, 3 128B)
     8       u8         interleave code (0 none, 1 16B, 2 32B)
     9       u8         fill mode code (0 zero fill, 1 OOB-NaN fill)
-    10      u8         swizzle atomicity code (0 16B; others unsupported)
+    10      u8         swizzle atomicity code (0 16B, 1 32B, 2 32B with 8B
+                       flip, 3 64B; codes 1-3 with the 128B swizzle only)
     11      u8         mode (0 tiled, 1 im2col)
     12      u16        im2col: pixels per column (1..1024); tiled: 0
     14      u16        im2col: channels per pixel (1..256); tiled: 0
@@ -64,7 +65,7 @@ import numpy as np
 from ..errors import SimError
 
 __all__ = ["tensor_map", "ArgTensorMap", "TensorMap", "decode", "encode", "im2col_elements", "FIELDS", "MAGIC",
-           "VERSION", "SIZE", "ELEMTYPES", "IM2COL", "Im2col"]
+           "VERSION", "SIZE", "ELEMTYPES", "IM2COL", "Im2col", "ATOMICITY_NAMES"]
 
 MAGIC = 0x4D54504A
 VERSION = 1
@@ -75,6 +76,8 @@ ELEMTYPES = {0: ("u8", 1), 1: ("u16", 2), 2: ("u32", 4), 3: ("s32", 4), 4: ("u64
              11: ("tf32", 4), 12: ("tf32.ftz", 4)}
 _FLOATS = (6, 7, 8, 9, 10, 11, 12)
 SWIZZLE_BYTES = {0: 0, 1: 32, 2: 64, 3: 128}
+# PTX ISA, tensormap.replace .swizzle_atomicity codes.
+ATOMICITY_NAMES = {0: "16B", 1: "32B", 2: "32B with 8B flip", 3: "64B"}
 INTERLEAVE_BYTES = {0: 0, 1: 16, 2: 32}
 # tensormap.replace field -> (byte offset, bytes, stride between ordinals)
 FIELDS = {"global_address": (16, 8, 0), "rank": (5, 1, 0), "elemtype": (6, 1, 0),
@@ -101,6 +104,7 @@ class TensorMap:
         dims, box, element_strides: per dimension, ``rank`` entries.
         strides: byte strides of dimensions 1.. (``rank - 1`` entries).
         swizzle, interleave: in bytes (0: none).
+        atomicity: swizzle atomicity code (:data:`ATOMICITY_NAMES`).
         fill: 0 zero fill, 1 OOB-NaN fill.
         mode: 0 tiled, 1 (:data:`IM2COL`) im2col.
         pixels, channels: im2col pixels per column and channels per pixel.
@@ -206,7 +210,7 @@ def decode(raw: bytes | np.ndarray) -> TensorMap:
         raise SimError(f"tensor map rank {rank} is not in 1..5")
     if elemtype not in ELEMTYPES:
         raise SimError(f"tensor map element type code {elemtype} is not supported by the emulator")
-    if swz not in SWIZZLE_BYTES or inter not in INTERLEAVE_BYTES or fill > 1 or atom != 0 or mode > 1:
+    if swz not in SWIZZLE_BYTES or inter not in INTERLEAVE_BYTES or fill > 1 or atom > 3 or mode > 1:
         raise SimError(f"tensor map swizzle/interleave/fill/atomicity/mode codes "
                        f"{swz}/{inter}/{fill}/{atom}/{mode} are not supported by the emulator")
     u32 = struct.unpack_from("<20I", raw, 24)
@@ -247,6 +251,9 @@ def _problem(tm: TensorMap) -> str | None:
         return f"the inner box dimension ({inner} bytes) exceeds the {tm.swizzle}-byte swizzle span"
     if tm.interleave == 32 and tm.swizzle != 32:
         return "32-byte interleave requires 32-byte swizzle"
+    if tm.atomicity and tm.swizzle != 128:
+        return (f"swizzle atomicity {ATOMICITY_NAMES[tm.atomicity]} (code {tm.atomicity}) needs the 128-byte "
+                f"swizzle, not {tm.swizzle or 'no'}-byte")
     if tm.fill == 1 and not tm.is_float:
         return "OOB-NaN fill needs a floating-point element type"
     return None
@@ -319,7 +326,7 @@ def _elemtype(dtype: Any) -> int:
 def tensor_map(address: int, shape: Sequence[int], dtype: Any, box: Sequence[int] | None = None,
                strides: Sequence[int] | None = None, swizzle: int = 0, oob_fill: str = "zero",
                element_strides: Sequence[int] | None = None, interleave: int = 0, *,
-               im2col: Im2col | None = None) -> bytes:
+               im2col: Im2col | None = None, swizzle_atomicity: str = "16B") -> bytes:
     """A tensor map for ``cp.async.bulk.tensor`` in jaxptx's 128-byte layout.
 
     Shapes follow numpy (outermost dimension first); the map stores them
@@ -342,6 +349,10 @@ def tensor_map(address: int, shape: Sequence[int], dtype: Any, box: Sequence[int
         element_strides: traversal strides, 1..8 (default 1).
         interleave: 0, 16 or 32 (bytes).
         im2col: makes an im2col-mode map (cuTensorMapEncodeIm2col).
+        swizzle_atomicity: ``"16B"`` (default), or with ``swizzle=128``
+            ``"32B"``, ``"32B with 8B flip"`` or ``"64B"`` (the driver's
+            ``CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B`` / ``_ATOM_32B_FLIP_8B`` /
+            ``_ATOM_64B``).
 
     Raises:
         ValueError: a map the CUDA driver would refuse to encode.
@@ -363,12 +374,15 @@ def tensor_map(address: int, shape: Sequence[int], dtype: Any, box: Sequence[int
     if swizzle not in (0, 32, 64, 128) or interleave not in (0, 16, 32) or oob_fill not in ("zero", "nan"):
         raise ValueError(f"tensor_map: swizzle {swizzle}, interleave {interleave}, oob_fill {oob_fill!r} "
                          "must be in (0, 32, 64, 128), (0, 16, 32), ('zero', 'nan')")
-    extra: dict[str, Any] = {}
+    atoms = {v: k for k, v in ATOMICITY_NAMES.items()}
+    if swizzle_atomicity not in atoms:
+        raise ValueError(f"tensor_map: swizzle_atomicity {swizzle_atomicity!r} must be one of {list(atoms)}")
+    extra: dict[str, Any] = {"atomicity": atoms[swizzle_atomicity]}
     if im2col is not None:
         if not 3 <= rank or len(im2col.lower) != rank - 2 or len(im2col.upper) != rank - 2:
             raise ValueError(f"tensor_map: an im2col map needs rank 3..5 and {max(rank - 2, 1)} corner "
                              f"entries each, got shape {shape}, corners {im2col.lower}, {im2col.upper}")
-        extra = dict(mode=IM2COL, pixels=int(im2col.pixels), channels=int(im2col.channels),
+        extra.update(mode=IM2COL, pixels=int(im2col.pixels), channels=int(im2col.channels),
                      lower=tuple(int(c) for c in im2col.lower[::-1]),
                      upper=tuple(int(c) for c in im2col.upper[::-1]))
     tm = TensorMap(int(address), code, tuple(shape[::-1]), tuple(int(b) for b in (box or [0] * rank)[::-1]),

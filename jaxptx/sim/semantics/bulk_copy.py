@@ -16,7 +16,8 @@ is laid out in shared memory densely, innermost dimension first, with
 16-byte chunks by shared-memory address bits (PTX ISA, "Tensor Swizzling
 Modes": the 128-byte mode XORs the chunk index, address bits 4-6, with the
 128-byte line index within a 1024-byte span, bits 7-9; the 64-byte mode bits
-4-5 with bits 7-8; the 32-byte mode bit 4 with bit 7), computed on the
+4-5 with bits 7-8; the 32-byte mode bit 4 with bit 7; the 128-byte mode's
+coarser swizzle atomicities are in :func:`swizzle`), computed on the
 shared-memory offset of each byte, so a box whose destination is not aligned
 to the pattern starts at the matching base offset, as the ISA's "swizzle
 base offset" formula says. Out-of-bounds box elements read as zero or, in
@@ -285,13 +286,28 @@ def _box(tm: TensorMap, coords: np.ndarray, offsets: np.ndarray | None = None
     return (np.uint64(tm.address) + (g * steps).sum(axis=-1).astype(np.uint64)), inb
 
 
-def swizzle(addr: np.ndarray, span: int) -> np.ndarray:
+def swizzle(addr: np.ndarray, span: int, atomicity: int = 0) -> np.ndarray:
     """Shared-memory address of each byte under a ``span``-byte swizzle:
-    address bits [4, 4+b) XOR bits [7, 7+b), b = log2(span / 16)."""
+    address bits [4, 4+b) XOR bits [7, 7+b), b = log2(span / 16).
+
+    ``atomicity`` is the tensor map's swizzle atomicity code (128-byte
+    swizzle only; CUDA driver ``CU_TENSOR_MAP_SWIZZLE_128B_ATOM_*``): 0
+    swaps 16-byte chunks as above; 1 swaps 32-byte chunks (bits [5, 7) XOR
+    bits [7, 9)); 2 does that and also swaps the two 8-byte halves of each
+    16-byte chunk on odd 128-byte rows (bit 3 XOR bit 7); 3 swaps 64-byte
+    chunks (bit 6 XOR bit 7)."""
     if not span:
         return addr
-    mask = np.uint64(span // 16 - 1)
-    return addr ^ (((addr >> np.uint64(7)) & mask) << np.uint64(4))
+    if atomicity == 0:
+        mask = np.uint64(span // 16 - 1)
+        return addr ^ (((addr >> np.uint64(7)) & mask) << np.uint64(4))
+    row = addr >> np.uint64(7)
+    if atomicity == 3:
+        return addr ^ ((row & np.uint64(1)) << np.uint64(6))
+    out = addr ^ ((row & np.uint64(3)) << np.uint64(5))
+    if atomicity == 2:
+        out = out ^ ((row & np.uint64(1)) << np.uint64(3))
+    return out
 
 
 def _convert(tm: TensorMap, values: np.ndarray) -> np.ndarray:
@@ -322,7 +338,7 @@ def _tensor_load(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, ds
     lin = np.arange(e, dtype=np.uint64) * np.uint64(w)          # dense box, innermost first
     sub = Step(s.m, s.ins, s.r, s.threads[sel])
     for pos, d, mb in _targets(sub, dst, mbar):
-        addr = swizzle(d[pos][:, None] + lin, tm.swizzle).ravel()
+        addr = swizzle(d[pos][:, None] + lin, tm.swizzle, tm.atomicity).ravel()
         _write(sub, "shared", addr, np.repeat(sub.threads[pos], e), values[pos].ravel(), w)
         _signal(sub, pos, mb, np.full(len(pos), tm.box_bytes))
 
@@ -333,7 +349,7 @@ def _tensor_store(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, s
     n, e = gaddr.shape
     threads = np.repeat(s.threads[sel], e)
     lin = np.arange(e, dtype=np.uint64) * np.uint64(w)
-    values = _read(s, "shared", swizzle(src[:, None] + lin, tm.swizzle).ravel(), threads, w)
+    values = _read(s, "shared", swizzle(src[:, None] + lin, tm.swizzle, tm.atomicity).ravel(), threads, w)
     flat = inb.ravel()
     if flat.any():
         s.m.memory.store("global", gaddr.ravel()[flat], threads[flat], values[flat], w, s.ins.name)

@@ -304,26 +304,51 @@ def _ue8m0_value(code: np.ndarray) -> np.ndarray:
     return np.where(c == 255, np.nan, np.ldexp(1.0, c - 127))
 
 
-# Stochastic rounding (.rs, sm_100a/sm_103a): which rbits feed each value of the
-# four-value forms is given only in figures of the PTX ISA, so only the pairs run.
+# Stochastic rounding (.rs, sm_100a/sm_103a): the random bits each value uses.
 _RS_PAIR = {"f16x2": ("f16", 13), "bf16x2": ("bf16", 16)}
+# Four-value forms: (element, bits a field, random-bit field of a, b, e, f as (shift, width)).
+_RS_QUAD = {name: (name[:4], 8, ((24, 8), (16, 8), (8, 8), (0, 8)))
+            for name in ("e4m3x4", "e5m2x4", "e2m3x4", "e3m2x4")}
+_RS_QUAD["e2m1x4"] = ("e2m1", 4, ((24, 8), (8, 8), (16, 8), (0, 8)))
 
 
 def _cvt_rs(s: Step, dname: str) -> None:
-    """``cvt.rs`` into f16x2/bf16x2: round toward zero, then away if adding
-    the random bits (13 per f16, 16 per bf16 value; ``a`` uses the upper
-    half of rbits) to the discarded mantissa bits carries out (PTX ISA,
-    cvt ``.rs``). For results subnormal in f16 the top 13 discarded bits are
-    used, which is this emulator's reading of the ISA."""
-    if dname not in _RS_PAIR:
-        raise SimError(f"{s.ins.name}: the emulator does not run the four-value .rs forms "
-                       "(their rbits layout is specified only in figures)")
-    elem, w = _RS_PAIR[dname]
-    r = s.src(3, TYPES["u32"])
-    rmask = np.uint32((1 << w) - 1)
-    fields = []
-    for k, rb in ((1, (r >> np.uint32(16)) & rmask), (2, r & rmask)):
-        x = _float_in(s, k, "f32")
-        fields.append(convert(x, FORMATS[elem], "rs", relu=bool(s.mod("relu")),
-                              satfinite=bool(s.mod("satfinite")), rbits=rb, rwidth=w).astype(np.uint32))
-    s.dst(0, (fields[0] << np.uint32(16)) | fields[1], TYPES["u32"])
+    """``cvt.rs``: round toward zero, then away if adding the random bits to
+    the same number of top discarded mantissa bits carries out (PTX ISA,
+    cvt ``.rs``; for results subnormal in the target the discarded bits are
+    those below its subnormal quantum).
+
+    - ``f16x2`` / ``bf16x2``: ``a`` (upper half of ``d``) uses the 13 / 16
+      low bits of rbits' upper half, ``b`` those of its lower half.
+    - four-value forms ``d, {a, b, e, f}, rbits`` (``a`` in the top field of
+      ``d``, PTX ISA cvt "Semantics"): the ISA gives ``a, b`` the upper 16
+      bits of rbits and ``e, f`` the lower 16 (``e2m1x4``: ``a, b`` the upper
+      byte of each half, ``e, f`` the lower byte) without saying how a pair
+      splits its bits; the emulator reads them as 8 random bits a value,
+      the first operand of a pair taking the more significant byte:
+      ``a = rbits[31:24], b = [23:16], e = [15:8], f = [7:0]``, and for
+      ``e2m1x4`` ``a = [31:24], b = [15:8], e = [23:16], f = [7:0]``.
+    """
+    r = s.src(len(s.ins.operands) - 1, TYPES["u32"])
+    relu, satfinite = bool(s.mod("relu")), bool(s.mod("satfinite"))
+    if dname in _RS_PAIR:
+        elem, w = _RS_PAIR[dname]
+        rmask = np.uint32((1 << w) - 1)
+        fields = []
+        for k, rb in ((1, (r >> np.uint32(16)) & rmask), (2, r & rmask)):
+            x = _float_in(s, k, "f32")
+            fields.append(convert(x, FORMATS[elem], "rs", relu=relu, satfinite=satfinite, rbits=rb,
+                                  rwidth=w).astype(np.uint32))
+        s.dst(0, (fields[0] << np.uint32(16)) | fields[1], TYPES["u32"])
+        return
+    if dname not in _RS_QUAD:
+        raise SimError(f"{s.ins.name}: no stochastic-rounding form converts to .{dname}")
+    elem, field, rfields = _RS_QUAD[dname]
+    with np.errstate(invalid="ignore"):
+        x = s.src(1, TYPES["f32"]).astype(np.float64).reshape(s.n, 4)
+    out = np.zeros(s.n, dtype=np.uint32)
+    for k, (shift, width) in enumerate(rfields):
+        rb = (r >> np.uint32(shift)) & np.uint32((1 << width) - 1)
+        bits = convert(x[:, k], FORMATS[elem], "rs", relu=relu, satfinite=satfinite, rbits=rb, rwidth=width)
+        out |= bits.astype(np.uint32) << np.uint32(field * (3 - k))
+    s.dst(0, out, TYPES["u32" if field == 8 else "u16"])

@@ -27,7 +27,6 @@ SEMANTICS: dict[str, Callable] = {}
 
 
 UNSUPPORTED: dict[str, str] = {
-    "tcgen05_mma_sp": "sparse tcgen05.mma.sp (A with 2:4 / 1:2 sparsity metadata) is not emulated yet",
     "tcgen05_mma_ashift": "tcgen05.mma .ashift (A rows shifted in tensor memory) is not emulated yet",
 }
 """Names the emulator refuses, each with the reason given to the user."""

@@ -41,11 +41,22 @@ GPU. ``.kind::i8`` is exact with s32 wrap-around, or clamping with the
 descriptor's saturate bit. Collector qualifiers only permit reuse (the ISA
 requires the operands to stay unchanged), so operands are always read anew.
 
-Refused with an error: sparse A (``.sp``, or the descriptor's sparsity bit),
-``.ashift``, K = 96 and the absolute leading-dimension mode (sm_103a only).
+- Sparse A (``tcgen05.mma.sp``, ``.ws.sp``; the descriptor's sparsity bit
+  must match): A is stored M x K/2 and spread over K by 4-bit metadata codes
+  read from ``[sp-meta-tmem]`` (PTX ISA 9.7.16.10.8; the codes' place in
+  tensor memory, drawn only in figures there, is
+  :func:`.tcgen05_operands.sparse_metadata`'s). Undefined codes are refused.
+
+Refused with an error: ``.ashift`` (the ISA's one sentence leaves which
+rows A holds at the tensor-memory edge, and whether the MMA sees the shifted
+rows, open), sparse A with Layout F (M = 64) or B (``.cta_group::2``,
+M = 128) and sparsity selectors 2-3 (their metadata layout is only in the
+ISA's figures), K = 96 and the absolute leading-dimension mode (sm_103a only).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -59,7 +70,8 @@ from .mma import encode
 from .registry import semantics
 from .tcgen05 import peer_cta
 from .tcgen05_idesc import BLOCK_SCALED, InstrDesc, decode_idesc
-from .tcgen05_operands import d_layout, scale_blocks, scaled, scales, smem_operand, tmem_a
+from .tcgen05_operands import (d_layout, expand_sparse, scale_blocks, scaled, scales, smem_operand,
+                               sparse_metadata, tmem_a)
 
 __all__ = ["tcgen05_mma", "zero_column_mask"]
 
@@ -98,36 +110,41 @@ def _address(s: Step, k: int) -> np.ndarray:
     return (s.address(k)[1].astype(np.uint64) & np.uint64(0xFFFF_FFFF)).astype(np.int64)
 
 
-@semantics("tcgen05_mma")
+
+
+@semantics("tcgen05_mma", "tcgen05_mma_sp")
 def tcgen05_mma(s: Step) -> None:
-    """``tcgen05.mma{.ws}``: one MMA per executing thread (module docstring)."""
+    """``tcgen05.mma{.ws}{.sp}``: one MMA per executing thread (module docstring)."""
     name, ops = s.ins.name, s.ins.operands
-    if s.ins.opcode.endswith(".sp"):
-        raise SimError(f"{name}: sparse A (tcgen05.mma.sp) is not emulated yet")
+    parts = s.ins.opcode.split(".")
+    sparse = "sp" in parts
     if s.mod("ashift") is not None:
         raise SimError(f"{name}: .ashift is not emulated yet (its row shift at the tensor-memory edge is "
                        "not specified exactly enough in the ISA to reproduce)")
-    ws = s.ins.opcode.endswith(".ws")
+    ws = "ws" in parts
     kind = s.mod("kind")
     cta_group = 2 if s.mod("cta_group") == "cta_group::2" else 1
     a_in_tmem = isinstance(ops[1], ir.Address)
+    o = 1 if sparse else 0          # [sp-meta-tmem] comes between b-desc and idesc
     args = dict(d=_address(s, 0), a=_address(s, 1) if a_in_tmem else s.src(1, _U64).astype(np.uint64),
-                b=s.src(2, _U64).astype(np.uint64), idesc=s.src(3, _U32))
+                b=s.src(2, _U64).astype(np.uint64), idesc=s.src(3 + o, _U32))
+    if sparse:
+        args["meta"] = _address(s, 3)
     lanes_off = enable = None
     scale_d = 0
     if kind in BLOCK_SCALED:
-        args.update(sfa=_address(s, 4), sfb=_address(s, 5))
-        enable = s.pred(6)
+        args.update(sfa=_address(s, 4 + o), sfb=_address(s, 5 + o))
+        enable = s.pred(6 + o)
     elif ws:
-        enable = s.pred(4)
-        if len(ops) > 5:
-            args["zcm"] = s.src(5, _U64).astype(np.uint64)
+        enable = s.pred(4 + o)
+        if len(ops) > 5 + o:
+            args["zcm"] = s.src(5 + o, _U64).astype(np.uint64)
     else:
-        tail = list(ops[4:])
-        k = 4
+        tail = list(ops[4 + o:])
+        k = 4 + o
         if isinstance(tail[0], ir.Vector):
-            lanes_off = s.src(4, _U32).reshape(s.n, -1)
-            k = 5
+            lanes_off = s.src(k, _U32).reshape(s.n, -1)
+            k += 1
         enable = s.pred(k)
         if len(ops) > k + 1:
             scale_d = int(s.immediate(k + 1, _S32))
@@ -136,7 +153,7 @@ def tcgen05_mma(s: Step) -> None:
     for i, thread in enumerate(s.threads):
         one = {key: int(v[i]) for key, v in args.items()}
         mask = None if lanes_off is None else lanes_off[i]
-        _issue(s, int(thread), one, bool(enable[i]), mask, scale_d, kind, cta_group, ws, a_in_tmem)
+        _issue(s, int(thread), one, bool(enable[i]), mask, scale_d, kind, cta_group, ws, a_in_tmem, sparse)
 
 
 def _pair(s: Step, thread: int) -> list[int]:
@@ -151,15 +168,21 @@ def _pair(s: Step, thread: int) -> list[int]:
 
 
 def _issue(s: Step, thread: int, args: dict, enable: bool, lanes_off: np.ndarray | None, scale_d: int,
-           kind: str, cta_group: int, ws: bool, a_in_tmem: bool) -> None:
+           kind: str, cta_group: int, ws: bool, a_in_tmem: bool, sparse: bool) -> None:
     """One MMA issued by ``thread``."""
     name = s.ins.name
     d = decode_idesc(args["idesc"], kind, cta_group=cta_group, ws=ws, what=name)
-    if d.sparse:
-        raise SimError(f"{name}: the instruction descriptor sets the sparsity bit (2), but the instruction "
-                       "is not tcgen05.mma.sp")
+    if d.sparse != sparse:
+        raise SimError(f"{name}: the instruction descriptor's sparsity bit (2) is {int(d.sparse)}, but the "
+                       f"instruction is {'' if sparse else 'not '}tcgen05.mma{'.ws' if ws else ''}.sp")
     ctas = _pair(s, thread)
     layout, rows, lane_off, col_off = d_layout(d.m, d.n, cta_group, ws)
+    # Sparse A: K/2 stored values a row, spread over K by the metadata.
+    da = dataclasses.replace(d, k=d.k // 2) if sparse else d
+    if sparse and layout in ("F", "B"):
+        raise SimError(f"{name}: sparse A with data path Layout {layout} (M = {d.m}, .cta_group::{cta_group}) "
+                       "is not emulated: the ISA gives its metadata layout only in a figure; M = 128 "
+                       "(.cta_group::1), M = 256 (.cta_group::2) and the .ws shapes run")
     base_lane = args["d"] >> 16
     if base_lane not in ((0, 16) if layout == "F" else (0,)):
         raise SimError(f"{name}: [d-tmem] lane {base_lane} is not aligned for data path Layout {layout} "
@@ -184,12 +207,14 @@ def _issue(s: Step, thread: int, args: dict, enable: bool, lanes_off: np.ndarray
     for q, cta in enumerate(ctas):
         D = np.zeros((rows, d.n))
         if not a_in_tmem:
-            A_smem = smem_operand(s, args["a"], cta, rows, d, d.atype, d.mn_major_a, "A", thread)
+            A_smem = smem_operand(s, args["a"], cta, rows, da, d.atype, d.mn_major_a, "A", thread)
         for h in range(fold):
             cols = slice(h * width, (h + 1) * width)
             lanes = lane_off[:, h * width]
             # A in tensor memory: each block of D's lanes reads its own rows of A.
-            A = tmem_a(s, cta, args["a"], lanes, d) if a_in_tmem else A_smem
+            A = tmem_a(s, cta, args["a"], lanes, da) if a_in_tmem else A_smem
+            if sparse:
+                A = expand_sparse(A, sparse_metadata(s, cta, args["meta"], rows, h, d), d)
             if d.negate_a:
                 A = -A
             Bh = B[:, cols]

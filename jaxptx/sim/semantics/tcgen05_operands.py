@@ -21,7 +21,8 @@ from .mma import decode as decode_bits
 from .tcgen05_idesc import InstrDesc, element_bits
 from .tcgen05_smem import decode_smem_desc, read_matrix
 
-__all__ = ["d_layout", "smem_operand", "on_behalf_of", "tmem_a", "scale_blocks", "scales", "scaled"]
+__all__ = ["d_layout", "smem_operand", "on_behalf_of", "tmem_a", "scale_blocks", "scales", "scaled",
+           "sparse_metadata", "expand_sparse"]
 
 
 # --- where D lives in tensor memory ------------------------------------------------------------
@@ -170,3 +171,83 @@ def scaled(values: np.ndarray, factors: np.ndarray, axis_k: int) -> np.ndarray:
     if axis_k == 1:                    # values (rows, K), factors (rows, blocks)
         return values * np.repeat(factors, values.shape[1] // blocks, axis=1)
     return values * np.repeat(factors.T, values.shape[0] // blocks, axis=0)    # (K, cols)
+
+
+# --- sparse A (tcgen05.mma.sp) ---------------------------------------------------------------
+
+# PTX ISA 9.7.16.10.8.1-3: the meaningful 4-bit metadata codes (two 2-bit
+# indices, the first in bits 0-1) per granularity; the rest are undefined.
+_PAIR_CODES = (0b0100, 0b1000, 0b1100, 0b1001, 0b1101, 0b0110, 0b1110)
+_TF32_CODES = (0b0100, 0b1110)
+
+
+def sparse_metadata(s: Step, cta: int, addr: int, rows: int, copy: int, d: InstrDesc) -> np.ndarray:
+    """The 4-bit metadata codes ``(rows, chunks)`` of sparse A for one data
+    path block of CTA ``cta`` (``copy``: which of the ``.ws`` shapes'
+    duplicated copies, at lanes ``+ rows * copy``).
+
+    The ISA draws the layout of the metadata in tensor memory only in
+    figures (9.7.16.10.8.4); this follows the layout CUTLASS's sm_100
+    sparse kernels put there (``cute::UMMA::tmem_e_frg``), with each row's
+    metadata a little-endian bit string, chunk ``j``'s code at bits
+    ``4j..4j+3``:
+
+    - ``.kind::f16`` / ``tf32`` (32 bits a row): half ``b`` (chunks
+      ``4b..4b+3``) of row ``r`` is at lane ``r%8 + 8b + 16*(r/16)``, bits
+      ``16*((r/8)%2)`` on, of column ``address + sparsity selector``
+      (selector 0 or 1; CUTLASS sets it to the metadata column's parity);
+    - 8-bit and 4-bit kinds (64 bits a row): row ``r`` in lane ``r``,
+      columns ``address`` and ``address + 1``; the selector must be 0.
+    """
+    what = f"{s.ins.name} [sp-meta-tmem]"
+    lane0, col0 = (addr >> 16) + rows * copy, addr & 0xFFFF
+    r = np.arange(rows)
+    if d.kind in ("kind::f16", "kind::tf32"):
+        sel = d.sparsity_selector
+        if sel > 1:
+            raise SimError(f"{what}: sparsity selector {sel} (instruction descriptor bits 0-1) is not emulated: "
+                           "the ISA gives its sub-columns only in a figure; selectors 0 and 1 run")
+        halves = [tmem.read(s, cta, lane0 + r % 8 + 8 * b + 16 * (r // 16), np.full(rows, col0 + sel), what)
+                  >> (16 * ((r // 8) % 2)).astype(np.uint32) & np.uint32(0xFFFF) for b in (0, 1)]
+        stream = halves[0].astype(np.uint64) | halves[1].astype(np.uint64) << np.uint64(16)
+        chunks = 8
+    else:
+        if d.sparsity_selector:
+            raise SimError(f"{what}: the sparsity selector (instruction descriptor bits 0-1) must be 0 for "
+                           f".{d.kind}, got {d.sparsity_selector} (PTX ISA 'Sparsity selector')")
+        lo = tmem.read(s, cta, lane0 + r, np.full(rows, col0), what).astype(np.uint64)
+        hi = tmem.read(s, cta, lane0 + r, np.full(rows, col0 + 1), what).astype(np.uint64)
+        stream = lo | hi << np.uint64(32)
+        chunks = 16
+    codes = (stream[:, None] >> (4 * np.arange(chunks)).astype(np.uint64)) & np.uint64(0xF)
+    codes = codes.astype(np.int64)
+    valid = _TF32_CODES if d.kind == "kind::tf32" else _PAIR_CODES
+    bad = ~np.isin(codes, valid)
+    if bad.any():
+        row, chunk = (int(v[0]) for v in np.nonzero(bad))
+        raise SimError(f"{what}: row {row} of A, chunk {chunk}: metadata code {int(codes[row, chunk]):#06b} is "
+                       f"not one the ISA defines for .{d.kind} ({', '.join(f'{c:#06b}' for c in valid)}); the "
+                       "result would be undefined (PTX ISA 'Sparse Matrices')")
+    return codes
+
+
+def expand_sparse(packed: np.ndarray, codes: np.ndarray, d: InstrDesc) -> np.ndarray:
+    """Sparse A ``(rows, K/2)`` stored values → the ``(rows, K)`` matrix
+    (PTX ISA 9.7.16.10.8): ``tf32`` keeps one element of each two
+    (position ``index0 / 2``); 8- and 16-bit kinds two of each four (the
+    first stored at ``index0``, the second at ``index1``); ``mxf4`` kinds
+    two 2-element pairs of each eight (at pairs ``index0`` and ``index1``)."""
+    rows, half = packed.shape
+    out = np.zeros((rows, 2 * half), dtype=packed.dtype)
+    i = np.arange(rows)[:, None]
+    lo, hi = codes & 3, codes >> 2
+    if d.kind == "kind::tf32":
+        out[i, 2 * np.arange(half)[None, :] + lo // 2] = packed
+        return out
+    width = 2 if d.kind in ("kind::mxf4", "kind::mxf4nvf4") else 1
+    chunk = np.arange(codes.shape[1])[None, :] * 4 * width
+    for t, index in enumerate((lo, hi)):
+        for e in range(width):
+            src = (np.arange(codes.shape[1]) * 2 + t) * width + e
+            out[i, chunk + index * width + e] = packed[:, src]
+    return out
