@@ -123,7 +123,7 @@ class Counter:
         """FLOPs of a tensor-core instruction: per warp (``mma.sync``,
         ``wmma``), per warpgroup (``wgmma``) or per issuing thread
         (``tcgen05.mma``, whose shape is in its instruction descriptor)."""
-        if kind.name == "tcgen05_mma":
+        if kind.name in ("tcgen05_mma", "tcgen05_mma_sp"):
             flops = _tcgen05_flops(self, pc, taken)
             for elem, f in flops.items():
                 self.tensor_flops[elem] = self.tensor_flops.get(elem, 0) + f

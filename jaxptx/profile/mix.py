@@ -39,7 +39,7 @@ _SYNC = _BARRIER_WAITS | _MBARRIER_WAITS | _FENCES | {
     "cp_async_commit_group", "cp_async_wait_group", "cp_async_bulk_commit_group", "cp_async_bulk_wait_group",
     "tcgen05_commit", "tcgen05_wait", "cp_async_mbarrier_arrive"}
 _WARP = {"shfl_sync", "vote_sync", "redux_sync", "activemask", "elect_sync", "match_all_sync", "match_any_sync"}
-_TENSOR = {"mma_sync", "wgmma_mma_async", "tcgen05_mma", "wmma_mma"}
+_TENSOR = {"mma_sync", "wgmma_mma_async", "tcgen05_mma", "tcgen05_mma_sp", "wmma_mma"}
 _LSU = {"ld", "st", "atom", "atom_cas", "red", "cp_async", "ldmatrix", "stmatrix", "wmma_load", "wmma_store"}
 _TMA = {"cp_async_bulk", "cp_async_bulk_tensor", "cp_async_bulk_prefetch"}
 _TMEM = {"tcgen05_ld", "tcgen05_st", "tcgen05_cp", "tcgen05_shift", "tcgen05_alloc", "tcgen05_dealloc",
@@ -154,7 +154,7 @@ def kind_of(r: Any, ins: Any = None) -> Kind:
 
 def _tensor(sim: str, mods: tuple[str, ...]) -> Kind:
     element = next((e for e in _ELEMENTS if e in mods), "f16")
-    if sim == "tcgen05_mma":
+    if sim in ("tcgen05_mma", "tcgen05_mma_sp"):   # sparse: counted as the dense product it stands for
         return Kind(sim, "tensor", traffic="tensor", flops_per_issue=0, element=element)
     shape = next((_SHAPE.match(m) for m in mods if _SHAPE.match(m)), None)
     flops = 2 * int(shape[1]) * int(shape[2]) * int(shape[3]) if shape else 0

@@ -110,8 +110,6 @@ def _address(s: Step, k: int) -> np.ndarray:
     return (s.address(k)[1].astype(np.uint64) & np.uint64(0xFFFF_FFFF)).astype(np.int64)
 
 
-
-
 @semantics("tcgen05_mma", "tcgen05_mma_sp")
 def tcgen05_mma(s: Step) -> None:
     """``tcgen05.mma{.ws}{.sp}``: one MMA per executing thread (module docstring)."""
