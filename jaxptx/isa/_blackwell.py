@@ -71,7 +71,7 @@ COLLECTOR_A = slot("collector", "collector::a::fill collector::a::use collector:
 COLLECTOR_B = slot("collector", " ".join(f"collector::b{i}::{u}" for i in range(4)
                                          for u in ("fill", "use", "lastuse", "discard")),
                    optional=True)
-# .ashift shifts rows of A as it is read; it cannot fill or reuse the collector.
+# .ashift shifts the rows of A (in tensor memory) down by one after the MMA; it cannot fill or use the collector.
 ASHIFT_COLLECTOR = slot("collector", "collector::a::lastuse collector::a::discard", optional=True)
 BLOCK_SCALE = slot("block_scale", "block_scale")
 SCALE_VEC = slot("scale", "scale_vec::1X scale_vec::2X scale_vec::4X block16 block32",

@@ -169,11 +169,7 @@ JOIN:
     add.u32 %r12, %r10, %r12;
     ld.shared.u32 %r13, [%r12];                 //@L (lane 16 reads lane 0's unsynchronised word)
     st.global.u32 [%rd4], %r13;
-""", "race|divergence", lambda inp, g, b: gid(inp, g, b) ^ 16, block=32,
-         twin_xfail="the member-mask check (and Sanitizer.warp_sync's join) takes only the lanes "
-                    "executing one bar.warp.sync instruction together; on sm_70+ the two halves of a "
-                    "divergent warp may each execute their own bar.warp.sync -1 and are synchronised "
-                    "(only sm_6x requires the same instruction in convergence)"),
+""", "race|divergence", lambda inp, g, b: gid(inp, g, b) ^ 16, block=32),
 
     Case("race within a warp without bar.warp.sync", """
     st.shared.u32 [%r11], %r4;                  //@O

@@ -394,3 +394,26 @@ def test_traced_kernel_spin_names_the_python_line() -> None:
     with pytest.raises(SimError, match=rf"_spins_forever|test_hangs\.py:{line}") as e:
         sim.launch(_spins_forever)
     assert f"test_hangs.py:{line}" in str(e.value), str(e.value)
+
+
+def test_a_bar_warp_sync_waiting_on_lanes_held_at_a_barrier_is_a_deadlock_naming_both() -> None:
+    """bar.warp.sync waits for its mask's lanes (they need not be converged);
+    here they wait at a bar.sync the first half never reaches."""
+    text = """.version 8.5
+.target sm_90a
+.address_size 64
+.visible .entry k(.param .u64 out)
+{
+    .reg .b32 %r<4>; .reg .pred %p<2>;
+    mov.u32 %r1, %tid.x;
+    setp.lt.u32 %p1, %r1, 16;
+    @%p1 bra LOW;
+    bar.sync 0;
+    ret;
+LOW:
+    bar.warp.sync -1;
+    ret;
+}"""
+    with pytest.raises(SimError, match=r"deadlock: bar.warp.sync at bar.warp.sync \(PTX line 13\) reached by 16 "
+                                       r"threads \(CTA 0 threads 0-15\).*\n  barrier 0 at bar.sync"):
+        sim.launch(text, np.zeros(4, np.uint32), block=(32, 1, 1))

@@ -273,15 +273,24 @@ def test_bad_shared_memory_descriptors_are_refused() -> None:
                 args=(np.uint64(da), np.uint64(good), np.uint32(idesc(0, 0, 1, 128, 32)), np.uint32(0)))
 
 
-def test_ashift_form_is_refused_before_running() -> None:
-    """(Sparse ``tcgen05.mma.sp`` runs: ``test_tcgen05_sparse.py``.)"""
-    from jaxptx.sim import PrecheckError
+def test_ashift_form_runs_and_shifts_a_after_the_mma() -> None:
+    """``.ashift`` (once refused here) runs: the MMA reads A from tensor
+    memory as it is, then A's rows move one lane down (row 0 keeps its own,
+    lane 127's old row is lost). More in ``test_tcgen05_ashift.py``; sparse
+    ``tcgen05.mma.sp`` in ``test_tcgen05_sparse.py``."""
+    A, B = values("f16", (128, 16)), values("f16", (16, 16))
+    tm = np.zeros((128, 48), np.uint32)
+    bits = to_bits(A, "f16")
+    tm[:, 40:48] = (bits[:, 0::2] | bits[:, 1::2] << 16).astype(np.uint32)
     img = np.zeros(32768, np.uint8)
-    line = "tcgen05.mma.cta_group::1.kind::f16.ashift [%taddr], [%taddr], %rd22, %r21, %p7;"
-    message = "tcgen05.mma.cta_group::1.kind::f16.ashift: tcgen05.mma .ashift .* is not emulated yet"
-    with pytest.raises(PrecheckError, match=message):
-        run(LOADS + line, img, np.zeros((128, 8), np.uint32), params=PARAMS,
-            args=(np.uint64(0), np.uint64(0), np.uint32(0), np.uint32(0)))
+    db = place(img, to_bits(B.T, "f16"), 16384, "K", 2, 8, 16)
+    line = ("add.u32 %r24, %taddr, 40;\n    "
+            "tcgen05.mma.cta_group::1.kind::f16.ashift [%taddr], [%r24], %rd22, %r21, %p7;")
+    out = run(LOADS + line, img, tm, params=PARAMS,
+              args=(np.uint64(0), np.uint64(db), np.uint32(idesc(0, 0, 1, 128, 16)), np.uint32(0)))[0]
+    np.testing.assert_array_equal(f32(out[:, :16]), A @ B)
+    np.testing.assert_array_equal(out[1:, 40:], tm[:-1, 40:])
+    np.testing.assert_array_equal(out[0, 40:], tm[0, 40:])
 
 
 def test_bf16_values_are_exact() -> None:

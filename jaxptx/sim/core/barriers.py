@@ -25,11 +25,12 @@ from .step import Step
 if TYPE_CHECKING:
     from ..core.machine import Machine
 
-__all__ = ["RUNNING", "WAITING", "EXITED", "PARKED", "SPINNING", "CLUSTER_BARRIER", "everyone", "arrive",
-           "release"]
+__all__ = ["RUNNING", "WAITING", "EXITED", "PARKED", "SPINNING", "CLUSTER_BARRIER", "WARP_SYNC", "everyone",
+           "arrive", "warp_sync", "release"]
 
 RUNNING, WAITING, EXITED, PARKED, SPINNING = 0, 1, 2, 3, 4
 CLUSTER_BARRIER = 99          # the barrier id of a thread in barrier.cluster.wait
+WARP_SYNC = 98                # ... of a thread in bar.warp.sync waiting for its mask's lanes
 
 
 def everyone(m: "Machine", taken: np.ndarray) -> bool:
@@ -65,6 +66,61 @@ def arrive(m: "Machine", s: Step, pc: int) -> None:
         m.barrier_pred[s.threads] = s.pred(len(s.ins.operands) - 1)
 
 
+def warp_sync(m: "Machine", s: Step, pc: int) -> np.ndarray:
+    """``bar.warp.sync membermask``: each thread waits until every live lane
+    its mask names has executed a ``bar.warp.sync`` (any one: on sm_70+ the
+    lanes need not be converged). Returns the threads that go on at once
+    (their mask's lanes are all here); the rest wait (``WARP_SYNC``)."""
+    mask = s.src(0, TYPES["u32"]).astype(np.int64)
+    th = s.threads
+    lane = th % m.ntid % 32
+    warp = th // m.ntid * 64 + th % m.ntid // 32
+    here = np.zeros(len(th), dtype=np.int64)
+    for w in np.unique(warp).tolist():
+        sel = warp == w
+        here[sel] = np.bitwise_or.reduce(np.left_shift(1, lane[sel]))
+    ready = (mask & ~here & _live_lanes(m, th)) == 0
+    wait = th[~ready]
+    if len(wait):
+        m.state[wait] = WAITING
+        m.barrier[wait] = WARP_SYNC
+        m.warp_mask[wait] = mask[~ready]
+    return th[ready]
+
+
+def _live_lanes(m: "Machine", threads: np.ndarray) -> np.ndarray:
+    """Per thread, the bit mask of the live (not exited) lanes of its warp."""
+    base = threads // m.ntid * m.ntid + threads % m.ntid // 32 * 32
+    lanes = base[:, None] + np.arange(32)
+    ok = lanes < (threads // m.ntid * m.ntid + m.ntid)[:, None]
+    live = ok & (m.state[np.minimum(lanes, m.nthreads - 1)] != EXITED)
+    return (live * (1 << np.arange(32, dtype=np.int64))).sum(axis=1)
+
+
+def _release_warp_syncs(m: "Machine", waiting: np.ndarray, released: list[np.ndarray]) -> np.ndarray:
+    """Release the threads in bar.warp.sync whose mask's live lanes have all
+    arrived (appended to ``released``); returns the rest."""
+    at = waiting[m.barrier[waiting] == WARP_SYNC]
+    if len(at) == 0:
+        return waiting
+    lane = at % m.ntid % 32
+    warp = at // m.ntid * 64 + at % m.ntid // 32
+    arrived = np.zeros(len(at), dtype=np.int64)
+    for w in np.unique(warp).tolist():
+        sel = warp == w
+        arrived[sel] = np.bitwise_or.reduce(np.left_shift(1, lane[sel]))
+    done = (m.warp_mask[at] & _live_lanes(m, at) & ~arrived) == 0
+    if done.any():
+        go = at[done]
+        m.state[go] = RUNNING
+        m.barrier[go] = -1
+        released.append(go)
+        if m.sanitizer is not None:
+            gone = m.warp_mask[go] & ~_live_lanes(m, go) & ~arrived[done]
+            m.sanitizer.warp_sync(go, gone, m.pc[go] - 1)
+    return waiting[(m.barrier[waiting] != WARP_SYNC) & (m.state[waiting] == WAITING)]
+
+
 def _release_cluster(m: "Machine", waiting: np.ndarray, released: list[np.ndarray]) -> np.ndarray:
     """``barrier.cluster.wait``: release a cluster's waiting threads once
     every live thread of the cluster has arrived (appended to ``released``);
@@ -94,6 +150,8 @@ def release(m: "Machine") -> np.ndarray:
     returns the released threads (ascending)."""
     waiting = np.nonzero(m.state == WAITING)[0]
     released: list[np.ndarray] = []
+    if len(waiting):
+        waiting = _release_warp_syncs(m, waiting, released)
     if len(waiting):
         waiting = _release_cluster(m, waiting, released)
     if len(waiting):

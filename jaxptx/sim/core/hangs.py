@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ... import ir
-from .barriers import CLUSTER_BARRIER, EXITED, PARKED, RUNNING, SPINNING, WAITING
+from .barriers import CLUSTER_BARRIER, EXITED, PARKED, RUNNING, SPINNING, WAITING, WARP_SYNC
 from ..errors import SimError
 from .step import Step
 
@@ -351,7 +351,11 @@ def _barrier_groups(m: "Machine", waiting: np.ndarray) -> list[str]:
             out.append(f"barrier.cluster.wait at {_at(m, int(m.pc[ts[0]]) - 1)} reached by {thread_ranges(m, ts)}; "
                        f"the cluster of CTAs {_ranges(members)} has {int(m.cluster_arrivals[f])} arrivals of "
                        f"the {live} its live threads must make")
-    rest = waiting[m.barrier[waiting] != CLUSTER_BARRIER]
+    warp = waiting[m.barrier[waiting] == WARP_SYNC]
+    if len(warp):
+        out.append(f"bar.warp.sync at {_at(m, int(m.pc[warp[0]]) - 1)} reached by {thread_ranges(m, warp)}, "
+                   f"which wait for the other lanes their member masks name")
+    rest = waiting[(m.barrier[waiting] != CLUSTER_BARRIER) & (m.barrier[waiting] != WARP_SYNC)]
     key = (rest // m.ntid) * 16 + m.barrier[rest]
     for k in np.unique(key):
         ts = rest[key == k]

@@ -24,7 +24,8 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from ... import ir
-from .barriers import CLUSTER_BARRIER, EXITED, PARKED, RUNNING, SPINNING, WAITING, arrive, everyone, release
+from .barriers import (CLUSTER_BARRIER, EXITED, PARKED, RUNNING, SPINNING, WAITING, arrive, everyone, release,
+                       warp_sync)
 from .calls import call, return_
 from .hangs import (MAX_STEPS_ENV, CycleWatch, Spinners, default_max_steps, first_thread, hang_message,
                     located, running_message, shared_state, where)
@@ -38,12 +39,12 @@ from .registers import RegisterFile, SpecialRegisters
 __all__ = ["Machine", "MACHINE", "NO_OPS", "MAX_STEPS_ENV"]
 
 MACHINE = frozenset(["bra", "brx_idx", "call", "ret", "exit", "trap", "bar_sync", "bar_red", "bar_arrive",
-                     "barrier_cluster_arrive", "barrier_cluster_wait"])
+                     "barrier_cluster_arrive", "barrier_cluster_wait", "bar_warp_sync"])
 """``sim`` names the machine executes itself: they change program counters or
 thread states, so no semantics function can run them."""
 
 NO_OPS = frozenset(["fence", "fence_proxy", "prefetch", "nanosleep", "pmevent", "griddepcontrol",
-                    "bar_warp_sync", "setmaxnreg", "brkpt"])
+                    "setmaxnreg", "brkpt"])
 """``sim`` names with no effect on the emulator: it completes every memory
 operation in program order, has no caches to prefetch into and no register
 allocation to change."""
@@ -95,6 +96,7 @@ class Machine:
         self.state = np.zeros(self.nthreads, dtype=np.int8)
         self.barrier = np.full(self.nthreads, -1, dtype=np.int64)
         self.barrier_count = np.zeros(self.nthreads, dtype=np.int64)
+        self.warp_mask = np.zeros(self.nthreads, dtype=np.int64)      # bar.warp.sync members awaited
         # bar.red: each waiting thread's predicate and the PC of its bar.red
         # (-1 for bar.sync); bar.arrive: arrivals without waiting per (CTA, barrier).
         self.barrier_pred = np.zeros(self.nthreads, dtype=bool)
@@ -465,12 +467,29 @@ class Machine:
                     self.sanitizer.proxy_fence(taken)
                 elif sim == "fence":
                     self.sanitizer.fence(taken)
-                elif sim == "bar_warp_sync":
-                    self.sanitizer.warp_sync(taken)
-                    self.sanitizer.member_mask(Step(self, ins, r, taken))
             self._place(pc + 1, threads)
+        elif sim == "bar_warp_sync":
+            self._warp_sync(ins, r, pc, threads, taken)
         else:
             raise SimError(f"{self.program.name}: the emulator does not run {ins.name} yet{where(ins)}")
+
+    def _warp_sync(self, ins: ir.Instruction, r: Any, pc: int, threads: np.ndarray, taken: np.ndarray) -> None:
+        """``bar.warp.sync``: lanes whose mask's live lanes are all here go on;
+        the others wait for them (a divergent warp's halves may sync at
+        different instructions)."""
+        go = taken
+        if len(taken):
+            s = Step(self, ins, r, taken)
+            if self.sanitizer is not None:
+                self.sanitizer.begin(pc, "bar_warp_sync")
+                self.sanitizer.member_mask(s, waits=True)
+            go = warp_sync(self, s, pc)
+            if self.sanitizer is not None and len(go):
+                self.sanitizer.warp_sync(go)
+        self.pc[taken] = pc + 1
+        self._place(pc + 1, threads[self.state[threads] == RUNNING])
+        if len(go) != len(taken) or (self.state == WAITING).any():
+            self._release()
 
     def _release(self) -> None:
         """Run the threads whose barriers completed."""

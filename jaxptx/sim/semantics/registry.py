@@ -26,9 +26,7 @@ SEMANTICS: dict[str, Callable] = {}
 """``sim`` name → the function that runs that instruction for a :class:`~..core.step.Step`."""
 
 
-UNSUPPORTED: dict[str, str] = {
-    "tcgen05_mma_ashift": "tcgen05.mma .ashift (A rows shifted in tensor memory) is not emulated yet",
-}
+UNSUPPORTED: dict[str, str] = {}
 """Names the emulator refuses, each with the reason given to the user."""
 
 F = TypeVar("F", bound=Callable)

@@ -47,11 +47,50 @@ requires the operands to stay unchanged), so operands are always read anew.
   tensor memory, drawn only in figures there, is
   :func:`.tcgen05_operands.sparse_metadata`'s). Undefined codes are refused.
 
-Refused with an error: ``.ashift`` (the ISA's one sentence leaves which
-rows A holds at the tensor-memory edge, and whether the MMA sees the shifted
-rows, open), sparse A with Layout F (M = 64) or B (``.cta_group::2``,
-M = 128) and sparsity selectors 2-3 (their metadata layout is only in the
-ISA's figures), K = 96 and the absolute leading-dimension mode (sm_103a only).
+- ``.ashift`` (PTX ISA 9.7.16.10.9.1, "tcgen05.mma"): "The qualifier
+  ``.ashift`` shifts the rows of the ``A`` matrix down by one row, except for
+  the last row in the Tensor Memory. Qualifier ``.ashift`` is only allowed
+  with M = 128 or M = 256", and "it is illegal to specify either of
+  ``.collector::a::use`` or ``.collector::a::fill`` along with ``.ashift``";
+  the syntax has it only with ``[a-tmem]``, for the dense kinds. The
+  emulator's reading of that text:
+
+  * the MMA reads A as tensor memory holds it at issue; the shift follows
+    the MMA (completing with it, so ``tcgen05.commit`` tracks both). The ISA
+    does not say "before" or "after", but its collector rule only makes
+    sense this way: ``lastuse`` (read A from the collector filled earlier,
+    then discard it) stays legal, so the MMA must read the unshifted A;
+    ``fill``/``use`` are illegal because the buffer would keep an A that
+    the shift has made stale;
+  * "down" is towards higher lanes, as for ``tcgen05.shift.down``: in each
+    CTA of the MMA, A's row ``r`` (its ``K`` elements' words, in the lane
+    the MMA reads it from) moves to row ``r + 1`` for ``r = 0 .. R-2``
+    (``R`` = 128 rows a CTA, lanes 0-127 from the address); row 0 keeps its
+    words, and the last row is the one not shifted (nothing below it), its
+    old words overwritten by row ``R-2``'s. With ``.cta_group::2`` each CTA
+    shifts its own 128 rows (nothing moves between the two tensor
+    memories); for M = 128 there (Layout B, each CTA's 64 rows of A read
+    from lanes 0-63 and again from 64-127) each copy shifts within itself.
+    Columns other than A's ``K / (elements a word)`` are untouched; sparse A
+    (``.sp``) shifts its stored ``K/2`` elements, not the metadata.
+
+  Hardware report, not followed here: the issue-10 work notes cite a
+  CUTLASS example in which a B200 shifted A within each 32-lane block of
+  tensor memory (as ``tcgen05.shift`` moves one warp's 32 lanes) rather
+  than over the whole 128 rows (we could not find that example's source to
+  check it, nor its direction). Shifting in the same direction, the two
+  readings differ only in lanes 32, 64 and 96 (the ISA's: they take rows
+  31, 63, 95; per block: they keep their own). The report is unconfirmed
+  and contradicts "except for the last row in the Tensor Memory" (one last
+  row, not four), so the emulator follows the ISA; a kernel whose result
+  depends on those lanes after an ``.ashift`` may differ on hardware.
+  ``.ashift`` with M = 64, A from shared memory, ``.ws`` or block scaling
+  is refused.
+
+Refused with an error: sparse A with Layout F (M = 64) or B
+(``.cta_group::2``, M = 128) and sparsity selectors 2-3 (their metadata
+layout is only in the ISA's figures), K = 96 and the absolute
+leading-dimension mode (sm_103a only).
 """
 
 from __future__ import annotations
@@ -70,8 +109,8 @@ from .mma import encode
 from .registry import semantics
 from .tcgen05 import peer_cta
 from .tcgen05_idesc import BLOCK_SCALED, InstrDesc, decode_idesc
-from .tcgen05_operands import (d_layout, expand_sparse, scale_blocks, scaled, scales, smem_operand,
-                               sparse_metadata, tmem_a)
+from .tcgen05_operands import (d_layout, expand_sparse, scale_blocks, scaled, scales, shift_tmem_a,
+                               smem_operand, sparse_metadata, tmem_a)
 
 __all__ = ["tcgen05_mma", "zero_column_mask"]
 
@@ -110,15 +149,13 @@ def _address(s: Step, k: int) -> np.ndarray:
     return (s.address(k)[1].astype(np.uint64) & np.uint64(0xFFFF_FFFF)).astype(np.int64)
 
 
-@semantics("tcgen05_mma", "tcgen05_mma_sp")
+@semantics("tcgen05_mma", "tcgen05_mma_sp", "tcgen05_mma_ashift")
 def tcgen05_mma(s: Step) -> None:
     """``tcgen05.mma{.ws}{.sp}``: one MMA per executing thread (module docstring)."""
     name, ops = s.ins.name, s.ins.operands
     parts = s.ins.opcode.split(".")
     sparse = "sp" in parts
-    if s.mod("ashift") is not None:
-        raise SimError(f"{name}: .ashift is not emulated yet (its row shift at the tensor-memory edge is "
-                       "not specified exactly enough in the ISA to reproduce)")
+    ashift = s.mod("ashift") is not None
     ws = "ws" in parts
     kind = s.mod("kind")
     cta_group = 2 if s.mod("cta_group") == "cta_group::2" else 1
@@ -151,7 +188,8 @@ def tcgen05_mma(s: Step) -> None:
     for i, thread in enumerate(s.threads):
         one = {key: int(v[i]) for key, v in args.items()}
         mask = None if lanes_off is None else lanes_off[i]
-        _issue(s, int(thread), one, bool(enable[i]), mask, scale_d, kind, cta_group, ws, a_in_tmem, sparse)
+        _issue(s, int(thread), one, bool(enable[i]), mask, scale_d, kind, cta_group, ws, a_in_tmem, sparse,
+               ashift)
 
 
 def _pair(s: Step, thread: int) -> list[int]:
@@ -166,10 +204,12 @@ def _pair(s: Step, thread: int) -> list[int]:
 
 
 def _issue(s: Step, thread: int, args: dict, enable: bool, lanes_off: np.ndarray | None, scale_d: int,
-           kind: str, cta_group: int, ws: bool, a_in_tmem: bool, sparse: bool) -> None:
-    """One MMA issued by ``thread``."""
+           kind: str, cta_group: int, ws: bool, a_in_tmem: bool, sparse: bool, ashift: bool = False) -> None:
+    """One MMA issued by ``thread`` (then, with ``.ashift``, A's rows shifted)."""
     name = s.ins.name
     d = decode_idesc(args["idesc"], kind, cta_group=cta_group, ws=ws, what=name)
+    if ashift:
+        _check_ashift(name, d, a_in_tmem, ws, kind)
     if d.sparse != sparse:
         raise SimError(f"{name}: the instruction descriptor's sparsity bit (2) is {int(d.sparse)}, but the "
                        f"instruction is {'' if sparse else 'not '}tcgen05.mma{'.ws' if ws else ''}.sp")
@@ -221,6 +261,21 @@ def _issue(s: Step, thread: int, args: dict, enable: bool, lanes_off: np.ndarray
             D[:, cols] = _product(A, Bh, d)
         _accumulate(s, cta, args["d"], D, lane_off, col_off, enable, scale_d, d,
                     None if lanes_off is None else lanes_off[4 * q:4 * q + 4])
+    if ashift:          # after every CTA's MMA has read its A (module docstring)
+        for cta in ctas:
+            for h in range(fold):
+                shift_tmem_a(s, cta, args["a"], lane_off[:, h * width], da)
+
+
+def _check_ashift(name: str, d: InstrDesc, a_in_tmem: bool, ws: bool, kind: str) -> None:
+    """The ISA's limits on ``.ashift``: A in tensor memory, M = 128 or 256,
+    no ``.ws``, no block scaling (only the syntax's dense kinds)."""
+    if not a_in_tmem or ws or kind in BLOCK_SCALED:
+        raise SimError(f"{name}: .ashift needs A in tensor memory ([a-tmem]) and a dense, non-.ws MMA (PTX ISA "
+                       "'tcgen05.mma' syntax)")
+    if d.m not in (128, 256):
+        raise SimError(f"{name}: .ashift is only allowed with M = 128 or M = 256 (PTX ISA 'tcgen05.mma'); the "
+                       f"instruction descriptor gives M = {d.m}")
 
 
 def _block_scaled(s: Step, cta: int, args: dict, A: np.ndarray, B: np.ndarray, lanes: np.ndarray,

@@ -21,8 +21,8 @@ from .mma import decode as decode_bits
 from .tcgen05_idesc import InstrDesc, element_bits
 from .tcgen05_smem import decode_smem_desc, read_matrix
 
-__all__ = ["d_layout", "smem_operand", "on_behalf_of", "tmem_a", "scale_blocks", "scales", "scaled",
-           "sparse_metadata", "expand_sparse"]
+__all__ = ["d_layout", "smem_operand", "on_behalf_of", "tmem_a", "shift_tmem_a", "scale_blocks", "scales",
+           "scaled", "sparse_metadata", "expand_sparse"]
 
 
 # --- where D lives in tensor memory ------------------------------------------------------------
@@ -105,11 +105,16 @@ def smem_operand(s: Step, desc_word: int, cta: int, mn: int, d: InstrDesc, type_
     return _values(raw, type_name)
 
 
+def _a_bits(d: InstrDesc) -> tuple[bool, int]:
+    """(fp4 packed two a byte, bits an element of A takes in tensor memory)."""
+    packed = d.kind in ("kind::mxf4", "kind::mxf4nvf4")
+    return packed, 4 if packed else max(8, element_bits(d.atype))
+
+
 def tmem_a(s: Step, cta: int, addr: int, lanes: np.ndarray, d: InstrDesc) -> np.ndarray:
     """Values ``(rows, K)`` of A from tensor memory: row ``r`` in lane
     ``lanes[r]`` (relative to the address's lane)."""
-    packed = d.kind in ("kind::mxf4", "kind::mxf4nvf4")
-    bits = 4 if packed else max(8, element_bits(d.atype))
+    packed, bits = _a_bits(d)
     per_word = 32 // bits
     ncols = d.k // per_word
     lane = (addr >> 16) + lanes[:, None]
@@ -124,6 +129,23 @@ def tmem_a(s: Step, cta: int, addr: int, lanes: np.ndarray, d: InstrDesc) -> np.
     elif not packed and d.atype in ("e2m3", "e3m2"):   # 6-bit: the low 6 bits
         raw = raw & 0x3F
     return _values(raw, d.atype)
+
+
+def shift_tmem_a(s: Step, cta: int, addr: int, lanes: np.ndarray, d: InstrDesc) -> None:
+    """``.ashift``: A's rows in CTA ``cta``'s tensor memory move down one
+    row: the ``K`` elements' words of row ``r`` (lane ``lanes[r]``, relative
+    to the address's lane) go to row ``r + 1`` for ``r = 0 .. R-2``; row 0
+    keeps its words, and the last row's old words are overwritten (it is the
+    row not shifted; see :mod:`.tcgen05_mma`)."""
+    _, bits = _a_bits(d)
+    ncols = d.k // (32 // bits)
+    what = f"{s.ins.name} [a-tmem] (.ashift)"
+    col = (addr & 0xFFFF) + np.arange(ncols)[None, :]
+    src = np.broadcast_to((addr >> 16) + lanes[:-1, None], (len(lanes) - 1, ncols))
+    dst = np.broadcast_to((addr >> 16) + lanes[1:, None], (len(lanes) - 1, ncols))
+    cols = np.broadcast_to(col, src.shape)
+    words = tmem.read(s, cta, src, cols, what)
+    tmem.write(s, cta, dst, cols, words, what)
 
 
 # --- block scaling ---------------------------------------------------------------------------

@@ -71,10 +71,19 @@ class SyncChecks:
         """Every thread of every CTA passed one barrier."""
         self.clocks.join_ctas(self.m.nctas)
 
-    def warp_sync(self, threads: np.ndarray) -> None:
-        """``bar.warp.sync``: the executing lanes of each warp synchronise."""
+    def warp_sync(self, threads: np.ndarray, gone: np.ndarray | None = None,
+                  pcs: np.ndarray | None = None) -> None:
+        """``bar.warp.sync`` completed for ``threads``: the lanes of each warp
+        released together synchronise. ``gone``: per thread, lanes its mask
+        named that exited instead of arriving (a finding)."""
         for mine in self._warps(threads):
             self.clocks.join(mine)
+        if gone is not None and gone.any():
+            k = int(np.argmax(gone != 0))
+            lane = int(gone[k]).bit_length() - 1
+            self.report("divergence", f"{self.line(int(pcs[k]))} at {self.who(int(threads[k]))}: the member "
+                        f"mask names lane {lane}, which exited without executing bar.warp.sync",
+                        self.line(int(pcs[k])))
 
     def cluster_complete(self, threads: np.ndarray) -> None:
         """``barrier.cluster.wait`` completed for ``threads``: each CTA's part joins."""
@@ -136,7 +145,7 @@ class SyncChecks:
                             f"{self.who(t)} reaches it without {self._thread_at(t, int(away[0]) % self.ntid)} "
                             "of its warp (the whole warp must execute it together)", self.line(self.pc))
 
-    def member_mask(self, s) -> None:
+    def member_mask(self, s, waits: bool = False) -> None:
         """``shfl.sync``/``vote.sync``/``match.sync``/``redux.sync``/
         ``bar.warp.sync``: every lane the member mask names must execute the
         instruction with the thread, and the thread must be in its mask."""
@@ -149,6 +158,8 @@ class SyncChecks:
             sel = warp == w
             here[sel] = np.bitwise_or.reduce(np.left_shift(1, lane[sel]))
         missing = mask & ~here
+        if waits:           # bar.warp.sync waits for its other lanes: only exited ones are missing
+            missing &= ~self._live(th)
         outside = (mask >> lane) & 1 == 0
         bad = (missing != 0) | outside
         if bad.any():
@@ -157,12 +168,21 @@ class SyncChecks:
                 why = f"its own lane {int(lane[k])} is not in the member mask {int(mask[k]):#010x}"
             else:
                 gone = int(missing[k]).bit_length() - 1
-                why = (f"the member mask {int(mask[k]):#010x} names lane {gone}, which is not executing it "
-                       "(exited, or elsewhere in the program)")
+                why = (f"the member mask {int(mask[k]):#010x} names lane {gone}, which "
+                       + ("has exited" if waits else "is not executing it (exited, or elsewhere in the program)"))
             self.report("divergence", f"{self.line(self.pc)} at {self.who(int(th[k]))}: {why}",
                         self.line(self.pc))
         if s.ins.opcode == "shfl.sync":
             self._shuffle_source(s, mask, lane)
+
+    def _live(self, threads: np.ndarray) -> np.ndarray:
+        """Per thread, the bit mask of its warp's lanes that have not exited."""
+        from ..barriers import EXITED
+        base = threads // self.ntid * self.ntid + threads % self.ntid // 32 * 32
+        lanes = base[:, None] + np.arange(32)
+        ok = lanes < (threads // self.ntid * self.ntid + self.ntid)[:, None]
+        live = ok & (self.m.state[np.minimum(lanes, self.m.nthreads - 1)] != EXITED)
+        return (live * (1 << np.arange(32, dtype=np.int64))).sum(axis=1)
 
     def _shuffle_source(self, s, mask: np.ndarray, lane: np.ndarray) -> None:
         """``shfl.sync``: the lane each thread reads from (PTX ISA, shfl.sync:
