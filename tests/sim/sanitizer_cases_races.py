@@ -314,9 +314,7 @@ CLUSTER = [
     st.global.u32 [%rd4], %r13;
     barrier.cluster.arrive.release.aligned;
     barrier.cluster.wait.acquire.aligned;
-""", "race", lambda inp, g, b: gid(inp, g, b) ^ 32, block=32, grid=2, cluster=2,
-         bug_xfail="accesses to another CTA's shared memory are checked for initialisation only "
-                   "(Sanitizer.shared_access: `not local`), and clocks are per CTA"),
+""", "race", lambda inp, g, b: gid(inp, g, b) ^ 32, block=32, grid=2, cluster=2),
 ]
 
 CASES = RACES + ATOMICS + CLUSTER

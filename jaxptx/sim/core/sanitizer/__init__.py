@@ -45,7 +45,7 @@ from .report import Finding, Reporting, SanitizerError
 from .shadow import SharedShadow
 from .shared import SharedChecks
 from .sync import SyncChecks
-from .values import orders_ctas
+from .values import orders_ctas, remote_mbarrier
 
 __all__ = ["Sanitizer", "SanitizerError", "Finding", "MODES"]
 
@@ -84,6 +84,13 @@ class Sanitizer(Reporting, RegisterChecks, SharedChecks, MemoryChecks, AsyncChec
         # Orderings between CTAs come only from gpu-scope fences and
         # release/acquire operations; a kernel with any is not checked across CTAs.
         self.cross_cta = not any(orders_ctas(ins) for ins in machine.program.code if ins is not None)
+        # Distributed shared memory is checked by cluster-barrier epochs, in
+        # clusters whose CTAs do not also order each other through mbarriers.
+        self.cluster_checks = (int(np.prod(machine.cluster)) > 1
+                               and not any(remote_mbarrier(ins) for ins in machine.program.code if ins is not None))
+        self.cluster_epoch = np.zeros(machine.nctas, dtype=np.int32)
+        if self.cluster_checks:
+            self.shadow.cluster_arrays()
         # cp.async groups, wgmma groups, tcgen05.ld issues per thread
         self.cp_open = np.zeros(n, dtype=np.int64)
         self.cp_done = np.zeros(n, dtype=np.int64)

@@ -56,9 +56,21 @@ class SharedShadow:
         self.r_clock = np.zeros((n, 2 * self.warps), dtype=np.int32)
         self.r_pc = np.zeros((n, 2 * self.warps), dtype=np.int32)
         self.has2 = np.zeros(n, dtype=bool)
+        # distributed shared memory (clusters only): the CTA of the last write
+        # and its cluster-barrier epoch, the cluster ranks that read since
+        self.x_writer = self.x_wepoch = self.x_readers = self.x_repoch = self.x_at = None
         self.a_tid: np.ndarray | None = None           # atomics: last atomic lane per warp
         self.a_clock: np.ndarray | None = None
         self.a_pc: np.ndarray | None = None
+
+    def cluster_arrays(self) -> None:
+        """Allocate the distributed-shared-memory records."""
+        n = len(self.init)
+        self.x_writer = np.full(n, -1, dtype=np.int32)
+        self.x_wepoch = np.full(n, -1, dtype=np.int32)
+        self.x_readers = np.zeros(n, dtype=np.int64)
+        self.x_repoch = np.full(n, -1, dtype=np.int32)
+        self.x_at = np.zeros(n, dtype=np.int64)         # thread << 20 | pc of the last access
 
     def atomics(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The per-(byte, warp) atomic records (lane, stamp, PC), allocated on first use."""

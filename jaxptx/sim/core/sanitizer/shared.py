@@ -26,6 +26,8 @@ class SharedChecks:
         byte_values = None
         if values is not None:
             byte_values = bytes_of(values, width)
+        if self.cluster_checks:
+            self._cluster_access(idx, th, write, atomic or self._semantics()[0], byte_values)
         local = idx // max(self.shadow.size, 1) == th // self.ntid
         if not local.all():                 # another CTA's shared memory: initialisation only
             far = ~local
@@ -51,6 +53,42 @@ class SharedChecks:
             self.async_read(idx, th, kind)
         else:
             self._read(idx, th)
+
+    def _cluster_access(self, idx: np.ndarray, th: np.ndarray, write: bool, strong: bool,
+                        byte_values: np.ndarray | None) -> None:
+        """Distributed shared memory: between CTAs of a cluster only
+        ``barrier.cluster`` orders plain accesses here (kernels that order
+        them through remote mbarrier arrivals are not checked this way).
+        Two CTAs touching a byte in one cluster-barrier epoch, one writing,
+        is a race."""
+        if strong:
+            return
+        sh = self.shadow
+        cta = (th // self.ntid).astype(np.int32)
+        owner = idx // max(sh.size, 1)
+        epoch = self.cluster_epoch[self.m.cluster_first(owner)]
+        rank = np.left_shift(1, (cta - self.m.cluster_first(cta)).astype(np.int64) % 31)
+        same = sh.x_wepoch[idx] == epoch
+        clash = same & (sh.x_writer[idx] >= 0) & (sh.x_writer[idx] != cta)
+        if write and byte_values is not None and not self.strict:
+            clash &= self.m.memory.shared[idx] != byte_values
+        if write:
+            clash |= (sh.x_repoch[idx] == epoch) & ((sh.x_readers[idx] & ~rank) != 0)
+        if clash.any():
+            k = int(np.argmax(clash))
+            other_thread, other_pc = divmod(int(sh.x_at[idx[k]]), 1 << 20)
+            self.report("race", f"distributed shared-memory race: {'write' if write else 'read'} of CTA "
+                        f"{int(owner[k])}'s shared offset {int(idx[k] % sh.size):#x} at {self.at(int(th[k]))} "
+                        f"conflicts with the access at {self.line(other_pc)} by {self.who(other_thread)}: no "
+                        "barrier.cluster orders them", self.line(self.pc), self.line(other_pc))
+        sh.x_at[idx] = th << 20 | self.pc
+        if write:
+            sh.x_writer[idx], sh.x_wepoch[idx] = cta, epoch
+            sh.x_readers[idx] = 0
+        else:
+            fresh = sh.x_repoch[idx] != epoch
+            sh.x_readers[idx] = np.where(fresh, rank, sh.x_readers[idx] | rank)
+            sh.x_repoch[idx] = epoch
 
     def _check_init(self, idx: np.ndarray, th: np.ndarray, what: str) -> None:
         bad = ~self.shadow.init[idx]

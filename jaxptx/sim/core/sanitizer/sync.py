@@ -86,9 +86,12 @@ class SyncChecks:
                         self.line(int(pcs[k])))
 
     def cluster_complete(self, threads: np.ndarray) -> None:
-        """``barrier.cluster.wait`` completed for ``threads``: each CTA's part joins."""
+        """``barrier.cluster.wait`` completed for ``threads``: each CTA's part
+        joins, and the cluster starts a new epoch for distributed shared memory."""
         for cta in np.unique(threads // self.ntid).tolist():
             self.clocks.join(threads[threads // self.ntid == cta])
+        first = np.unique(self.m.cluster_first(np.unique(threads // self.ntid)))
+        self.cluster_epoch[first] += 1
 
     def mbarrier_arrive(self, threads: np.ndarray, words: np.ndarray) -> None:
         """Arrive-on operations of ``threads`` on the mbarrier ``words``."""

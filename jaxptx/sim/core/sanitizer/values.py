@@ -7,7 +7,7 @@ import numpy as np
 from .... import ir
 
 __all__ = ["ASYNC_READERS", "WGMMA_REGS", "MASKED", "SCOPES", "register_move", "bits_of", "bytes_of",
-           "pack_at", "distinct", "orders_ctas"]
+           "pack_at", "distinct", "orders_ctas", "remote_mbarrier"]
 
 # Instructions whose shared-memory reads are async-proxy reads, in flight
 # until the issuing thread waits: the wait that resolves them.
@@ -62,3 +62,10 @@ def orders_ctas(ins: ir.Instruction) -> bool:
     if ins.opcode in ("fence", "membar"):
         return bool(mods & {"gpu", "sys", "gl"})
     return bool(mods & {"release", "acquire", "acq_rel"}) and bool(mods & set(SCOPES))
+
+
+def remote_mbarrier(ins: ir.Instruction) -> bool:
+    """An instruction that can arrive on or wait for another CTA's mbarrier
+    (a ``.shared::cluster`` mbarrier address, a multicast commit)."""
+    names = ins.opcode + "." + ".".join(ins.modifiers)
+    return ("mbarrier" in names or "commit" in names) and "shared::cluster" in ins.modifiers
