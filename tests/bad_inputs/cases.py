@@ -73,7 +73,7 @@ _PRECHECK = [
     ("wrong operand count", "dev(K(' add.u32 %r1, %r2;'))", "PrecheckError", r"add\.u32: expected 3 operands \(d, a, b\), got 2"),
     ("version too old for target", "dev(K(' ret;', version='7.0'))", "PrecheckError", r"\.version 7\.0 does not know \.target sm_90a"),
     ("32-bit generic address", "dev(K(' ld.u32 %r1, [%r2];'))", "PrecheckError", r"32-bit register; a generic or global address needs a 64-bit one"),
-    ("sparse tcgen05.mma refused up front", "dev(K(' tcgen05.mma.sp.cta_group::1.kind::f16 [%r1], %rd1, %rd2, [%r2], %r3, %p1;', target='sm_100a', version='8.8'))", "PrecheckError", r"1 that the emulator cannot run.*sparse tcgen05\.mma\.sp"),
+    ("tcgen05 on a Hopper target", "dev(K(' tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;', version='8.8'))", "PrecheckError", r"1 that ptxas would reject.*tcgen05\.relinquish_alloc_permit\.cta_group::1\.sync\.aligned needs sm_100a.*kernel targets sm_90a; pass arch='sm_100a'"),
 ]
 
 _SIM = [
