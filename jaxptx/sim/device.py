@@ -375,6 +375,8 @@ class Device:
         shared = -(-(-(-program.shared_size // 16) * 16 + smem) // 16) * 16
         _check_host_memory(program, nctas, ntid, shared)
         memory = Memory(nctas, ntid, shared, program.local_size, program.param_size, program.const_size)
+        # static, then dynamic from the next 16-byte boundary: the bytes a kernel may touch
+        memory.shared_limit = (-(-program.shared_size // 16) * 16 + smem) if smem else program.shared_size
         memory.globals, memory.sizes = self._buffers, self._sizes
         for p, data in zip(program.params, raw):
             memory.param[p.offset:p.offset + len(data)] = np.frombuffer(data, np.uint8)

@@ -241,3 +241,23 @@ def test_sanitizer_is_quiet_on_correct_code() -> None:
     out = np.zeros(4, np.uint32)   # atomics from every thread do not race with each other
     sim.launch(HEAD + ATOMIC_COUNT.format(after=""), out, block=(64, 1, 1), check=True)
     assert out[0] == 64
+
+
+@pytest.mark.parametrize("offset, smem, faults", [(24, 0, True), (16, 0, False), (40, 16, False), (56, 16, True)])
+def test_shared_accesses_past_static_and_dynamic_shared_memory_fault(offset, smem, faults) -> None:
+    """A CTA's window is padded to 16 bytes (mbarriers stay aligned), but
+    only its static bytes, and dynamic ones from the next 16-byte boundary,
+    may be touched: the padding past them faults."""
+    text = HEAD + f""".visible .entry k(.param .u64 out)
+{{
+    .shared .align 4 .b8 buf[20];
+    .reg .b32 %r<4>;
+    mov.u32 %r1, buf;
+    ld.shared.u32 %r2, [%r1+{offset}];
+    ret;
+}}"""
+    if faults:
+        with pytest.raises(SimError, match=rf"shared access of 4 bytes at offset {offset:#x} is out of bounds"):
+            sim.launch(text, np.zeros(4, np.uint32), smem=smem)
+    else:
+        sim.launch(text, np.zeros(4, np.uint32), smem=smem)

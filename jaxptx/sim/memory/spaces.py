@@ -67,6 +67,9 @@ class Memory:
         self.globals: list[np.ndarray] = []
         self.sizes: list[int] = []
         self.shared_size = shared_size
+        # The bytes of each CTA's window a kernel may use (the window itself is
+        # padded to 16 bytes so every CTA's mbarriers stay aligned).
+        self.shared_limit = shared_size
         self.local_size = local_size
         self.ntid = ntid
         self.nthreads = nctas * ntid
@@ -108,7 +111,7 @@ class Memory:
             else:
                 owner = None
             return [self._window(self.shared, self.shared_size, owner, addr,
-                                 None, threads, width, "shared", what)]
+                                 None, threads, width, "shared", what, self.shared_limit)]
         if space == "local":
             return [self._window(self.local, self.local_size, threads, addr, None, threads,
                                  width, "local", what)]
@@ -142,7 +145,7 @@ class Memory:
                     if _summary(offsets)[2] & CLUSTER_TAG:     # generic mapa address
                         owner, offsets = self._remote(threads // self.ntid if whole else owner, offsets)
                     groups.append(self._window(self.shared, self.shared_size, owner,
-                                               offsets, pos, threads, width, space, what))
+                                               offsets, pos, threads, width, space, what, self.shared_limit))
                 elif space == "local":
                     owner = threads if whole else threads[pos]
                     groups.append(self._window(self.local, self.local_size, owner, offsets, pos, threads,
@@ -186,14 +189,17 @@ class Memory:
         return groups
 
     def _window(self, buf: np.ndarray, size: int, owner: np.ndarray | int | None, offsets: np.ndarray,
-                pos: np.ndarray | None, threads: np.ndarray, width: int, space: str, what: str):
+                pos: np.ndarray | None, threads: np.ndarray, width: int, space: str, what: str,
+                limit: int | None = None):
         """One group in a per-CTA (``owner`` None: each thread's own CTA),
-        per-thread or single window of ``size`` bytes."""
+        per-thread or single window of ``size`` bytes, of which the first
+        ``limit`` (default all) may be accessed."""
         off = offsets.view(np.int64)
+        limit = size if limit is None else limit
         if len(off):
             lo, hi, bits = _summary(off)
-            if lo < 0 or hi + width > size or (width > 1 and bits & (width - 1)):
-                self._check(offsets.astype(np.uint64), width, size, space, what, 0,
+            if lo < 0 or hi + width > limit or (width > 1 and bits & (width - 1)):
+                self._check(offsets.astype(np.uint64), width, limit, space, what, 0,
                             threads if pos is None else threads[pos])
         if owner is None:
             if pos is None and _every_thread(threads, self.nthreads):
