@@ -19,6 +19,13 @@ descriptor that lets one copy bring a box wider than the swizzle span: the
 span in elements, so a ``(bh, bw)`` box lands in shared memory as ``bw / S``
 swizzled ``(bh, S)`` blocks, one after another (coordinates ``{0, row,
 col / S}``).
+
+``tma_padding=True`` (``tma_rank=3`` only) widens the innermost box dim by
+``PAD_ELEMS`` elements past the span, so each ``(bh, S)`` block is laid out in
+shared memory with rows of ``S + PAD_ELEMS`` elements (a bank-conflict-free
+stride for ``stmatrix``). The extra elements lie outside the descriptor's
+innermost global dim (``S``): a store drops them, a load fills them. With no
+swizzle the span is 128 bytes.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ __all__ = ["TmaDescriptor", "describe_tma"]
 
 # What one copy may move per dim (cuTensorMapEncodeTiled's boxDim limit).
 MAX_BOX = 256
+# Elements tma_padding adds to the innermost box dim (pyptx: 64 -> 72).
+PAD_ELEMS = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,9 +85,12 @@ def describe_tma(name: str, index: int, spec: Tile | None, shape: tuple[Any, ...
                         "are not bound; the descriptor needs the tensor's shape")
     if spec.dtype.bits < 8 or spec.dtype.lanes != 1:
         raise SpecError(f"{where}: TMA copies elements of 8 bits or more, got .{spec.dtype.name}")
-    if spec.layout is Layout.INTERLEAVED or spec.tma_padding:
+    if spec.layout is Layout.INTERLEAVED:
         raise SpecError(f"{where}: the runtime builds tiled, non-interleaved descriptors; "
-                        "Layout.INTERLEAVED and tma_padding are not supported")
+                        "Layout.INTERLEAVED is not supported")
+    if spec.tma_padding and (spec.tma_rank != 3 or len(dims) != 2 or spec.layout.swizzle_bytes):
+        raise SpecError(f"{where}: the runtime pads only the reshaped (tma_rank=3) descriptor of "
+                        "a 2-d Layout.ROW tile; other uses of tma_padding are not supported")
     env = {k: v for k, v in zip(spec.shape, dims) if isinstance(k, str)}
     box = [int(d) for d in dims] if spec.tma_box is None else \
         [b if isinstance(b, int) else env.get(b, -1) for b in spec.tma_box]
@@ -91,7 +103,7 @@ def describe_tma(name: str, index: int, spec: Tile | None, shape: tuple[Any, ...
         strides[k] = strides[k + 1] * dims[k + 1]
     rank = len(dims)
     if spec.tma_rank == 3 and rank == 2:
-        dims, strides, box = _reshaped(where, dims, box, elem, swizzle)
+        dims, strides, box = _reshaped(where, dims, box, elem, swizzle, spec.tma_padding)
     elif spec.tma_rank not in (2, rank):
         raise SpecError(f"{where}: tma_rank={spec.tma_rank} for a rank-{rank} tile; the "
                         "descriptor has the tile's rank (or 3, reshaped, for a 2-d tile)")
@@ -102,15 +114,17 @@ def describe_tma(name: str, index: int, spec: Tile | None, shape: tuple[Any, ...
                          tuple(box), swizzle)
 
 
-def _reshaped(where: str, dims: list[int], box: list[int], elem: int,
-              swizzle: int) -> tuple[list[int], list[int], list[int]]:
-    """``(H, W)`` as ``(W / S, H, S)``, S the swizzle span in elements."""
-    if not swizzle:
+def _reshaped(where: str, dims: list[int], box: list[int], elem: int, swizzle: int,
+              padding: bool = False) -> tuple[list[int], list[int], list[int]]:
+    """``(H, W)`` as ``(W / S, H, S)``, S the swizzle span in elements (128
+    bytes unswizzled, where only a padded store descriptor is allowed)."""
+    if not swizzle and not padding:
         raise SpecError(f"{where}: tma_rank=3 splits rows into swizzle spans; it needs a "
-                        "Layout.TMA_32B/64B/128B tile")
-    span = swizzle // elem
+                        "Layout.TMA_32B/64B/128B tile (or tma_padding=True on Layout.ROW)")
+    span = (swizzle or 128) // elem
     (h, w), (bh, bw) = dims, box
     if w % span or bw % span:
         raise SpecError(f"{where}: tma_rank=3 needs the row length {w} and box width {bw} to be "
                         f"multiples of the swizzle span ({span} elements)")
-    return [w // span, h, span], [swizzle, w * elem, elem], [bw // span, bh, span]
+    return [w // span, h, span], [span * elem, w * elem, elem], \
+        [bw // span, bh, span + (PAD_ELEMS if padding else 0)]

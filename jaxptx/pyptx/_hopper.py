@@ -22,7 +22,7 @@ from ..types import PtxType
 from ._emit import emit, register
 from ._regs import adopt
 
-__all__ = ["smem_address", "descriptor_from"]
+__all__ = ["arrive_remote", "descriptor_from", "smem_address"]
 
 _HALF = ("f16", "bf16")
 
@@ -219,6 +219,10 @@ class _BarrierSlot:
         """``mbarrier.arrive.expect_tx`` on this barrier."""
         return _mbar_arrive_expect_tx(self, tx_count, pred=pred)
 
+    def arrive_remote(self, cta_id: Any, count: Any = 1, *, pred: Any = None) -> None:
+        """Arrive ``count`` times on this barrier in cluster CTA ``cta_id``."""
+        arrive_remote(self, cta_id, count, pred=pred)
+
 
 class _BarrierArray:
     """``count`` mbarriers at ``base + byte_offset`` (``ptx.mbarrier.array``)."""
@@ -240,6 +244,11 @@ class _BarrierArray:
         """``mbarrier.init`` every barrier with ``count``."""
         for i in range(self.count):
             self[i].init(count, pred=pred)
+
+    def arrive_remote_all(self, cta_id: Any, count: Any = 1, *, pred: Any = None) -> None:
+        """The same remote arrive on every barrier of the array."""
+        for i in range(self.count):
+            self[i].arrive_remote(cta_id, count, pred=pred)
 
 
 @register("mbarrier", "array")
@@ -352,6 +361,20 @@ def _cluster_arrive(*, aligned: bool = False, pred: Any = None) -> None:
 def _cluster_wait(*, aligned: bool = False, pred: Any = None) -> None:
     """``barrier.cluster.wait[.aligned]``."""
     emit(f"barrier.cluster.wait{'.aligned' if aligned else ''}", pred=pred)
+
+
+@register("cluster", "arrive_remote")
+def arrive_remote(bar_addr: Any, cta_id: Any, count: Any = 1, *, pred: Any = None) -> None:
+    """Arrive on the barrier at ``bar_addr`` in cluster CTA ``cta_id``:
+    ``mapa.shared::cluster.u32`` then ``mbarrier.arrive.shared::cluster.b64 _, [remote], count``."""
+    remote = emit("mapa.shared::cluster.u32", smem_address(bar_addr), cta_id, pred=pred)
+    emit("mbarrier.arrive.shared::cluster.b64", _ptx.SINK, _ptx.addr(remote), count, pred=pred)
+
+
+@register("cluster", "rank")
+def _cluster_rank(cta_rank: Any) -> Any:
+    """A predicate: ``%cluster_ctarank == cta_rank``."""
+    return adopt(_ptx.special.cluster_ctarank()) == cta_rank
 
 
 @register("cluster", "map_shared_u32")

@@ -34,7 +34,7 @@ from ..dsl._core import Reg as _CoreReg
 from ..errors import TraceError
 from ..types import PtxType, u64
 
-__all__ = ["Reg", "RegArray", "NegPred", "adopt", "PRegArray"]
+__all__ = ["Reg", "RegArray", "NegPred", "adopt", "PRegArray", "PipeRef"]
 
 
 def _bits(r: Any) -> int | None:
@@ -50,6 +50,34 @@ def _widen(value: Any) -> Any:
     if isinstance(value, _CoreReg) and _bits(value) == 32:
         return adopt(emit_instruction("cvt", ("u64", "u32"), (new_reg(u64), value)))
     return value
+
+
+class PipeRef(tuple):
+    """The two-destination operand ``left|right`` (``setp ... p|q``,
+    ``elect.sync r|p``): what ``p | q`` gives when either side is a
+    predicate register. A 2-tuple, which jaxptx's table takes as a pair."""
+
+    __slots__ = ()
+
+    def __new__(cls, left: Any, right: Any) -> "PipeRef":
+        return super().__new__(cls, (left, right))
+
+    @property
+    def left(self) -> Any:
+        """The first destination."""
+        return self[0]
+
+    @property
+    def right(self) -> Any:
+        """The second destination (the predicate)."""
+        return self[1]
+
+    def __repr__(self) -> str:
+        return f"PipeRef({self[0]!r} | {self[1]!r})"
+
+
+def _is_pred(value: Any) -> bool:
+    return isinstance(value, _CoreReg) and value.type.kind == "pred"
 
 
 class Reg(_CoreReg):
@@ -135,8 +163,13 @@ class Reg(_CoreReg):
     def __and__(self, o: Any) -> Any: return self._bitop("and", o)
     def __rand__(self, o: Any) -> Any: return self._bitop("and", o)
     def __iand__(self, o: Any) -> Any: return self._bitop("and", o, self)
-    def __or__(self, o: Any) -> Any: return self._bitop("or", o)
-    def __ror__(self, o: Any) -> Any: return self._bitop("or", o)
+    def __or__(self, o: Any) -> Any:
+        """``or.bN``; with a predicate on either side, the pair operand
+        :class:`PipeRef` (``p|q``), as pyptx."""
+        return PipeRef(self, o) if _is_pred(self) or _is_pred(o) else self._bitop("or", o)
+
+    def __ror__(self, o: Any) -> Any:
+        return PipeRef(o, self) if _is_pred(self) or _is_pred(o) else self._bitop("or", o)
     def __ior__(self, o: Any) -> Any: return self._bitop("or", o, self)
     def __xor__(self, o: Any) -> Any: return self._bitop("xor", o)
     def __rxor__(self, o: Any) -> Any: return self._bitop("xor", o)

@@ -11,6 +11,9 @@ The options are pyptx's; what differs:
   pyptx); ``smem`` above 48 KB without ``extern_smem`` carves every
   ``smem.alloc`` from an extern array ``dyn_smem`` (pyptx decides this
   after a first trace; we decide it from ``smem``).
+* A raw scalar param named like a symbolic dim of the specs (``("u32",
+  "K")`` with ``Tile("M", "K", ...)``) takes that dim's size when the call
+  does not pass it, as pyptx does.
 """
 
 from __future__ import annotations
@@ -21,12 +24,30 @@ from typing import Any
 from ..dsl._kernel import Kernel
 from ..dsl._params import TensorArg
 
-__all__ = ["kernel", "Kernel", "TensorSpec"]
+__all__ = ["Kernel", "PyptxKernel", "TensorSpec", "kernel"]
 
 #: The tensor parameter a kernel body receives (``A.tma_desc()``, ``A.ptr``...).
 TensorSpec = TensorArg
 
 _STATIC_SMEM_LIMIT = 48 * 1024
+
+
+class PyptxKernel(Kernel):
+    """A jaxptx :class:`~jaxptx.Kernel` whose call fills raw params named
+    after a symbolic dim from the arguments' shapes (pyptx's rule)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        names = {name for _, name in self._raw_params} - set(kwargs)
+        specs = list(self.in_specs or ()) + list(self.out_specs or ())
+        for spec, arg in zip(specs, args):
+            shape = getattr(arg, "shape", None)
+            if spec is None or shape is None or len(shape) != len(spec.shape):
+                continue
+            for dim, size in zip(spec.shape, shape):
+                if isinstance(dim, str) and dim in names:
+                    kwargs[dim] = int(size)
+                    names.discard(dim)
+        return super().__call__(*args, **kwargs)
 
 
 def kernel(fn: Callable[..., Any] | None = None, *, arch: str = "sm_90a",
@@ -49,7 +70,7 @@ def kernel(fn: Callable[..., Any] | None = None, *, arch: str = "sm_90a",
         extern_smem = "dyn_smem"
 
     def build(f: Callable[..., Any]) -> Kernel:
-        return Kernel(f, arch=arch, version=version, in_specs=in_specs, out_specs=out_specs, grid=grid,
+        return PyptxKernel(f, arch=arch, version=version, in_specs=in_specs, out_specs=out_specs, grid=grid,
                       block=block, cluster=cluster, smem=smem, raw_params=raw_params,
                       extern_smem=extern_smem, reqntid=reqntid, raw_directives=raw_directives,
                       **jaxptx_options)

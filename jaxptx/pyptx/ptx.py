@@ -24,14 +24,17 @@ from ..dsl._core import Label, emit_instruction, new_reg
 from ..dsl._core import Reg as _CoreReg
 from ..dsl._trace import _ACTIVE
 from ..types import PtxType, b64, from_dtype, s32
-from . import _ampere, _hopper, _tcgen05  # noqa: F401  (register their wrappers)
+from . import _ampere, _hopper, _pipeline, _tcgen05  # noqa: F401  (register their wrappers)
 from ._emit import Chain, emit, lookup, register
+from ._escape import expr, pipe, raw
+from ._pipeline import PipelineState, pipeline
 from ._regs import Reg, adopt
 
 __all__ = ["inst", "special", "sreg", "addr", "global_ptrs", "if_", "else_", "loop", "scope", "label",
            "bra", "ret", "range_", "kloop", "warp", "param", "intrinsic", "setmaxnreg", "named_barrier",
            "selp", "comment", "mbarrier", "wgmma", "fence", "cp", "bar", "mma", "tcgen05", "cluster",
-           "tma", "ldmatrix", "stmatrix", "stmatrix_x4_trans_f32_bf16"]
+           "tma", "ldmatrix", "stmatrix", "stmatrix_x4_trans_f32_bf16", "pipe", "expr", "raw", "pipeline",
+           "PipelineState"]
 
 SINK = _ptx.SINK   # the `_` destination operand
 inst = Chain(("inst",)[1:], plain=True)

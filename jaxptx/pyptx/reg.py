@@ -15,9 +15,9 @@ from ..dsl import reg as _reg
 from ..errors import TraceError
 from ..types import PtxType
 from ..types import pred as _PRED
-from ._regs import NegPred, PRegArray, Reg, adopt
+from ._regs import NegPred, PipeRef, PRegArray, Reg, adopt
 
-__all__ = ["Reg", "RegArray", "NegPred", "scalar", "array", "from_", "wgmma_frag", "alloc",
+__all__ = ["Reg", "RegArray", "NegPred", "PipeRef", "scalar", "array", "from_", "wgmma_frag", "alloc",
            "alloc_array", "pred"]
 
 RegArray = PRegArray

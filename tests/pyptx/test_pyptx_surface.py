@@ -177,9 +177,10 @@ def test_docstrings() -> None:
     import inspect
 
     import jaxptx.pyptx as pkg
-    from jaxptx.pyptx import _ampere, _hopper, _regs, _tcgen05, kernel as kmod
+    from jaxptx.pyptx import _ampere, _escape, _hopper, _pipeline, _regs, _tcgen05
+    from jaxptx.pyptx import kernel as kmod
     assert doctest.testmod(pkg, optionflags=doctest.ELLIPSIS).failed == 0
-    for mod in (pkg, ptx, reg, smem, specs, kmod, _regs, _hopper, _ampere, _tcgen05):
+    for mod in (pkg, ptx, reg, smem, specs, kmod, _regs, _hopper, _ampere, _tcgen05, _pipeline, _escape):
         assert inspect.getdoc(mod), mod
         for name in getattr(mod, "__all__", ()):
             assert inspect.getdoc(getattr(mod, name)), f"{mod.__name__}.{name}"
