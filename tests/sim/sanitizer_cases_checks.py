@@ -167,9 +167,7 @@ OTHERS += [
     add.u32 %r13, %r2, 1;
     @%p1 st.global.u32 [%rd6], %r13;            //@L
     membar.gl;
-""", "race", lambda inp, g, b: np.array([1, 2, 0, 0], np.uint32), block=32, grid=2, words=4,
-         bug_xfail="a kernel containing any gpu-scope fence or release/acquire is not checked across "
-                   "CTAs at all (Sanitizer.cross_cta), even where that fence orders nothing"),
+""", "race", lambda inp, g, b: np.array([1, 2, 0, 0], np.uint32), block=32, grid=2, words=4),
 
     Case("global memory: CTAs exchange data through a flag with .cta instead of .gpu scope", """
     setp.ne.u32 %p2, %r2, 0;

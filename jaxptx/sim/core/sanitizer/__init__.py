@@ -82,8 +82,10 @@ class Sanitizer(Reporting, RegisterChecks, SharedChecks, MemoryChecks, AsyncChec
         self.fenced_threads = np.zeros(machine.nthreads, dtype=bool)
         self._global_shadow: dict[int, tuple[np.ndarray, ...]] = {}
         # Orderings between CTAs come only from gpu-scope fences and
-        # release/acquire operations; a kernel with any is not checked across CTAs.
-        self.cross_cta = not any(orders_ctas(ins) for ins in machine.program.code if ins is not None)
+        # release/acquire operations: an access a CTA has published with one
+        # since is not a race with another CTA's.
+        self.cta_sync = any(orders_ctas(ins) for ins in machine.program.code if ins is not None)
+        self.fence_epoch = np.zeros(machine.nctas, dtype=np.int32)   # gpu-scope fences/releases per CTA
         # Distributed shared memory is checked by cluster-barrier epochs, in
         # clusters whose CTAs do not also order each other through mbarriers.
         self.cluster_checks = (int(np.prod(machine.cluster)) > 1

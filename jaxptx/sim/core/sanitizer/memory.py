@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .values import bytes_of, pack_at
+from .values import bytes_of, orders_ctas, pack_at
 
 __all__ = ["MemoryChecks"]
 
@@ -32,24 +32,31 @@ class MemoryChecks:
         if key is not None and (atomic or strong):
             self._location_sync(off, np.asarray(threads, dtype=np.int64), key + 1, write or atomic,
                                 not write or atomic, release, acquire)
-        if key is None or not self.cross_cta:
+        if key is None:
             return
         shadow = self._global_shadow.get(key)
         if shadow is None:
             n = len(buf)
             shadow = self._global_shadow[key] = (np.full(n, -1, np.int32), np.full(n, -1, np.int32),
                                                  np.zeros(n, np.int64), np.zeros(n, np.int64),
-                                                 np.full(n, -1, np.int32), np.zeros(n, np.int64))
+                                                 np.full(n, -1, np.int32), np.zeros(n, np.int64),
+                                                 np.zeros(n, np.int32), np.zeros(n, np.int32))
         # CTA of the last plain write, of the plain reads since, of the strong
-        # (gpu-scope) accesses since (-1: none, -2: several); thread << 20 | pc of each
-        writer, reader, w_at, r_at, strong_cta, s_at = shadow
+        # (gpu-scope) accesses since (-1: none, -2: several); thread << 20 | pc
+        # of each; the writer's and the reader's gpu-fence epochs then
+        writer, reader, w_at, r_at, strong_cta, s_at, w_epoch, r_epoch = shadow
         th = np.repeat(np.asarray(threads, dtype=np.int64), width)
         cta = (th // self.ntid).astype(np.int32)
+        w, r = writer[idx], reader[idx]
+        # Accesses a CTA published with a gpu-scope fence or release since
+        # may be ordered before another CTA's (through a flag): not a race.
+        w_open = (w >= 0) & (w != cta) & ~self._published(w, w_epoch[idx])
+        several = (r == -2) if not self.cta_sync else np.zeros(len(r), dtype=bool)   # readers not tracked one by one
+        r_open = several | ((r >= 0) & (r != cta) & ~self._published(r, r_epoch[idx]))
         if (atomic or strong) and not self._cta_scoped():
-            w, r = writer[idx], reader[idx]
-            plain = (w >= 0) & (w != cta)
+            plain = w_open.copy()
             if write or atomic:
-                plain |= (r == -2) | ((r >= 0) & (r != cta))
+                plain |= r_open
             if plain.any():
                 k = int(np.argmax(plain))
                 at = w_at[idx[k]] if w[k] >= 0 and w[k] != cta[k] else r_at[idx[k]]
@@ -65,8 +72,7 @@ class MemoryChecks:
             self._global_race("write" if write else "read", k, idx, th, s_at[idx[k]], "the atomic or strong access")
         if write:
             strong_cta[idx] = -1
-        w = writer[idx]
-        clash = (w >= 0) & (w != cta)
+        clash = w_open
         if write and values is not None and not self.strict:
             clash &= buf[idx] != bytes_of(values, width)
         if write and len(idx) > 1:              # CTAs storing to one byte in the same step
@@ -81,27 +87,34 @@ class MemoryChecks:
                 first, second = int(order[j]), int(order[j + 1])
                 self._global_race("write", second, idx, th, int(th[first]) << 20 | self.pc, "the write")
         if write:
-            r = reader[idx]
-            war = (r == -2) | ((r >= 0) & (r != cta))
-            if war.any() and not clash.any():
-                k = int(np.argmax(war))
+            if r_open.any() and not clash.any():
+                k = int(np.argmax(r_open))
                 self._global_race("write", k, idx, th, r_at[idx[k]], "a read")
             writer[idx] = cta
             reader[idx] = -1
             w_at[idx] = pack_at(th, self.pc, self.ntid)
+            w_epoch[idx] = self.fence_epoch[cta]
         else:
-            r = reader[idx]
             reader[idx] = np.where((r == -1) | (r == cta), cta, -2)
             r_at[idx] = pack_at(th, self.pc, self.ntid)
+            r_epoch[idx] = self.fence_epoch[cta]
         if clash.any():
             k = int(np.argmax(clash))
             self._global_race("write" if write else "read", k, idx, th, w_at[idx[k]], "the write")
+
+    def _published(self, ctas: np.ndarray, epochs: np.ndarray) -> np.ndarray:
+        """Whether each CTA has run a gpu-scope fence or release since the
+        access stamped with its ``epochs`` (always False in kernels without
+        any: nothing there can order CTAs)."""
+        if not self.cta_sync:
+            return np.zeros(len(ctas), dtype=bool)
+        return self.fence_epoch[np.maximum(ctas, 0)] > epochs
 
     def _global_race(self, kind: str, k: int, idx: np.ndarray, th: np.ndarray, at: int, other: str) -> None:
         tid, pc = divmod(int(at), 1 << 20)
         self.report("race", f"global-memory race between CTAs: {kind} at {self.at(int(th[k]))} conflicts with "
                     f"{other} at {self.line(pc)} by {self.who(tid)}: nothing orders accesses of different "
-                    "CTAs (no gpu-scope fence or release/acquire in the kernel)",
+                    "CTAs (no gpu-scope fence or release by that CTA between them)",
                     self.line(self.pc), self.line(pc))
 
     def _cta_scoped(self) -> bool:
@@ -139,6 +152,8 @@ class MemoryChecks:
         for c, off in (np.unique(pairs, axis=0) if len(pairs) > 1 else pairs).tolist():
             mine = threads[(cta == c) & (offsets == off)]
             key = (c, space, off)
+            if writes and release and not self._cta_scoped():
+                self.fence_epoch[c] += 1            # a gpu-scope release publishes the CTA's accesses
             if writes:
                 publish = mine if release else mine[self.fenced_threads[mine]]
                 if len(publish):
@@ -164,6 +179,10 @@ class MemoryChecks:
         """``fence``/``membar``: relaxed loads before it acquire, strong
         stores after it release (the fence-atomic patterns of the memory
         model)."""
+        code = self.m.program.code
+        ins = code[self.pc] if 0 <= self.pc < len(code) else None
+        if ins is not None and orders_ctas(ins):
+            np.add.at(self.fence_epoch, np.unique(threads // self.ntid), 1)
         for t in threads.tolist():
             key = self.pending_acquire.pop(t, None)
             if key is not None:
