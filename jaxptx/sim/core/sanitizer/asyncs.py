@@ -31,10 +31,12 @@ class AsyncChecks:
                         f"{self.line(int(sh.w_pc[idx[k]]))} by {self._thread_at(th[k], writer[k])} with "
                         "no fence.proxy.async between them", self.line(self.pc), self.line(int(sh.w_pc[idx[k]])))
         sh.flying[idx] = True
+        opened = self.wg_open if kind == "wgmma" else self.bulk_open if kind == "bulk" else None
         issuers = distinct(th)
-        group = (self.wg_open[issuers] if kind == "wgmma" else           # each issuer's open group
-                 self.bulk_open[issuers] if kind == "bulk" else np.zeros(len(issuers), np.int64))
-        self.in_flight.append((kind, group, issuers, th, idx, self.pc))
+        for t in issuers.tolist():          # one entry per issuing thread: each lands at its own wait
+            mine = (th == t) if len(issuers) > 1 else slice(None)
+            group = np.array([opened[t] if opened is not None else 0], dtype=np.int64)
+            self.in_flight.append((kind, group, np.array([t]), th[mine], idx[mine], self.pc))
 
     def _check_in_flight(self, idx: np.ndarray, th: np.ndarray, what: str) -> None:
         """A write to bytes an async read (wgmma, tcgen05.mma, a bulk

@@ -89,8 +89,11 @@ class SharedShadow:
         self.w_atomic[idx] = False
         self.fenced[idx] = False
         self.pend[idx] = 0
-        self.r_tid[idx] = -1                 # (stale stamps behind a -1 lane are never read)
-        self.has2[idx] = False
+        self.r_tid[idx, :self.warps] = -1    # (stale stamps behind a -1 lane are never read)
+        second = idx[self.has2[idx]]
+        if len(second):
+            self.r_tid[second, self.warps:] = -1
+            self.has2[second] = False
         if self.a_tid is not None:
             self.a_tid[idx] = -1
 
@@ -101,6 +104,9 @@ class SharedShadow:
         when the new reader did not come after it (``knows(rows, lanes)``:
         the new readers' clock entries). Lanes of one warp reading a byte in
         the same instruction are unordered: the last two keep both slots."""
+        if len(idx) and tid[0] == tid[-1] and (tid == tid[0]).all():
+            self._read_by_one(idx, int(tid[0]), clock, pc, knows)
+            return
         warp = tid // 32
         clock = np.broadcast_to(np.asarray(clock, dtype=np.int32), idx.shape)
         if knows is not None:
@@ -124,6 +130,24 @@ class SharedShadow:
         self.r_tid[idx, warp] = tid
         self.r_clock[idx, warp] = clock
         self.r_pc[idx, warp] = pc
+
+    def _read_by_one(self, idx: np.ndarray, tid: int, clock, pc: int, knows) -> None:
+        """:meth:`record_read` for one reading thread (an async operand
+        read, a single lane): one warp column, scalar stamps."""
+        w = tid // 32
+        stamp = np.asarray(clock, dtype=np.int32)
+        if knows is not None:
+            old = self.r_tid[idx, w]
+            rows = np.flatnonzero((old >= 0) & (old != tid))
+            if len(rows):
+                lanes = old[rows].astype(np.int64)
+                rows = rows[self.r_clock[idx[rows], w] > knows(rows, lanes)]
+                if len(rows):
+                    b = idx[rows]
+                    self._second(b, np.full(len(b), w), self.r_tid[b, w], self.r_clock[b, w], self.r_pc[b, w])
+        self.r_tid[idx, w] = tid
+        self.r_clock[idx, w] = stamp if stamp.ndim == 0 else stamp
+        self.r_pc[idx, w] = pc
 
     def _second(self, idx: np.ndarray, warp: np.ndarray, tid: np.ndarray, clock: np.ndarray, pc) -> None:
         col = self.warps + warp
