@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..core.machine import Machine
 
 __all__ = ["RUNNING", "WAITING", "EXITED", "PARKED", "SPINNING", "CLUSTER_BARRIER", "WARP_SYNC", "everyone",
-           "arrive", "warp_sync", "release"]
+           "arrive", "warp_sync", "live_lanes", "release"]
 
 RUNNING, WAITING, EXITED, PARKED, SPINNING = 0, 1, 2, 3, 4
 CLUSTER_BARRIER = 99          # the barrier id of a thread in barrier.cluster.wait
@@ -79,7 +79,7 @@ def warp_sync(m: "Machine", s: Step, pc: int) -> np.ndarray:
     for w in np.unique(warp).tolist():
         sel = warp == w
         here[sel] = np.bitwise_or.reduce(np.left_shift(1, lane[sel]))
-    ready = (mask & ~here & _live_lanes(m, th)) == 0
+    ready = (mask & ~here & live_lanes(m, th)) == 0
     wait = th[~ready]
     if len(wait):
         m.state[wait] = WAITING
@@ -88,7 +88,7 @@ def warp_sync(m: "Machine", s: Step, pc: int) -> np.ndarray:
     return th[ready]
 
 
-def _live_lanes(m: "Machine", threads: np.ndarray) -> np.ndarray:
+def live_lanes(m: "Machine", threads: np.ndarray) -> np.ndarray:
     """Per thread, the bit mask of the live (not exited) lanes of its warp."""
     base = threads // m.ntid * m.ntid + threads % m.ntid // 32 * 32
     lanes = base[:, None] + np.arange(32)
@@ -109,14 +109,14 @@ def _release_warp_syncs(m: "Machine", waiting: np.ndarray, released: list[np.nda
     for w in np.unique(warp).tolist():
         sel = warp == w
         arrived[sel] = np.bitwise_or.reduce(np.left_shift(1, lane[sel]))
-    done = (m.warp_mask[at] & _live_lanes(m, at) & ~arrived) == 0
+    done = (m.warp_mask[at] & live_lanes(m, at) & ~arrived) == 0
     if done.any():
         go = at[done]
         m.state[go] = RUNNING
         m.barrier[go] = -1
         released.append(go)
         if m.sanitizer is not None:
-            gone = m.warp_mask[go] & ~_live_lanes(m, go) & ~arrived[done]
+            gone = m.warp_mask[go] & ~live_lanes(m, go) & ~arrived[done]
             m.sanitizer.warp_sync(go, gone, m.pc[go] - 1)
     return waiting[(m.barrier[waiting] != WARP_SYNC) & (m.state[waiting] == WAITING)]
 

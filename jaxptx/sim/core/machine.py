@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ... import ir
+from ... import ir, isa
 from .barriers import (CLUSTER_BARRIER, EXITED, PARKED, RUNNING, SPINNING, WAITING, arrive, everyone, release,
                        warp_sync)
 from .calls import call, return_
@@ -473,7 +473,8 @@ class Machine:
         else:
             raise SimError(f"{self.program.name}: the emulator does not run {ins.name} yet{where(ins)}")
 
-    def _warp_sync(self, ins: ir.Instruction, r: Any, pc: int, threads: np.ndarray, taken: np.ndarray) -> None:
+    def _warp_sync(self, ins: ir.Instruction, r: isa.Resolved, pc: int, threads: np.ndarray,
+                   taken: np.ndarray) -> None:
         """``bar.warp.sync``: lanes whose mask's live lanes are all here go on;
         the others wait for them (a divergent warp's halves may sync at
         different instructions)."""

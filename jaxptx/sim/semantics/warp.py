@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -167,21 +166,27 @@ def shfl_sync(s: Step) -> None:
 _SHFL_SOURCES = ShapeCache()
 
 
-def _shfl_sources(s: Step, mode: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
-    """``(source position, source executes, in range, every source executes)``
-    of each executing thread (see :func:`shfl_sync`)."""
-    w = _Warps(s)
+def shfl_source_lanes(s: Step, lane: np.ndarray, mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(j, in range)`` of ``shfl.sync``'s operands for each executing
+    thread at ``lane`` (see :func:`shfl_sync`); out of range, a thread reads
+    its own lane."""
     b = s.src(2, _U32).astype(np.int32) & 0x1F
     c = s.src(3, _U32).astype(np.int32)
-    lane = w.lane
     clamp, segmask = c & 0x1F, (c >> 8) & 0x1F
     max_lane = (lane & segmask) | (clamp & ~segmask)
     if mode == "up":
         j = lane - b
-        ok = j >= max_lane
-    else:
-        j = {"down": lane + b, "bfly": lane ^ b, "idx": (lane & segmask) | (b & ~segmask)}[mode]
-        ok = j <= max_lane
+        return j, j >= max_lane
+    j = {"down": lane + b, "bfly": lane ^ b, "idx": (lane & segmask) | (b & ~segmask)}[mode]
+    return j, j <= max_lane
+
+
+def _shfl_sources(s: Step, mode: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """``(source position, source executes, in range, every source executes)``
+    of each executing thread (see :func:`shfl_sync`)."""
+    w = _Warps(s)
+    lane = w.lane
+    j, ok = shfl_source_lanes(s, lane, mode)
     pos, found = _source_positions(s, w, np.where(ok, j, lane))
     return pos, found, ok, bool(found.all())
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .... import ir
+from ..barriers import live_lanes
 from .values import MASKED, distinct
 
 __all__ = ["SyncChecks"]
@@ -162,7 +163,7 @@ class SyncChecks:
             here[sel] = np.bitwise_or.reduce(np.left_shift(1, lane[sel]))
         missing = mask & ~here
         if waits:           # bar.warp.sync waits for its other lanes: only exited ones are missing
-            missing &= ~self._live(th)
+            missing &= ~live_lanes(self.m, th)
         outside = (mask >> lane) & 1 == 0
         bad = (missing != 0) | outside
         if bad.any():
@@ -178,37 +179,13 @@ class SyncChecks:
         if s.ins.opcode == "shfl.sync":
             self._shuffle_source(s, mask, lane)
 
-    def _live(self, threads: np.ndarray) -> np.ndarray:
-        """Per thread, the bit mask of its warp's lanes that have not exited."""
-        from ..barriers import EXITED
-        base = threads // self.ntid * self.ntid + threads % self.ntid // 32 * 32
-        lanes = base[:, None] + np.arange(32)
-        ok = lanes < (threads // self.ntid * self.ntid + self.ntid)[:, None]
-        live = ok & (self.m.state[np.minimum(lanes, self.m.nthreads - 1)] != EXITED)
-        return (live * (1 << np.arange(32, dtype=np.int64))).sum(axis=1)
-
     def _shuffle_source(self, s, mask: np.ndarray, lane: np.ndarray) -> None:
         """``shfl.sync``: the lane each thread reads from (PTX ISA, shfl.sync:
         from ``b``, the clamp and segment mask ``c`` and the mode) must be in
         the member mask, else the result is undefined."""
+        from ...semantics.warp import shfl_source_lanes
         mode = next((m for m in s.ins.modifiers if m in ("up", "down", "bfly", "idx")), "idx")
-        b = s.src(2).astype(np.int64) & 0x1F
-        c = s.src(3).astype(np.int64)
-        clamp, seg = c & 0x1F, (c >> 8) & 0x1F
-        max_lane = (lane & seg) | (clamp & ~seg)
-        min_lane = lane & seg
-        if mode == "up":
-            j = lane - b
-            valid = j >= max_lane
-        elif mode == "down":
-            j = lane + b
-            valid = j <= max_lane
-        elif mode == "bfly":
-            j = lane ^ b
-            valid = j <= max_lane
-        else:
-            j = min_lane | (b & ~seg)
-            valid = j <= max_lane
+        j, valid = shfl_source_lanes(s, lane.astype(np.int32), mode)
         j = np.where(valid, j, lane)
         bad = ((mask >> (j & 31)) & 1) == 0
         if bad.any():
