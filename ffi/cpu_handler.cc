@@ -47,20 +47,6 @@ void release(nb::handle views) {
   }
 }
 
-// "TypeName: message" of a Python exception (its traceback would name
-// only XLA's and our frames).
-std::string describe(nb::python_error& e) {
-  nb::object name = nb::getattr(e.type(), "__name__", nb::str("exception"));
-  std::string out = nb::str(name).c_str();
-  PyObject* text = PyObject_Str(e.value().ptr());
-  if (text) {
-    out += std::string(": ") + nb::str(nb::steal(text)).c_str();
-  } else {
-    PyErr_Clear();
-  }
-  return out;
-}
-
 // XLA may still run computations on its threads when Python exits (the
 // other devices' copies of a replicated result nobody read). A thread that
 // asks for the GIL after finalisation starts is ended by a forced unwind,
@@ -169,7 +155,8 @@ ffi::Error call_python(const Call& k, ffi::RemainingArgs args, ffi::RemainingRet
         ints(k.tma), nb::tuple(in_types), nb::tuple(out_types), k.allow_unwritten);
     if (!result.is_none()) message = nb::str(result).c_str();
   } catch (nb::python_error& e) {
-    message = std::string(jaxptx::kCpuTarget) + ": the Python callback raised: " + describe(e);
+    message = std::string(jaxptx::kCpuTarget) +
+              ": the Python callback raised: " + jaxptx::describe_python_error(e);
   }
   ins.append(ptx);
   release(ins);
@@ -198,7 +185,8 @@ ffi::Error cpu_impl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t ke
     result = call_python(Call{kernel_id, ptx, entry, launch, scalars, tma, allow_unwritten}, args,
                          rets);
   } catch (nb::python_error& e) {
-    result = ffi::Error::Internal(std::string(jaxptx::kCpuTarget) + ": " + describe(e));
+    result = ffi::Error::Internal(std::string(jaxptx::kCpuTarget) + ": " +
+                                  jaxptx::describe_python_error(e));
   } catch (const std::exception& e) {
     result = ffi::Error::Internal(std::string(jaxptx::kCpuTarget) + ": " + e.what());
   } catch (...) {
@@ -252,6 +240,18 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxptxLaunchRetiredV1, cuda_retired,
                                   .Attrs<ffi::Dictionary>());
 
 namespace jaxptx {
+
+std::string describe_python_error(nb::python_error& e) {
+  nb::object name = nb::getattr(e.type(), "__name__", nb::str("exception"));
+  std::string out = nb::str(name).c_str();
+  PyObject* text = PyObject_Str(e.value().ptr());
+  if (text) {
+    out += std::string(": ") + nb::str(nb::steal(text)).c_str();
+  } else {
+    PyErr_Clear();
+  }
+  return out;
+}
 
 void cpu_shutdown() {
   g_closing.store(true);

@@ -85,6 +85,10 @@ void cpu_shutdown();
 void cuda_register(int64_t kernel_id, const std::string& image, const std::string& ptx,
                    const std::string& entry, int64_t num_params);
 
+// "TypeName: message" of a Python exception (its traceback would name only
+// XLA's and our frames); what C++ reports of a Python callback's error.
+std::string describe_python_error(nanobind::python_error& e);
+
 // True when the id is registered for the CUDA handler.
 bool cuda_registered(int64_t kernel_id);
 

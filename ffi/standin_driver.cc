@@ -22,6 +22,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "cuda_driver.h"
+#include "handlers.h"
 #include "standin.h"
 
 namespace nb = nanobind;
@@ -79,19 +80,6 @@ CUresult fail(CUresult code, std::string text) {
   return code;
 }
 
-// "TypeName: message" of a Python exception.
-std::string describe(nb::python_error& e) {
-  nb::object name = nb::getattr(e.type(), "__name__", nb::str("exception"));
-  std::string out = nb::str(name).c_str();
-  PyObject* text = PyObject_Str(e.value().ptr());
-  if (text) {
-    out += std::string(": ") + nb::str(nb::steal(text)).c_str();
-  } else {
-    PyErr_Clear();
-  }
-  return out;
-}
-
 // Runs `body(driver)` with the GIL held, turning exceptions into CUresults.
 template <typename F>
 CUresult guarded(const char* entry_point, F&& body) {
@@ -105,7 +93,7 @@ CUresult guarded(const char* entry_point, F&& body) {
     nb::object attr = nb::getattr(e.value(), "code", nb::none());
     if (nb::isinstance<nb::int_>(attr)) code = nb::cast<int>(attr);
     if (code == CUDA_SUCCESS) code = kUnknown;
-    return fail(code, std::string(entry_point) + ": " + describe(e));
+    return fail(code, std::string(entry_point) + ": " + describe_python_error(e));
   } catch (const std::exception& e) {
     return fail(kUnknown, std::string(entry_point) + ": " + e.what());
   }
