@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from attention_reference import reference
 
 from jaxptx import sim
 from jaxptx.errors import SpecError
@@ -32,19 +33,6 @@ def qkv(B: int, Sq: int, Skv: int, H: int, D: int, dtype: str = "bf16", seed: in
     rng = np.random.default_rng(seed)
     return tuple(rng.standard_normal(s).astype(NP[dtype])
                  for s in ((B, Sq, H, D), (B, Skv, H, D), (B, Skv, H, D)))
-
-
-def reference(q, k, v, causal: bool, scale: float) -> tuple[np.ndarray, np.ndarray]:
-    """Attention in float64: o (B, Sq, H, D) and the natural-log lse (B, H, Sq);
-    causal keeps keys j <= i for query i (top-left aligned)."""
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    s = np.einsum("bqhd,bkhd->bhqk", q, k) * scale
-    if causal:
-        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
-    m = s.max(-1, keepdims=True)
-    p = np.exp(s - m)
-    total = p.sum(-1, keepdims=True)
-    return np.einsum("bhqk,bkhd->bqhd", p / total, v), (m + np.log(total))[..., 0]
 
 
 def check(o, lse, q, k, v, causal: bool, scale: float) -> None:

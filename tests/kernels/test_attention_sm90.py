@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from attention_reference import reference
 
 from jaxptx.kernels._attention_sm90 import BN, attention_kernel, attention_sm90
 
@@ -21,19 +22,6 @@ def _rand(shape, dtype=jnp.bfloat16, seed=0):
 def _qkv(B, S, T, H, D, dtype=jnp.bfloat16, seed=0):
     return _rand((B, S, H, D), dtype, seed), _rand((B, T, H, D), dtype, seed + 1), \
         _rand((B, T, H, D), dtype, seed + 2)
-
-
-def reference(q, k, v, causal: bool, scale: float) -> tuple[np.ndarray, np.ndarray]:
-    """Attention in float64: o (B, S, H, D) and the natural-log lse (B, H, S);
-    causal keeps key ``j <= i`` for query ``i`` (top-left aligned)."""
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    s = np.einsum("bshd,bthd->bhst", q, k) * scale
-    if causal:
-        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
-    m = s.max(-1, keepdims=True)
-    p = np.exp(s - m)
-    total = p.sum(-1, keepdims=True)
-    return np.einsum("bhst,bthd->bshd", p / total, v), (m + np.log(total))[..., 0]
 
 
 def _check(q, k, v, causal, o, lse):
