@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..core.machine import Machine
 
 __all__ = ["RUNNING", "WAITING", "EXITED", "PARKED", "SPINNING", "CLUSTER_BARRIER", "WARP_SYNC", "everyone",
-           "arrive", "warp_sync", "live_lanes", "release"]
+           "arrive", "warp_sync", "lanes_among", "live_lanes", "release"]
 
 RUNNING, WAITING, EXITED, PARKED, SPINNING = 0, 1, 2, 3, 4
 CLUSTER_BARRIER = 99          # the barrier id of a thread in barrier.cluster.wait
@@ -73,19 +73,25 @@ def warp_sync(m: "Machine", s: Step, pc: int) -> np.ndarray:
     (their mask's lanes are all here); the rest wait (``WARP_SYNC``)."""
     mask = s.src(0, TYPES["u32"]).astype(np.int64)
     th = s.threads
-    lane = th % m.ntid % 32
-    warp = th // m.ntid * 64 + th % m.ntid // 32
-    here = np.zeros(len(th), dtype=np.int64)
-    for w in np.unique(warp).tolist():
-        sel = warp == w
-        here[sel] = np.bitwise_or.reduce(np.left_shift(1, lane[sel]))
-    ready = (mask & ~here & live_lanes(m, th)) == 0
+    ready = (mask & ~lanes_among(m, th) & live_lanes(m, th)) == 0
     wait = th[~ready]
     if len(wait):
         m.state[wait] = WAITING
         m.barrier[wait] = WARP_SYNC
         m.warp_mask[wait] = mask[~ready]
     return th[ready]
+
+
+def lanes_among(m: "Machine", threads: np.ndarray) -> np.ndarray:
+    """Per thread, the bit mask of the lanes of its warp that are among
+    ``threads`` (warps are CTA-local: 32 lanes from each CTA's thread 0)."""
+    lane = threads % m.ntid % 32
+    warp = threads // m.ntid * 64 + threads % m.ntid // 32
+    out = np.zeros(len(threads), dtype=np.int64)
+    for w in np.unique(warp).tolist():
+        sel = warp == w
+        out[sel] = np.bitwise_or.reduce(np.left_shift(1, lane[sel]))
+    return out
 
 
 def live_lanes(m: "Machine", threads: np.ndarray) -> np.ndarray:
@@ -103,12 +109,7 @@ def _release_warp_syncs(m: "Machine", waiting: np.ndarray, released: list[np.nda
     at = waiting[m.barrier[waiting] == WARP_SYNC]
     if len(at) == 0:
         return waiting
-    lane = at % m.ntid % 32
-    warp = at // m.ntid * 64 + at % m.ntid // 32
-    arrived = np.zeros(len(at), dtype=np.int64)
-    for w in np.unique(warp).tolist():
-        sel = warp == w
-        arrived[sel] = np.bitwise_or.reduce(np.left_shift(1, lane[sel]))
+    arrived = lanes_among(m, at)
     done = (m.warp_mask[at] & live_lanes(m, at) & ~arrived) == 0
     if done.any():
         go = at[done]

@@ -122,8 +122,7 @@ class Machine:
         # jaxptx.profile's counter: .before(pc, threads) ahead of every step.
         self.profiler = None
         if self.sanitizer is not None:
-            memory.watch = self.sanitizer.shared_access
-            memory.watch_other = self.sanitizer.other_access
+            memory.watch = self.sanitizer.access
         self._special = SpecialRegisters(self)
         # Per PC: the semantics function of an instruction that only computes
         # (the machine's own control-flow and barrier names excluded), else None.
@@ -136,7 +135,7 @@ class Machine:
         machine and its megabytes of registers live in a reference cycle
         until the cycle collector runs, and every launch maps fresh pages."""
         self.memory.cluster_cta = lambda cta, rank: cta
-        self.memory.watch = self.memory.watch_other = None
+        self.memory.watch = None
         self._special = None
         self.sanitizer = None
         self.regs = None

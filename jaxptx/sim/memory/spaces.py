@@ -78,11 +78,9 @@ class Memory:
         self.local = _padded(nctas * ntid * local_size)
         self.param = _padded(param_size)
         self.const = _padded(const_size)
-        # Called as watch(flat shared indices, threads, width, write, atomic=,
-        # values=) for every shared access when the sanitizer runs, and
-        # watch_other(buffer, byte offsets, ...) for the other spaces'.
+        # Called as watch(buffer, byte offsets, threads, width, write,
+        # atomic=, values=) for every access when the sanitizer runs.
         self.watch = None
-        self.watch_other = None
         # Called as counter(buffer, element byte offsets, threads, width, write)
         # for every access when the launch is profiled (jaxptx.profile).
         self.counter = None
@@ -241,11 +239,7 @@ class Memory:
         shift = _LOG2[width]
         for buf, off, pos in self._resolve(space, addr, threads, width, what):
             if self.watch is not None:
-                who = threads if pos is None else threads[pos]
-                if buf is self.shared:
-                    self.watch(off, who, width, False)
-                else:
-                    self.watch_other(buf, off, who, width, False)
+                self.watch(buf, off, threads if pos is None else threads[pos], width, False)
             if self.counter is not None:
                 self.counter(buf, off, threads if pos is None else threads[pos], width, False)
             if _uniform(off):      # one address for every thread
@@ -266,12 +260,8 @@ class Memory:
         shift = _LOG2[width]
         for buf, off, pos in self._resolve(space, addr, threads, width, what):
             if self.watch is not None:
-                who = threads if pos is None else threads[pos]
-                mine = values if pos is None or len(pos) == len(values) else values[pos]
-                if buf is self.shared:
-                    self.watch(off, who, width, True, values=mine)
-                else:
-                    self.watch_other(buf, off, who, width, True, values=mine)
+                self.watch(buf, off, threads if pos is None else threads[pos], width, True,
+                           values=values if pos is None or len(pos) == len(values) else values[pos])
             if self.counter is not None:
                 self.counter(buf, off, threads if pos is None else threads[pos], width, True)
             buf.view(_UINT[width])[off >> shift if shift else off] = \
@@ -286,11 +276,7 @@ class Memory:
         groups = []
         for buf, off, pos in self._resolve(space, addr, threads, width, what):
             if atomic and self.watch is not None:
-                who = threads if pos is None else threads[pos]
-                if buf is self.shared:
-                    self.watch(off, who, width, True, atomic=True)
-                else:
-                    self.watch_other(buf, off, who, width, True, atomic=True)
+                self.watch(buf, off, threads if pos is None else threads[pos], width, True, atomic=True)
             if self.counter is not None:
                 self.counter(buf, off, threads if pos is None else threads[pos], width, True)
             groups.append((buf.view(_UINT[width]), off // width,

@@ -110,3 +110,12 @@ class Sanitizer(Reporting, RegisterChecks, SharedChecks, MemoryChecks, AsyncChec
         self._mbar_column: dict[int, int] = {}  # mbarrier word -> its column in the clocks
         self._tma_bytes: list[tuple[np.ndarray, np.ndarray]] = []
         self._cp_pending = False
+
+    def access(self, buf: np.ndarray, off: np.ndarray, threads: np.ndarray, width: int, write: bool,
+               atomic: bool = False, values: np.ndarray | None = None) -> None:
+        """The memory's hook: every access of ``width`` bytes at byte offsets
+        ``off`` of ``buf`` by ``threads``, to the checks of its space."""
+        if buf is self.m.memory.shared:
+            self.shared_access(off, threads, width, write, atomic=atomic, values=values)
+        else:
+            self.other_access(buf, off, threads, width, write, atomic=atomic, values=values)

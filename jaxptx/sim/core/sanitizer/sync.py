@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from .... import ir
-from ..barriers import live_lanes
-from .values import MASKED, distinct
+from ..barriers import lanes_among, live_lanes
+from .values import MASKED
 
 __all__ = ["SyncChecks"]
 
@@ -155,13 +155,8 @@ class SyncChecks:
         instruction with the thread, and the thread must be in its mask."""
         mask = s.src(len(s.ins.operands) - 1).astype(np.int64) & 0xFFFFFFFF
         th = s.threads
-        warp = th // self.ntid * 64 + th % self.ntid // 32
         lane = th % self.ntid % 32
-        here = np.zeros(len(th), dtype=np.int64)
-        for w in distinct(warp).tolist():
-            sel = warp == w
-            here[sel] = np.bitwise_or.reduce(np.left_shift(1, lane[sel]))
-        missing = mask & ~here
+        missing = mask & ~lanes_among(self.m, th)
         if waits:           # bar.warp.sync waits for its other lanes: only exited ones are missing
             missing &= ~live_lanes(self.m, th)
         outside = (mask >> lane) & 1 == 0
