@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .values import bytes_of, orders_ctas, pack_at
+from .values import bytes_of, orders_ctas, pack_at, unpack_at
 
 __all__ = ["MemoryChecks"]
 
@@ -63,7 +63,7 @@ class MemoryChecks:
                 self._global_race("atomic" if atomic else "strong access", k, idx, th, at, "the plain access")
             a = strong_cta[idx]
             strong_cta[idx] = np.where((a == -1) | (a == cta), cta, -2)
-            s_at[idx] = pack_at(th, self.pc, self.ntid)
+            s_at[idx] = pack_at(th, self.pc)
             return
         a = strong_cta[idx]
         mixed = (a == -2) | ((a >= 0) & (a != cta))
@@ -85,18 +85,18 @@ class MemoryChecks:
             if dup.any():
                 j = int(np.argmax(dup))
                 first, second = int(order[j]), int(order[j + 1])
-                self._global_race("write", second, idx, th, int(th[first]) << 20 | self.pc, "the write")
+                self._global_race("write", second, idx, th, int(pack_at(th[first], self.pc)), "the write")
         if write:
             if r_open.any() and not clash.any():
                 k = int(np.argmax(r_open))
                 self._global_race("write", k, idx, th, r_at[idx[k]], "a read")
             writer[idx] = cta
             reader[idx] = -1
-            w_at[idx] = pack_at(th, self.pc, self.ntid)
+            w_at[idx] = pack_at(th, self.pc)
             w_epoch[idx] = self.fence_epoch[cta]
         else:
             reader[idx] = np.where((r == -1) | (r == cta), cta, -2)
-            r_at[idx] = pack_at(th, self.pc, self.ntid)
+            r_at[idx] = pack_at(th, self.pc)
             r_epoch[idx] = self.fence_epoch[cta]
         if clash.any():
             k = int(np.argmax(clash))
@@ -111,7 +111,7 @@ class MemoryChecks:
         return self.fence_epoch[np.maximum(ctas, 0)] > epochs
 
     def _global_race(self, kind: str, k: int, idx: np.ndarray, th: np.ndarray, at: int, other: str) -> None:
-        tid, pc = divmod(int(at), 1 << 20)
+        tid, pc = unpack_at(at)
         self.report("race", f"global-memory race between CTAs: {kind} at {self.at(int(th[k]))} conflicts with "
                     f"{other} at {self.line(pc)} by {self.who(tid)}: nothing orders accesses of different "
                     "CTAs (no gpu-scope fence or release by that CTA between them)",

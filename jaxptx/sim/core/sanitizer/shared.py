@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .shadow import CP_ASYNC, TMA
-from .values import ASYNC_READERS, bytes_of, distinct
+from .values import ASYNC_READERS, bytes_of, distinct, pack_at, unpack_at
 
 __all__ = ["SharedChecks"]
 
@@ -76,12 +76,12 @@ class SharedChecks:
             clash |= (sh.x_repoch[idx] == epoch) & ((sh.x_readers[idx] & ~rank) != 0)
         if clash.any():
             k = int(np.argmax(clash))
-            other_thread, other_pc = divmod(int(sh.x_at[idx[k]]), 1 << 20)
+            other_thread, other_pc = unpack_at(sh.x_at[idx[k]])
             self.report("race", f"distributed shared-memory race: {'write' if write else 'read'} of CTA "
                         f"{int(owner[k])}'s shared offset {int(idx[k] % sh.size):#x} at {self.at(int(th[k]))} "
                         f"conflicts with the access at {self.line(other_pc)} by {self.who(other_thread)}: no "
                         "barrier.cluster orders them", self.line(self.pc), self.line(other_pc))
-        sh.x_at[idx] = th << 20 | self.pc
+        sh.x_at[idx] = pack_at(th, self.pc)
         if write:
             sh.x_writer[idx], sh.x_wepoch[idx] = cta, epoch
             sh.x_readers[idx] = 0

@@ -7,7 +7,7 @@ import numpy as np
 from .... import ir
 
 __all__ = ["ASYNC_READERS", "WGMMA_REGS", "MASKED", "SCOPES", "register_move", "bits_of", "bytes_of",
-           "pack_at", "distinct", "orders_ctas", "remote_mbarrier"]
+           "pack_at", "unpack_at", "distinct", "orders_ctas", "remote_mbarrier"]
 
 # Instructions whose shared-memory reads are async-proxy reads, in flight
 # until the issuing thread waits: the wait that resolves them.
@@ -39,9 +39,15 @@ def bytes_of(values: np.ndarray, width: int) -> np.ndarray:
     return v.view(np.uint8).reshape(-1)
 
 
-def pack_at(threads: np.ndarray, pc: int, ntid: int) -> np.ndarray:
+def pack_at(threads: np.ndarray, pc: int) -> np.ndarray:
     """Global thread and PC in one record (thread << 20 | pc)."""
     return (np.asarray(threads, dtype=np.int64) << 20 | pc).astype(np.int64)
+
+
+def unpack_at(record: int) -> tuple[int, int]:
+    """``(thread, pc)`` of a :func:`pack_at` record."""
+    thread, pc = divmod(int(record), 1 << 20)
+    return thread, pc
 
 
 def distinct(threads: np.ndarray) -> np.ndarray:
