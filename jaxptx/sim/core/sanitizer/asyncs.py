@@ -94,8 +94,7 @@ class AsyncChecks:
             slot = sh.unordered_reads(li, tid, self._knows(lt))
             if (slot >= 0).any():
                 k = int(np.argmax(slot >= 0))
-                self._race("async-proxy write", li[k], lt[k], "read", int(sh.r_tid[li[k], slot[k]]),
-                           int(sh.r_pc[li[k], slot[k]]))
+                self._race("async-proxy write", li[k], lt[k], "read", *sh.reader(int(li[k]), int(slot[k])))
         sh.record_write(idx, np.full(len(idx), ASYNC), 0, self.pc)
         self._tma_bytes.append((idx, th))
 

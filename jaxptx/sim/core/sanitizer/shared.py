@@ -111,8 +111,7 @@ class SharedChecks:
         slot = sh.unordered_atomics(idx, tid, self._knows(th))
         if (slot >= 0).any():
             k = int(np.argmax(slot >= 0))
-            self._race("read", idx[k], th[k], "atomic", int(sh.a_tid[idx[k], slot[k]]),
-                       int(sh.a_pc[idx[k], slot[k]]))
+            self._race("read", idx[k], th[k], "atomic", *sh.atomic_access(int(idx[k]), int(slot[k])))
         sh.record_read(idx, tid, self.clocks.own(th), self.pc, self._knows(th))
 
     def _write(self, idx: np.ndarray, th: np.ndarray, byte_values: np.ndarray | None) -> None:
@@ -126,13 +125,11 @@ class SharedChecks:
         slot = sh.unordered_reads(idx, tid, self._knows(th))
         if (slot >= 0).any():
             k = int(np.argmax(slot >= 0))
-            self._race("write", idx[k], th[k], "read", int(sh.r_tid[idx[k], slot[k]]),
-                       int(sh.r_pc[idx[k], slot[k]]))
+            self._race("write", idx[k], th[k], "read", *sh.reader(int(idx[k]), int(slot[k])))
         slot = sh.unordered_atomics(idx, tid, self._knows(th))
         if (slot >= 0).any():
             k = int(np.argmax(slot >= 0))
-            self._race("write", idx[k], th[k], "atomic", int(sh.a_tid[idx[k], slot[k]]),
-                       int(sh.a_pc[idx[k], slot[k]]))
+            self._race("write", idx[k], th[k], "atomic", *sh.atomic_access(int(idx[k]), int(slot[k])))
         self._same_step_conflicts(idx, th, byte_values)
         sh.record_write(idx, tid, self.clocks.own(th), self.pc)
 
@@ -166,12 +163,8 @@ class SharedChecks:
         slot = sh.unordered_reads(idx, tid, self._knows(th))
         if (slot >= 0).any():
             k = int(np.argmax(slot >= 0))
-            self._race("atomic on", idx[k], th[k], "read", int(sh.r_tid[idx[k], slot[k]]),
-                       int(sh.r_pc[idx[k], slot[k]]))
-        a_tid, a_clock, a_pc = sh.atomics()
-        a_tid[idx, tid // 32] = tid
-        a_clock[idx, tid // 32] = self.clocks.own(th)
-        a_pc[idx, tid // 32] = self.pc
+            self._race("atomic on", idx[k], th[k], "read", *sh.reader(int(idx[k]), int(slot[k])))
+        sh.record_atomic(idx, tid, self.clocks.own(th), self.pc)
 
     def _unordered_write(self, idx: np.ndarray, th: np.ndarray, tid: np.ndarray, kind: str,
                          among: np.ndarray | None = None) -> np.ndarray:
