@@ -104,8 +104,8 @@ class Sanitizer(Reporting, RegisterChecks, SharedChecks, MemoryChecks, AsyncChec
         self.flying_regs: dict[str, tuple[np.ndarray, np.ndarray]] = {}   # wgmma A operands: (group, pc)
         self.ld_done = np.zeros(n, dtype=np.int64)
         self.pending_regs: dict[str, tuple[str, np.ndarray, np.ndarray]] = {}   # name -> (kind, tag, pc)
-        # async reads in flight: (kind, group, issuing threads, reader per byte, flat bytes, PC)
-        self.in_flight: list[tuple[str, int, np.ndarray, np.ndarray, np.ndarray, int]] = []
+        # async reads in flight: (kind, group or phase, issuing thread, flat bytes, PC)
+        self.in_flight: list[tuple[str, int, int, np.ndarray, int]] = []
         self.completions: dict[int, int] = {}   # mbarrier word -> phases completed
         self._mbar_column: dict[int, int] = {}  # mbarrier word -> its column in the clocks
         self._tma_bytes: list[tuple[np.ndarray, np.ndarray]] = []

@@ -30,13 +30,10 @@ class AsyncChecks:
                         f"{self.at(int(th[k]))}, written through the generic proxy at "
                         f"{self.line(int(sh.w_pc[idx[k]]))} by {self._thread_at(th[k], writer[k])} with "
                         "no fence.proxy.async between them", self.line(self.pc), self.line(int(sh.w_pc[idx[k]])))
-        sh.flying[idx] = True
         opened = self.wg_open if kind == "wgmma" else self.bulk_open if kind == "bulk" else None
-        issuers = distinct(th)
-        for t in issuers.tolist():          # one entry per issuing thread: each lands at its own wait
-            mine = (th == t) if len(issuers) > 1 else slice(None)
-            group = np.array([opened[t] if opened is not None else 0], dtype=np.int64)
-            self.in_flight.append((kind, group, np.array([t]), th[mine], idx[mine], self.pc))
+        for t, part in _by_thread(idx, th):       # one entry per issuing thread: each lands at its own wait
+            sh.flying[part] += 1
+            self.in_flight.append((kind, int(opened[t]) if opened is not None else 0, t, part, self.pc))
 
     def _check_in_flight(self, idx: np.ndarray, th: np.ndarray, what: str) -> None:
         """A write to bytes an async read (wgmma, tcgen05.mma, a bulk
@@ -44,15 +41,15 @@ class AsyncChecks:
         reads tied to an mbarrier by a commit) the writer has not observed
         the phase that completes them."""
         sh = self.shadow
-        flying = sh.flying[idx]
+        flying = sh.flying[idx] > 0
         if not flying.any():
             return
         mark = sh.mark
         mark[idx[flying]] = True                # the bytes written that are in flight
         sh.who[idx[flying]] = th[flying]        # and who writes each
-        keep, dropped = [], []
+        keep = []
         for entry in self.in_flight:
-            kind, seq, _, readers, where, pc = entry
+            kind, seq, issuer, where, pc = entry
             hit = mark[where]
             if not hit.any():
                 keep.append(entry)
@@ -61,23 +58,17 @@ class AsyncChecks:
                 column = self._mbar_column[int(kind.split("@")[1])]
                 writers = distinct(sh.who[where[hit]])
                 if (self.clocks.vc[writers, column] > seq).all():
-                    dropped.append(entry)          # the writer saw the commit's phase complete
+                    sh.flying[where] -= 1          # the writer saw the commit's phase complete
                     continue
-            k = int(np.nonzero(hit)[0][0])
-            byte = int(where[k])
+            byte = int(where[np.argmax(hit)])
             t = int(th[np.argmax(idx == byte)])
             self.report("async", f"{what} of shared offset {byte % sh.size:#x} at {self.at(t)} while "
-                        f"the async read by {self.line(pc)} ({self._thread_at(t, int(readers[k]) % self.ntid)}) "
+                        f"the async read by {self.line(pc)} ({self._thread_at(t, issuer % self.ntid)}) "
                         "is still in flight (no wait for it orders the write after it)",
                         self.line(self.pc), self.line(pc))
             keep.append(entry)
         mark[idx] = False
-        if dropped:
-            for entry in dropped:
-                sh.flying[entry[4]] = False
-            for entry in keep:
-                sh.flying[entry[4]] = True
-            self.in_flight = keep
+        self.in_flight = keep
 
     def async_write(self, idx: np.ndarray, th: np.ndarray) -> None:
         """Shared bytes written by a TMA or bulk copy issued by ``th``:
@@ -115,8 +106,9 @@ class AsyncChecks:
             sh.pend[b] = TMA
             sh.pend_key[b] = w
             for word in distinct(w).tolist():
-                self._column(word)
-                sh.pend_seq[b[w == word]] = self.completions.get(word, 0)
+                mine = b[w == word]
+                sh.pend_col[mine] = self._column(word)
+                sh.pend_seq[mine] = self.completions.get(word, 0)
             if not mine.all():
                 rest.append((idx[~mine], th[~mine]))
         self._tma_bytes = rest
@@ -125,13 +117,7 @@ class AsyncChecks:
         """The clock column standing for mbarrier ``word``'s completed phases."""
         col = self._mbar_column.get(word)
         if col is None:
-            col = self._mbar_column[word] = self.clocks.vc.shape[1]
-            self.clocks.vc = np.pad(self.clocks.vc, ((0, 0), (0, 1)))
-            for table in (self.clocks._mbarrier, self.clocks._completed):
-                for key, held in list(table.items()):
-                    table[key] = np.pad(held, (0, self.clocks.vc.shape[1] - len(held)))
-            for key, held in list(self.clocks._arrived.items()):
-                self.clocks._arrived[key] = np.pad(held, (0, self.clocks.vc.shape[1] - len(held)))
+            col = self._mbar_column[word] = self.clocks.add_column()
         return col
 
     def proxy_fence(self, threads: np.ndarray) -> None:
@@ -152,28 +138,23 @@ class AsyncChecks:
         stamped with their issuing thread's clock."""
         mine = np.zeros(self.m.nthreads, dtype=bool)
         mine[threads] = True
-        keep, finished = [], []
+        keep, finished = [], {}
         for entry in self.in_flight:
-            k, group, issuers, readers, idx, pc = entry
-            hit = mine[issuers]
-            if done is not None:
-                hit &= group < done[issuers]      # group: per issuer
-            if k != kind or not hit.any():
+            k, seq, issuer = entry[:3]
+            if k == kind and mine[issuer] and (done is None or seq < done[issuer]):
+                finished.setdefault(issuer, []).append(entry)
+            else:
                 keep.append(entry)
-            elif hit.all():
-                finished.append(entry)
-            else:           # some issuers waited: their bytes land, the rest stay in flight
-                sel = np.isin(readers, issuers[hit])
-                finished.append((k, group[hit], issuers[hit], readers[sel], idx[sel], pc))
-                keep.append((k, group[~hit], issuers[~hit], readers[~sel], idx[~sel], pc))
         if not finished:
             return
         sh = self.shadow
-        for _, _, _, readers, idx, pc in finished:
-            sh.flying[idx] = False
-            sh.record_read(idx, readers % self.ntid, self.clocks.own(readers), pc, self._knows(readers))
-        for _, _, _, _, idx, _ in keep:
-            sh.flying[idx] = True
+        for issuer, entries in finished.items():    # each issuer's reads land in one record
+            idx = np.concatenate([e[3] for e in entries])
+            pcs = np.concatenate([np.full(len(e[3]), e[4], dtype=np.int32) for e in entries])
+            for e in entries:
+                sh.flying[e[3]] -= 1
+            sh.record_read_by_one(idx, issuer % self.ntid, self.clocks.own(np.array([issuer]))[0], pcs,
+                                  lambda rows, others, t=issuer: self.clocks.knows(t, others))
         self.in_flight = keep
 
     def cp_async_written(self, idx: np.ndarray, th: np.ndarray) -> None:
@@ -214,7 +195,7 @@ class AsyncChecks:
                 sh.pend[b] = TMA
                 sh.pend_key[b] = word
                 sh.pend_seq[b] = self.completions.get(word, 0)
-                self._column(word)
+                sh.pend_col[b] = self._column(word)
 
     def _tie(self, kind: str, threads: np.ndarray, words: np.ndarray) -> None:
         """The ``kind`` async reads of ``threads`` complete with the current
@@ -224,12 +205,25 @@ class AsyncChecks:
         keys, vals = np.asarray(threads)[order], np.asarray(words, dtype=np.int64)[order]
         tied = []
         for entry in self.in_flight:
-            k, group, issuers, readers, idx, pc = entry
-            at = np.clip(np.searchsorted(keys, issuers), 0, len(keys) - 1)
-            if k != kind or not (keys[at] == issuers).all():
+            k, _, issuer, idx, pc = entry
+            at = min(int(np.searchsorted(keys, issuer)), len(keys) - 1)
+            if k != kind or keys[at] != issuer:
                 tied.append(entry)
                 continue
-            word = int(vals[at[0]])
+            word = int(vals[at])
             self._column(word)
-            tied.append((f"{kind}@{word}", self.completions.get(word, 0), issuers, readers, idx, pc))
+            tied.append((f"{kind}@{word}", self.completions.get(word, 0), issuer, idx, pc))
         self.in_flight = tied
+
+
+def _by_thread(idx: np.ndarray, th: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """``idx`` split by the thread of each byte (``th``), threads in order of
+    first appearance; per-byte thread arrays hold each thread in one run."""
+    if len(th) == 0:
+        return []
+    cut = np.flatnonzero(th[1:] != th[:-1]) + 1
+    starts = np.r_[0, cut]
+    firsts = th[starts]
+    if len(np.unique(firsts)) == len(firsts):
+        return list(zip(firsts.tolist(), np.split(idx, cut)))
+    return [(t, idx[th == t]) for t in dict.fromkeys(firsts.tolist())]

@@ -41,17 +41,34 @@ class Clocks:
         self.vc = np.zeros((n, ntid), dtype=np.int32)
         self.tid = np.arange(n, dtype=np.int64) % max(ntid, 1)
         self.vc[np.arange(n), self.tid] = 1
+        self.columns = ntid                           # columns in use (the rest: spare, all zero)
         self._arrived: dict[int, np.ndarray] = {}     # CTA * 16 + barrier id -> released clocks
         self._mbarrier: dict[int, np.ndarray] = {}    # flat mbarrier word -> released into the current phase
         self._completed: dict[int, np.ndarray] = {}   # ... -> released into its completed phases
 
+    def add_column(self) -> int:
+        """A new clock column (for an mbarrier's completed phases), zero for
+        every thread and every parked clock. Columns are allocated in
+        blocks: a zero column changes no join, so spare ones cost nothing."""
+        col = self.columns
+        if col == self.vc.shape[1]:
+            grow = max(16, (col - self.ntid) // 2)
+            self.vc = np.pad(self.vc, ((0, 0), (0, grow)))
+            for table in (self._mbarrier, self._completed, self._arrived):
+                for key, held in list(table.items()):
+                    table[key] = np.pad(held, (0, self.vc.shape[1] - len(held)))
+        self.columns += 1
+        return col
+
     def own(self, threads: np.ndarray) -> np.ndarray:
         """Each thread's own clock entry (the stamp of its accesses now)."""
-        return self.vc[threads, self.tid[threads]]
+        return self.knows(threads, self.tid[threads])
 
     def knows(self, threads: np.ndarray, others: np.ndarray) -> np.ndarray:
-        """``vc[t][u]`` for pairs (``threads``, CTA-local ``others``)."""
-        return self.vc[threads, others]
+        """``vc[t][u]`` for pairs (``threads``, CTA-local ``others``; or a
+        clock column), broadcast together."""
+        # one flat take: several times faster than a 2-D fancy gather
+        return self.vc.reshape(-1).take(np.asarray(threads, dtype=np.int64) * self.vc.shape[1] + others)
 
     def _tick(self, threads: np.ndarray) -> None:
         self.vc[threads, self.tid[threads]] += 1

@@ -6,10 +6,12 @@ whether a ``fence.proxy.async`` has ordered its generic write before
 async-proxy reads, and what is still in flight into it (a ``cp.async``
 before its ``wait_group``, a TMA copy before its mbarrier phase). Reads
 since the last write are kept per (byte, warp): the last reading lane of
-each warp and its stamp, so a write checks every warp's reads in one
-vectorised comparison (with a second slot per warp for an earlier read by
-another lane that the last reader did not come after). An async-proxy read (``wgmma``, ``tcgen05.mma``, a
-TMA store's source) is "in flight" (``flying``) until the issuing thread
+each warp, its stamp and PC packed in one 64-bit record (:class:`Slots`),
+with a second slot per warp for an earlier read by another lane that the
+last reader did not come after. A warp's slots are allocated when it first
+reads, so shared memory only the async proxy reads costs one slot per
+issuing warp. An async-proxy read (``wgmma``, ``tcgen05.mma``, a TMA
+store's source) is "in flight" (``flying``) until the issuing thread
 waits for it; then it is recorded as a read stamped with the clock of the
 wait.
 
@@ -24,12 +26,69 @@ from __future__ import annotations
 
 import numpy as np
 
-from .values import distinct
-
-__all__ = ["SharedShadow", "ASYNC", "CP_ASYNC", "TMA"]
+__all__ = ["SharedShadow", "Slots", "ASYNC", "CP_ASYNC", "TMA"]
 
 ASYNC = -2                  # w_tid of a byte last written by the async proxy
 CP_ASYNC, TMA = 1, 2        # pend: a cp.async copy, a TMA / bulk copy in flight
+
+
+class Slots:
+    """Per-byte access records in numbered slots, each slot one int64 array
+    allocated on first use: ``stamp << 36 | pc << 16 | (lane + 1)``, 0 for
+    none (stamps stay below 2**27 releases, PCs below 2**20, lanes below
+    2**16)."""
+
+    def __init__(self, count: int, n: int) -> None:
+        self.n = n
+        self.rows: list[np.ndarray | None] = [None] * count
+        self.used: list[int] = []               # the allocated slots, in order
+
+    def row(self, slot: int) -> np.ndarray:
+        """Slot ``slot``'s records, allocated (empty) on first use."""
+        r = self.rows[slot]
+        if r is None:
+            r = self.rows[slot] = np.zeros(self.n, dtype=np.int64)
+            self.used = sorted(self.used + [slot])
+        return r
+
+    def put(self, slot: int, at, lane, stamp, pc) -> None:
+        """Record accesses of bytes ``at`` in ``slot``."""
+        self.row(slot)[at] = pack(lane, stamp, pc)
+
+    def clear(self, at) -> None:
+        """Forget every slot's record of bytes ``at``."""
+        for s in self.used:
+            self.rows[s][at] = 0
+
+    def access(self, slot: int, byte: int) -> tuple[int, int]:
+        """``(lane, PC)`` of the record in ``slot`` of ``byte``."""
+        rec = int(self.rows[slot][byte])
+        return (rec & 0xFFFF) - 1, (rec >> 16) & 0xFFFFF
+
+    def first_unordered(self, slots: list[int], at, tid: np.ndarray, knows) -> np.ndarray:
+        """Per byte of ``at``, the first of ``slots`` holding an access by a
+        lane other than ``tid`` whose stamp the byte's accessor does not
+        know (``knows(rows, lanes)``), or -1."""
+        out = None
+        for s in slots:
+            rec = self.rows[s][at]
+            lane = (rec & 0xFFFF) - 1
+            rows = np.flatnonzero((lane >= 0) & (lane != tid))
+            if len(rows) == 0:
+                continue
+            rows = rows[(rec[rows] >> 36) > knows(rows, lane[rows])]
+            if len(rows):
+                if out is None:
+                    out = np.full(len(tid), -1)
+                rows = rows[out[rows] < 0]
+                out[rows] = s
+        return np.full(len(tid), -1) if out is None else out
+
+
+def pack(lane, stamp, pc) -> np.ndarray:
+    """One :class:`Slots` record per access."""
+    return (np.asarray(stamp, dtype=np.int64) << 36) | (np.asarray(pc, dtype=np.int64) << 16) \
+        | (np.asarray(lane, dtype=np.int64) + 1)
 
 
 class SharedShadow:
@@ -45,27 +104,22 @@ class SharedShadow:
         self.w_pc = np.full(n, -1, dtype=np.int32)
         self.w_atomic = np.zeros(n, dtype=bool)
         self.fenced = np.zeros(n, dtype=bool)
-        self.flying = np.zeros(n, dtype=bool)          # an async read not yet waited for
+        self.flying = np.zeros(n, dtype=np.int16)      # async reads not yet waited for
         self.mark = np.zeros(n, dtype=bool)            # scratch for set membership (kept all False)
         self.who = np.zeros(n, dtype=np.int64)         # scratch: the writer of each marked byte
         self.pend = np.zeros(n, dtype=np.int8)
         self.pend_key = np.zeros(n, dtype=np.int64)    # cp.async: global thread; TMA: mbarrier word
-        self.pend_seq = np.zeros(n, dtype=np.int64)    # cp.async: group; TMA: completions at issue
-        # two slots per warp: its last reading lane, and an earlier read by
-        # another lane of the warp that the last one did not come after
-        # (the second slots are rare: ``has2`` marks the bytes that use any).
-        # Slot-major, so that the bytes one warp reads lie side by side.
-        self.r_tid = np.full((2 * self.warps, n), -1, dtype=np.int16 if ntid < 2**15 else np.int32)
-        self.r_clock = np.zeros((2 * self.warps, n), dtype=np.int32)
-        self.r_pc = np.zeros((2 * self.warps, n), dtype=np.int32)
+        self.pend_seq = np.zeros(n, dtype=np.int32)    # cp.async: group; TMA: completions at issue
+        self.pend_col = np.zeros(n, dtype=np.int32)    # TMA: the mbarrier's clock column
+        # reads: slot w is warp w's last reading lane, slot warps + w an
+        # earlier read by another lane of the warp that the last one did not
+        # come after (rare: ``has2`` marks the bytes that have one)
+        self.reads = Slots(2 * self.warps, n)
         self.has2 = np.zeros(n, dtype=bool)
-        self.reading_warps = np.zeros(0, dtype=np.int64)   # the warps whose first slots any read took
+        self.atomics = Slots(self.warps, n)             # the last atomic lane per warp
         # distributed shared memory (clusters only): the CTA of the last write
         # and its cluster-barrier epoch, the cluster ranks that read since
         self.x_writer = self.x_wepoch = self.x_readers = self.x_repoch = self.x_at = None
-        self.a_tid: np.ndarray | None = None           # atomics: last atomic lane per warp
-        self.a_clock: np.ndarray | None = None
-        self.a_pc: np.ndarray | None = None
 
     def cluster_arrays(self) -> None:
         """Allocate the distributed-shared-memory records."""
@@ -78,23 +132,18 @@ class SharedShadow:
 
     def record_atomic(self, idx: np.ndarray, tid: np.ndarray, clock: np.ndarray, pc: int) -> None:
         """An atomic (or strong) access of bytes ``idx`` by CTA-local
-        threads ``tid``: each takes its warp's atomic slot (allocated on first use)."""
-        if self.a_tid is None:
-            self.a_tid = np.full((self.warps, len(self.init)), -1, dtype=self.r_tid.dtype)
-            self.a_clock = np.zeros(self.a_tid.shape, dtype=np.int32)
-            self.a_pc = np.zeros(self.a_tid.shape, dtype=np.int32)
-        warp = tid // 32
-        self.a_tid[warp, idx] = tid
-        self.a_clock[warp, idx] = clock
-        self.a_pc[warp, idx] = pc
+        threads ``tid``: each takes its warp's atomic slot."""
+        clock = np.broadcast_to(clock, idx.shape)
+        for w, rows in _runs(tid // 32):
+            self.atomics.put(w, idx[rows], tid[rows], clock[rows], pc)
 
     def reader(self, byte: int, slot: int) -> tuple[int, int]:
         """``(CTA-local thread, PC)`` of the read kept in ``slot`` of ``byte``."""
-        return int(self.r_tid[slot, byte]), int(self.r_pc[slot, byte])
+        return self.reads.access(slot, byte)
 
     def atomic_access(self, byte: int, slot: int) -> tuple[int, int]:
         """``(CTA-local thread, PC)`` of the atomic kept in ``slot`` of ``byte``."""
-        return int(self.a_tid[slot, byte]), int(self.a_pc[slot, byte])
+        return self.atomics.access(slot, byte)
 
     def record_write(self, idx: np.ndarray, tid: np.ndarray, clock: np.ndarray, pc: int) -> None:
         """A plain write of bytes ``idx`` by CTA-local threads ``tid`` stamped ``clock``."""
@@ -106,111 +155,100 @@ class SharedShadow:
         self.w_atomic[at] = False
         self.fenced[at] = False
         self.pend[at] = 0
-        self.r_tid[_cells(self.reading_warps, at)] = -1    # (stale stamps behind a -1 lane are never read)
+        for s in self.reads.used:
+            if s < self.warps:
+                self.reads.rows[s][at] = 0
         second = idx[self.has2[at]]
         if len(second):
-            self.r_tid[self.warps:, second] = -1
+            for s in self.reads.used:
+                if s >= self.warps:
+                    self.reads.rows[s][second] = 0
             self.has2[second] = False
-        if self.a_tid is not None:
-            self.a_tid[:, at] = -1
+        self.atomics.clear(at)
 
     def record_read(self, idx: np.ndarray, tid: np.ndarray, clock: np.ndarray | np.int32, pc: int,
                     knows=None) -> None:
         """Reads of bytes ``idx`` by CTA-local threads ``tid``: each takes its
         warp's slot; the read it displaces moves to the warp's second slot
         when the new reader did not come after it (``knows(rows, lanes)``:
-        the new readers' clock entries). Lanes of one warp reading a byte in
-        the same instruction are unordered: the last two keep both slots."""
-        if len(idx) and tid[0] == tid[-1] and (tid == tid[0]).all():
-            self._read_by_one(idx, int(tid[0]), clock, pc, knows)
+        the new readers' clock entries, ``rows`` positions in ``idx``).
+        Lanes of one warp reading a byte in the same instruction are
+        unordered: the last two keep both slots."""
+        if len(idx) == 0:
             return
-        warp = tid // 32
-        self._reading(distinct(warp))
-        clock = np.broadcast_to(np.asarray(clock, dtype=np.int32), idx.shape)
-        if knows is not None:
-            old = self.r_tid[warp, idx].astype(np.int64)
-            rows = np.nonzero((old >= 0) & (old != tid))[0]
-            if len(rows):
-                rows = rows[self.r_clock[warp[rows], idx[rows]] > knows(rows, old[rows])]
-                self._second(idx[rows], warp[rows], old[rows], self.r_clock[warp[rows], idx[rows]],
-                             self.r_pc[warp[rows], idx[rows]])
-        if len(idx) > 1:                    # (one reader took the branch above: no ties)
-            order = np.lexsort((tid, warp, idx))
-            i, w, t = idx[order], warp[order], tid[order]
-            new_group = np.r_[True, (i[1:] != i[:-1]) | (w[1:] != w[:-1])]
-            last = np.r_[new_group[1:], True]
-            before = np.nonzero(last[1:] & ~new_group[1:] & (t[1:] != t[:-1]))[0]   # next to a group's last
-            if len(before):
-                rows = order[before]
-                self._second(idx[rows], warp[rows], tid[rows], clock[rows], pc)
-            rows = order[last]
-            idx, warp, tid, clock = idx[rows], warp[rows], tid[rows], clock[rows]
-        self.r_tid[warp, idx] = tid
-        self.r_clock[warp, idx] = clock
-        self.r_pc[warp, idx] = pc
+        if tid[0] == tid[-1] and (tid == tid[0]).all():
+            self.record_read_by_one(idx, int(tid[0]), clock, pc, knows)
+            return
+        clock = np.broadcast_to(np.asarray(clock, dtype=np.int64), idx.shape)
+        order = np.lexsort((tid, idx, tid // 32))       # by warp, then byte, then lane
+        for w, seg in _runs(tid[order] // 32):
+            pos = order[seg]
+            i, t = idx[pos], tid[pos]
+            if knows is not None:
+                self._displace(w, pos, idx, t, knows)
+            new_byte = np.r_[True, i[1:] != i[:-1]]
+            last = np.r_[new_byte[1:], True]
+            tie = np.flatnonzero(last[1:] & ~new_byte[1:] & (t[1:] != t[:-1]))   # just before a byte's last
+            if len(tie):
+                self._second(i[tie], w, t[tie], clock[pos[tie]], pc)
+            self.reads.put(w, i[last], t[last], clock[pos[last]], pc)
 
-    def _read_by_one(self, idx: np.ndarray, tid: int, clock, pc: int, knows) -> None:
+    def record_read_by_one(self, idx: np.ndarray, tid: int, clock, pc: int | np.ndarray, knows) -> None:
         """:meth:`record_read` for one reading thread (an async operand
-        read, a single lane): one warp's slots, scalar stamps."""
+        read, a single lane): one warp's slot, a scalar stamp (``pc``: one,
+        or one per byte)."""
         w = tid // 32
-        self._reading(np.array([w]))
         at = span(idx)
-        lanes, stamps, pcs = self.r_tid[w], self.r_clock[w], self.r_pc[w]
         if knows is not None:
-            old = lanes[at]
-            rows = np.flatnonzero((old >= 0) & (old != tid))
-            if len(rows):
-                b = idx[rows]
-                rows = rows[stamps[b] > knows(rows, old[rows].astype(np.int64))]
-                if len(rows):
-                    b = idx[rows]
-                    self._second(b, np.full(len(b), w), lanes[b], stamps[b], pcs[b])
-        lanes[at] = tid
-        stamps[at] = clock
-        pcs[at] = pc
+            self._displace(w, np.arange(len(idx)), idx, tid, knows)
+        self.reads.put(w, at, tid, clock, pc)
 
-    def _reading(self, warps: np.ndarray) -> None:
-        if not np.isin(warps, self.reading_warps).all():
-            self.reading_warps = np.union1d(self.reading_warps, warps)
+    def _displace(self, w: int, rows: np.ndarray, idx: np.ndarray, tid, knows) -> None:
+        """Before warp ``w`` reads bytes ``idx[rows]``: each held read by
+        another lane that the new reader did not come after moves to the
+        warp's second slot."""
+        rec = self.reads.row(w)[idx[rows]]
+        lane = (rec & 0xFFFF) - 1
+        other = np.flatnonzero((lane >= 0) & (lane != tid))
+        if len(other):
+            other = other[(rec[other] >> 36) > knows(rows[other], lane[other])]
+            if len(other):
+                self._second(idx[rows[other]], w, lane[other], rec[other] >> 36, (rec[other] >> 16) & 0xFFFFF)
 
-    def _second(self, idx: np.ndarray, warp: np.ndarray, tid: np.ndarray, clock: np.ndarray, pc) -> None:
-        col = self.warps + warp
+    def _second(self, idx: np.ndarray, w: int, lane, stamp, pc) -> None:
         self.has2[idx] = True
-        self.r_tid[col, idx] = tid
-        self.r_clock[col, idx] = clock
-        self.r_pc[col, idx] = pc
+        self.reads.put(self.warps + w, idx, lane, stamp, pc)
 
     def unordered_reads(self, idx: np.ndarray, tid: np.ndarray, knows) -> np.ndarray:
         """For each byte, the slot of a read by another thread that the
         writer has not synchronised with (``knows(rows, readers)``: the
         writer of row ``rows``' clock entries for ``readers``), or -1."""
-        w = self.warps
         at = span(idx)
-        rows = self.reading_warps
-        out = _unordered(self.r_tid[_cells(rows, at)], self.r_clock[_cells(rows, at)], tid, knows)
-        out = np.where(out >= 0, rows[np.maximum(out, 0)] if len(rows) else -1, -1)
+        first = [s for s in self.reads.used if s < self.warps]
+        out = self.reads.first_unordered(first, at, tid, knows)
         two = np.flatnonzero(self.has2[at] & (out < 0))
         if len(two):
-            second = _unordered(self.r_tid[w:, idx[two]], self.r_clock[w:, idx[two]], tid[two],
-                                lambda rows, lanes: knows(two[rows], lanes))
-            out[two] = np.where(second >= 0, second + w, -1)
+            second = [s for s in self.reads.used if s >= self.warps]
+            out[two] = self.reads.first_unordered(second, idx[two], tid[two],
+                                                  lambda rows, lanes: knows(two[rows], lanes))
         return out
 
     def unordered_atomics(self, idx: np.ndarray, tid: np.ndarray, knows) -> np.ndarray:
         """As :meth:`unordered_reads`, for the atomics on each byte."""
-        if self.a_tid is None:
-            return np.full(len(idx), -1)
-        at = span(idx)
-        return _unordered(self.a_tid[:, at], self.a_clock[:, at], tid, knows)
+        return self.atomics.first_unordered(self.atomics.used, span(idx), tid, knows)
 
     def cta_range(self, cta: int) -> slice:
         """The flat byte range of CTA ``cta``'s shared memory."""
         return slice(cta * self.size, (cta + 1) * self.size)
 
 
-def _cells(rows: np.ndarray, at: np.ndarray | slice) -> tuple:
-    """The index of slot ``rows`` by bytes ``at`` of a slot-major record."""
-    return (rows, at) if isinstance(at, slice) else (rows[:, None], at)
+def _runs(keys: np.ndarray) -> list[tuple[int, slice]]:
+    """``(key, slice)`` for each run of equal ``keys`` (sorted keys: one run each)."""
+    if len(keys) == 0:
+        return []
+    cut = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+    starts, ends = np.r_[0, cut], np.r_[cut, len(keys)]
+    return [(int(keys[a]), slice(int(a), int(b))) for a, b in zip(starts.tolist(), ends.tolist())]
 
 
 def span(idx: np.ndarray) -> np.ndarray | slice:
@@ -220,23 +258,3 @@ def span(idx: np.ndarray) -> np.ndarray | slice:
     if n > 1 and idx[-1] - idx[0] == n - 1 and idx[1] - idx[0] == 1 and (np.diff(idx) == 1).all():
         return slice(int(idx[0]), int(idx[-1]) + 1)
     return idx
-
-
-def _unordered(lanes: np.ndarray, stamps: np.ndarray, tid: np.ndarray, knows) -> np.ndarray:
-    """Per byte (a column of slot-major records), the first slot holding an
-    access by another lane whose stamp the byte's accessor does not know, or -1."""
-    out = np.full(lanes.shape[1], -1)
-    if out.size == 0:
-        return out
-    slots, rows = np.nonzero((lanes >= 0) & (lanes != tid))
-    if len(rows) == 0:
-        return out
-    others = lanes[slots, rows].astype(np.int64)
-    bad = stamps[slots, rows] > knows(rows, others)
-    if bad.any():
-        rows, slots = rows[bad], slots[bad]
-        order = np.lexsort((slots, rows))       # the first slot of each byte
-        rows, slots = rows[order], slots[order]
-        first = np.r_[True, rows[1:] != rows[:-1]]
-        out[rows[first]] = slots[first]
-    return out

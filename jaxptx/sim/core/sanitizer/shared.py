@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .shadow import CP_ASYNC, TMA
-from .values import ASYNC_READERS, bytes_of, distinct, pack_at, unpack_at
+from .values import ASYNC_READERS, bytes_of, pack_at, unpack_at
 
 __all__ = ["SharedChecks"]
 
@@ -99,8 +99,7 @@ class SharedChecks:
                         f"{int(idx[k] % size):#x} at {self.at(int(th[k]))}", self.line(self.pc))
 
     def _knows(self, th: np.ndarray):
-        vc = self.clocks.vc
-        return lambda rows, others: vc[th[rows], others]
+        return lambda rows, others: self.clocks.knows(th[rows], others)
 
     def _read(self, idx: np.ndarray, th: np.ndarray) -> None:
         sh = self.shadow
@@ -206,19 +205,16 @@ class SharedChecks:
                         f"{self.at(int(th[k]))}: the cp.async at {copy} by "
                         f"{self._thread_at(th[k], issuer % self.ntid)} is still copying into it (no "
                         "cp.async.wait_group completed it)", self.line(self.pc), copy)
-        tma = np.nonzero(pend == TMA)[0]
+        tma = np.flatnonzero(pend == TMA)
         if len(tma):
-            words = sh.pend_key[idx[tma]]
-            for word in distinct(words).tolist():
-                sel = tma[words == word]
-                column = self._column(word)
-                seen = self.clocks.vc[th[sel], column]
-                late = seen <= sh.pend_seq[idx[sel]]
-                if late.any():
-                    k = int(sel[np.argmax(late)])
-                    copy = self.line(int(sh.w_pc[idx[k]]))
-                    self.report("async", f"{what} of shared offset {int(idx[k] % sh.size):#x} at "
-                                f"{self.at(int(th[k]))}: the async copy at {copy} completes on the "
-                                f"mbarrier at shared offset {word * 8 % sh.size:#x}, and this thread has "
-                                "not observed that phase complete (try_wait/test_wait, or a barrier "
-                                "after a thread that did)", self.line(self.pc), copy)
+            b = idx[tma]
+            late = self.clocks.knows(th[tma], sh.pend_col[b]) <= sh.pend_seq[b]
+            if late.any():
+                k = int(tma[np.argmax(late)])
+                word = int(sh.pend_key[idx[k]])
+                copy = self.line(int(sh.w_pc[idx[k]]))
+                self.report("async", f"{what} of shared offset {int(idx[k] % sh.size):#x} at "
+                            f"{self.at(int(th[k]))}: the async copy at {copy} completes on the "
+                            f"mbarrier at shared offset {word * 8 % sh.size:#x}, and this thread has "
+                            "not observed that phase complete (try_wait/test_wait, or a barrier "
+                            "after a thread that did)", self.line(self.pc), copy)
