@@ -193,6 +193,16 @@ DONE:
     @%p1 st.relaxed.[[cta||gpu]].global.u32 [%rd1], %r13;     //@L
 """, "race", lambda inp, g, b: np.array([2, 0], np.uint32), block=32, grid=2, words=2),
 
+    Case("global memory: a CTA overwrites an input word another CTA read before", """
+    setp.ne.u32 %p2, %r2, 0;
+    mov.u32 %r13, 0;
+    @%p2 ld.global.u32 %r13, [%rd2+8];          //@O
+    @%p2 st.global.u32 [%rd4], %r13;
+    setp.eq.u32 %p3, %r4, 0;
+    @%p3 st.global.u32 [%rd2+[[8||4]]], %r2;    //@L
+""", "race", lambda inp, g, b: np.r_[np.zeros(32), np.full(32, 7)].astype(np.uint32),
+         block=32, grid=2, words=64),
+
     Case("global memory: plain read of a counter other CTAs update atomically", """
     @%p1 atom.global.add.u32 %r12, [%rd1], 1;   //@O
     [[@%p1 ld.global.u32 %r13, [%rd1];          //@L||mov.u32 %r13, 1;]]

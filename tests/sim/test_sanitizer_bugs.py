@@ -87,6 +87,20 @@ def test_the_twin_is_clean_and_right(case: Case) -> None:
         _launch(case, text, "strict")
 
 
+def test_reads_of_an_unwritten_buffer_are_recorded_whatever_their_volume(monkeypatch) -> None:
+    """Plain reads of a global buffer nothing has written are kept aside and
+    recorded when it is first written, or once they pass a size: a race
+    with the write is found either way."""
+    from jaxptx.sim.core.sanitizer import memory
+    case = next(c for c in CASES if c.name.startswith("global memory: a CTA overwrites an input"))
+    text = kernel_text(case, True)
+    for limit in (1, memory.READ_LOG_BYTES):
+        monkeypatch.setattr(memory, "READ_LOG_BYTES", limit)
+        with pytest.raises(SanitizerError, match=rf"PTX line {marked_line(text, '//@L')}\b"):
+            _launch(case, text, True)
+        _launch(case, kernel_text(case, False), True)
+
+
 def test_same_value_stores_are_reported_only_in_strict_mode() -> None:
     case = next(c for c in CASES if c.mode == "strict")
     out, inp, _ = _launch(case, kernel_text(case, True), True)

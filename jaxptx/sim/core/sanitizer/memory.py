@@ -7,7 +7,12 @@ import numpy as np
 
 from .values import bytes_of, orders_ctas, pack_at, unpack_at
 
-__all__ = ["MemoryChecks"]
+__all__ = ["MemoryChecks", "READ_LOG_BYTES"]
+
+# Plain reads of a global buffer nothing has written yet are kept as they
+# came, up to this many bytes, and recorded only when the buffer is first
+# written: inputs that are only read never cost a per-byte record.
+READ_LOG_BYTES = 1 << 24
 
 
 class MemoryChecks:
@@ -18,8 +23,8 @@ class MemoryChecks:
         """Local memory (reads of bytes never written) and global memory
         (conflicting accesses from different CTAs) for ``threads``."""
         off = np.asarray(off, dtype=np.int64)
-        idx = (off[:, None] + np.arange(width)).ravel()
         if buf is self.m.memory.local:
+            idx = (off[:, None] + np.arange(width)).ravel()
             if write:
                 self.local_init[idx] = True
             elif not self.local_init[idx].all():
@@ -28,23 +33,31 @@ class MemoryChecks:
                             self.line(self.pc))
             return
         key = self._globals.get(id(buf))
-        strong, release, acquire = self._semantics()
-        if key is not None and (atomic or strong):
-            self._location_sync(off, np.asarray(threads, dtype=np.int64), key + 1, write or atomic,
-                                not write or atomic, release, acquire)
         if key is None:
             return
-        shadow = self._global_shadow.get(key)
-        if shadow is None:
-            n = len(buf)
-            shadow = self._global_shadow[key] = (np.full(n, -1, np.int32), np.full(n, -1, np.int32),
-                                                 np.zeros(n, np.int64), np.zeros(n, np.int64),
-                                                 np.full(n, -1, np.int32), np.zeros(n, np.int64),
-                                                 np.zeros(n, np.int32), np.zeros(n, np.int32))
-        # CTA of the last plain write, of the plain reads since, of the strong
-        # (gpu-scope) accesses since (-1: none, -2: several); thread << 20 | pc
-        # of each; the writer's and the reader's gpu-fence epochs then
-        writer, reader, w_at, r_at, strong_cta, s_at, w_epoch, r_epoch = shadow
+        strong, release, acquire = self._semantics()
+        if atomic or strong:
+            self._location_sync(off, np.asarray(threads, dtype=np.int64), key + 1, write or atomic,
+                                not write or atomic, release, acquire)
+        log = self._read_log.get(key)
+        if log is not None:
+            plain_read = not (write or atomic or strong)
+            if plain_read:
+                # Nothing but plain reads of this buffer so far: nothing to
+                # conflict with. They are recorded when it is first written.
+                log.append((off.copy(), np.asarray(threads, dtype=np.int64).copy(), width, self.pc,
+                            self.fence_epoch.copy()))
+                self._logged[key] += len(off) * width
+                if self._logged[key] < READ_LOG_BYTES:
+                    return
+            del self._read_log[key]
+            for off_, threads_, width_, pc, epochs in log:
+                self._record_global_reads(key, len(buf), (off_[:, None] + np.arange(width_)).ravel(),
+                                          np.repeat(threads_, width_), pc, epochs)
+            if plain_read:
+                return
+        idx = (off[:, None] + np.arange(width)).ravel()
+        writer, reader, w_at, r_at, strong_cta, s_at, w_epoch, r_epoch = self._global_records(key, len(buf))
         th = np.repeat(np.asarray(threads, dtype=np.int64), width)
         cta = (th // self.ntid).astype(np.int32)
         w, r = writer[idx], reader[idx]
@@ -95,12 +108,34 @@ class MemoryChecks:
             w_at[idx] = pack_at(th, self.pc)
             w_epoch[idx] = self.fence_epoch[cta]
         else:
-            reader[idx] = np.where((r == -1) | (r == cta), cta, -2)
-            r_at[idx] = pack_at(th, self.pc)
-            r_epoch[idx] = self.fence_epoch[cta]
+            self._record_global_reads(key, len(buf), idx, th, self.pc, self.fence_epoch)
         if clash.any():
             k = int(np.argmax(clash))
             self._global_race("write" if write else "read", k, idx, th, w_at[idx[k]], "the write")
+
+    def _global_records(self, key: int, n: int) -> tuple[np.ndarray, ...]:
+        """Global buffer ``key``'s per-byte records: the CTA of the last plain
+        write, of the plain reads since, of the strong (gpu-scope) accesses
+        since (-1: none, -2: several); thread << 20 | pc of each; the
+        writer's and the reader's gpu-fence epochs then."""
+        shadow = self._global_shadow.get(key)
+        if shadow is None:
+            shadow = self._global_shadow[key] = (np.full(n, -1, np.int32), np.full(n, -1, np.int32),
+                                                 np.zeros(n, np.int64), np.zeros(n, np.int64),
+                                                 np.full(n, -1, np.int32), np.zeros(n, np.int64),
+                                                 np.zeros(n, np.int32), np.zeros(n, np.int32))
+        return shadow
+
+    def _record_global_reads(self, key: int, n: int, idx: np.ndarray, th: np.ndarray, pc: int,
+                             fence_epoch: np.ndarray) -> None:
+        """Record plain reads of bytes ``idx`` of global buffer ``key`` by
+        ``th`` (at ``pc``, the CTAs' fence epochs then)."""
+        _, reader, _, r_at, _, _, _, r_epoch = self._global_records(key, n)
+        cta = (th // self.ntid).astype(np.int32)
+        r = reader[idx]
+        reader[idx] = np.where((r == -1) | (r == cta), cta, -2)
+        r_at[idx] = pack_at(th, pc)
+        r_epoch[idx] = fence_epoch[cta]
 
     def _published(self, ctas: np.ndarray, epochs: np.ndarray) -> np.ndarray:
         """Whether each CTA has run a gpu-scope fence or release since the
