@@ -123,14 +123,19 @@ def read_matrix(load, d: SmemDesc, mn: int, k: int, bits: int, per_chunk: int, m
         mn_major: MN-major (transposed) rather than K-major.
     """
     base = chunk_addresses(d, mn, k, per_chunk, mn_major)
-    t = (np.arange(mn)[:, None] if mn_major else np.arange(k)[None, :]) % per_chunk
-    t = np.broadcast_to(t, base.shape)
+    x, y = np.arange(mn)[:, None], np.arange(k)[None, :]
+    if mn_major:                            # the chunks, each read once: one load for the operand
+        chunks, cx, cy, t = base[::per_chunk, :], x // per_chunk, y, x % per_chunk
+    else:
+        chunks, cx, cy, t = base[:, ::per_chunk], x, y // per_chunk, y % per_chunk
+    data = load((chunks[..., None] + np.arange(16)).reshape(-1)).reshape(chunks.shape + (16,))
+    cx, cy, t = np.broadcast_arrays(cx, cy, t)
     first = (t * bits) // 8
     shift = (t * bits) % 8
     span = (bits + 7) // 8 + 1                 # bytes an element may straddle
     raw = np.zeros(base.shape, dtype=np.int64)
     for j in range(span):
         inside = first + j < 16
-        byte = load((base + np.minimum(first + j, 15)).reshape(-1)).reshape(base.shape).astype(np.int64)
+        byte = data[cx, cy, np.minimum(first + j, 15)].astype(np.int64)
         raw |= np.where(inside, byte, 0) << (8 * j)
     return (raw >> shift) & ((1 << bits) - 1)

@@ -111,7 +111,7 @@ class Sanitizer(Reporting, RegisterChecks, SharedChecks, MemoryChecks, AsyncChec
         self.in_flight: list[tuple[str, int, int, np.ndarray, int]] = []
         self.completions: dict[int, int] = {}   # mbarrier word -> phases completed
         self._mbar_column: dict[int, int] = {}  # mbarrier word -> its column in the clocks
-        self._tma_bytes: list[tuple[np.ndarray, np.ndarray]] = []
+        self._tma_bytes: list[tuple[int, np.ndarray]] = []   # (issuing thread, bytes) of the executing copy
         self._cp_pending = False
 
     def access(self, buf: np.ndarray, off: np.ndarray, threads: np.ndarray, width: int, write: bool,

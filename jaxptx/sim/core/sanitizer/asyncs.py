@@ -87,30 +87,23 @@ class AsyncChecks:
                 k = int(np.argmax(slot >= 0))
                 self._race("async-proxy write", li[k], lt[k], "read", *sh.reader(int(li[k]), int(slot[k])))
         sh.record_write(idx, np.full(len(idx), ASYNC), 0, self.pc)
-        self._tma_bytes.append((idx, th))
+        self._tma_bytes += _by_thread(idx, th)
 
     def tma_signal(self, threads: np.ndarray, words: np.ndarray) -> None:
         """The copies this instruction issued for ``threads`` complete-tx on
         their mbarrier ``words`` (called before the phase can complete)."""
         sh = self.shadow
-        order = np.argsort(threads, kind="stable")
-        keys, vals = np.asarray(threads)[order], np.asarray(words, dtype=np.int64)[order]
+        word_of = dict(zip(np.asarray(threads).tolist(), np.asarray(words).tolist()))
         rest = []
-        for idx, th in self._tma_bytes:
-            at = np.clip(np.searchsorted(keys, th), 0, len(keys) - 1)
-            mine = keys[at] == th
-            if not mine.any():
-                rest.append((idx, th))
+        for t, b in self._tma_bytes:
+            word = word_of.get(t)
+            if word is None:
+                rest.append((t, b))
                 continue
-            b, w = idx[mine], vals[at[mine]]
             sh.pend[b] = TMA
-            sh.pend_key[b] = w
-            for word in distinct(w).tolist():
-                mine = b[w == word]
-                sh.pend_col[mine] = self._column(word)
-                sh.pend_seq[mine] = self.completions.get(word, 0)
-            if not mine.all():
-                rest.append((idx[~mine], th[~mine]))
+            sh.pend_key[b] = word
+            sh.pend_col[b] = self._column(word)
+            sh.pend_seq[b] = self.completions.get(word, 0)
         self._tma_bytes = rest
 
     def _column(self, word: int) -> int:
