@@ -9,10 +9,12 @@
    operand-read model's extra wavefronts, registers, spills, occupancy on
    the variant's own GPU, and the roofline *estimate* (a lower bound from
    counts at peak rates, never a measurement) for H100 and B200.
-2. The cost of profiling: ``sim.launch`` with and without ``profile=True``
-   on the two GEMMs of ``benchmarks/gemm_kernels.py``, best of N.
+2. The cost of profiling and of the sanitizer: ``sim.launch`` plain, with
+   ``profile=True`` and with ``check=True`` on the two GEMMs of
+   ``benchmarks/gemm_kernels.py``, interleaved, best of N, every result
+   checked against numpy.
 
-    python benchmarks/profile_kernels.py [--repeat 3] [--sizes 256 512] [--skip-overhead]
+    python benchmarks/profile_kernels.py [--repeat 3] [--shapes 256x256x512 512x512x512] [--skip-overhead]
 """
 
 from __future__ import annotations
@@ -128,47 +130,59 @@ def profile_library() -> None:
                       f"{e['shared_bank_conflicts']} ({e['wavefronts_per_request']:.2f}) | | | | | | |")
 
 
-def overhead(sizes: list[int], repeat: int) -> None:
-    """Part 2: profiled / plain launch time of the benchmark GEMMs."""
+def overhead(shapes: list[tuple[int, int, int]], repeat: int) -> None:
+    """Part 2: profiled / plain and checked (sanitizer) / plain launch time
+    of the benchmark GEMMs, each result checked against numpy."""
     import ml_dtypes
 
     from gemm_kernels import maps, tc_gemm, ws_gemm
     from jaxptx import sim
-    print("\n| GEMM | size | plain s | profiled s | ratio |")
-    print("|---|---|---|---|---|")
-    for n in sizes:
+    print("\n| GEMM | M×N×K | plain s | profiled s | ratio | checked s | ratio |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for m, n, kk in shapes:
         rng = np.random.default_rng(0)
-        a = rng.standard_normal((n, n)).astype(ml_dtypes.bfloat16)
-        bt = rng.standard_normal((n, n)).astype(ml_dtypes.bfloat16)
+        a = rng.standard_normal((m, kk)).astype(ml_dtypes.bfloat16)
+        bt = rng.standard_normal((n, kk)).astype(ml_dtypes.bfloat16)
+        want = a.astype(np.float64) @ bt.astype(np.float64).T
         for k in (ws_gemm, tc_gemm):
-            spec = k.specialize(M=n, N=n, K=n)
-            c = np.zeros((n, n), np.float32)
+            spec = k.specialize(M=m, N=n, K=kk)
 
-            def run(prof: bool) -> float:
+            def run(**how: Any) -> float:
+                c = np.zeros((m, n), np.float32)
                 t = time.perf_counter()
                 sim.launch(spec.module, a, bt, c, *maps(a.shape, bt.shape), grid=spec.grid, block=spec.block,
-                           smem=spec.smem, profile=prof)
-                return time.perf_counter() - t
-            run(True)
-            plain, profiled = [], []
-            for _ in range(repeat):         # interleaved, so that load on the machine hits both alike
-                plain.append(run(False))
-                profiled.append(run(True))
-            print(f"| {k.name} | {n}^3 | {min(plain):.3f} | {min(profiled):.3f} | {min(profiled) / min(plain):.2f} |")
+                           smem=spec.smem, **how)
+                took = time.perf_counter() - t
+                np.testing.assert_allclose(c, want, rtol=1e-3, atol=1e-3)
+                return took
+            run(profile=True)
+            plain, profiled, checked = [], [], []
+            for _ in range(repeat):         # interleaved, so that load on the machine hits all alike
+                plain.append(run())
+                profiled.append(run(profile=True))
+                checked.append(run(check=True))
+            p, q, c = min(plain), min(profiled), min(checked)
+            print(f"| {k.name} | {m}×{n}×{kk} | {p:.3f} | {q:.3f} | {q / p:.2f} | {c:.3f} | {c / p:.2f} |")
+
+
+def _shape(text: str) -> tuple[int, int, int]:
+    m, n, k = (int(v) for v in text.lower().split("x"))
+    return m, n, k
 
 
 def main() -> None:
     """Run both parts."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--sizes", type=int, nargs="*", default=[256, 512])
+    ap.add_argument("--shapes", type=_shape, nargs="*", default=[(256, 256, 512), (512, 512, 512)],
+                    help="GEMM shapes MxNxK for part 2")
     ap.add_argument("--skip-overhead", action="store_true")
     ap.add_argument("--skip-library", action="store_true")
     args = ap.parse_args()
     if not args.skip_library:
         profile_library()
     if not args.skip_overhead:
-        overhead(args.sizes, args.repeat)
+        overhead(args.shapes, args.repeat)
 
 
 if __name__ == "__main__":

@@ -85,13 +85,13 @@ def warp_sync(m: "Machine", s: Step, pc: int) -> np.ndarray:
 def lanes_among(m: "Machine", threads: np.ndarray) -> np.ndarray:
     """Per thread, the bit mask of the lanes of its warp that are among
     ``threads`` (warps are CTA-local: 32 lanes from each CTA's thread 0)."""
+    threads = np.asarray(threads, dtype=np.int64)
     lane = threads % m.ntid % 32
     warp = threads // m.ntid * 64 + threads % m.ntid // 32
-    out = np.zeros(len(threads), dtype=np.int64)
-    for w in np.unique(warp).tolist():
-        sel = warp == w
-        out[sel] = np.bitwise_or.reduce(np.left_shift(1, lane[sel]))
-    return out
+    ids, slot = np.unique(warp, return_inverse=True)
+    # distinct lanes of a warp: their bits' sum is their OR (exact in float64 below 2**53)
+    bits = np.bincount(slot.reshape(-1), weights=np.left_shift(1, lane).astype(np.float64), minlength=len(ids))
+    return bits.astype(np.int64)[slot.reshape(-1)]
 
 
 def live_lanes(m: "Machine", threads: np.ndarray) -> np.ndarray:

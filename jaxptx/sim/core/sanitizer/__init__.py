@@ -111,8 +111,9 @@ class Sanitizer(Reporting, RegisterChecks, SharedChecks, MemoryChecks, AsyncChec
         self.in_flight: list[tuple[str, int, int, np.ndarray, int]] = []
         self.completions: dict[int, int] = {}   # mbarrier word -> phases completed
         self._mbar_column: dict[int, int] = {}  # mbarrier word -> its column in the clocks
+        self._cluster_columns: dict[int, int] = {}   # cluster (its first CTA) -> mbarrier columns taken
         self._tma_bytes: list[tuple[int, np.ndarray]] = []   # (issuing thread, bytes) of the executing copy
-        self._cp_pending = False
+        self._cp_copies: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []   # cp.async in flight: bytes, issuer, group
 
     def access(self, buf: np.ndarray, off: np.ndarray, threads: np.ndarray, width: int, write: bool,
                atomic: bool = False, values: np.ndarray | None = None) -> None:

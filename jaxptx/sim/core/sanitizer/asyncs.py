@@ -107,10 +107,16 @@ class AsyncChecks:
         self._tma_bytes = rest
 
     def _column(self, word: int) -> int:
-        """The clock column standing for mbarrier ``word``'s completed phases."""
+        """The clock column standing for mbarrier ``word``'s completed phases.
+        Clocks of different clusters never meet, so each cluster numbers its
+        mbarriers' columns from the first (the clocks stay as narrow as one
+        cluster's mbarriers)."""
         col = self._mbar_column.get(word)
         if col is None:
-            col = self._mbar_column[word] = self.clocks.add_column()
+            cluster = int(self.m.cluster_first(word * 8 // max(self.shadow.size, 1)))
+            k = self._cluster_columns.get(cluster, 0)
+            self._cluster_columns[cluster] = k + 1
+            col = self._mbar_column[word] = self.clocks.column(k)
         return col
 
     def proxy_fence(self, threads: np.ndarray) -> None:
@@ -155,40 +161,58 @@ class AsyncChecks:
         in the issuing thread's open group."""
         sh = self.shadow
         self._write(idx, th, None)
+        seq = self.cp_open[th]
         sh.pend[idx] = CP_ASYNC
         sh.pend_key[idx] = th
-        sh.pend_seq[idx] = self.cp_open[th]
-        self._cp_pending = True
+        sh.pend_seq[idx] = seq
+        self._cp_copies.append((idx, th, seq))
+
+    def _cp_still_pending(self, threads: np.ndarray, extra=None):
+        """Per in-flight ``cp.async`` copy, the bytes issued by ``threads``
+        (and where ``extra(idx, th, seq)`` holds) that no later write has
+        replaced: ``(entry, mask)`` pairs; copies left with no byte pending
+        are forgotten."""
+        sh = self.shadow
+        issuing = np.zeros(self.m.nthreads, dtype=bool)
+        issuing[threads] = True
+        keep, out = [], []
+        for idx, th, seq in self._cp_copies:
+            alive = (sh.pend[idx] == CP_ASYNC) & (sh.pend_key[idx] == th) & (sh.pend_seq[idx] == seq)
+            mine = alive & issuing[th]
+            if extra is not None:
+                mine &= extra(idx, th, seq)
+            if mine.any():
+                out.append(((idx, th, seq), mine))
+            rest = alive & ~mine
+            if rest.all():
+                keep.append((idx, th, seq))
+            elif rest.any():
+                keep.append((idx[rest], th[rest], seq[rest]))
+        self._cp_copies = keep
+        return out
 
     def _complete_cp_async(self, threads: np.ndarray) -> None:
-        if not self._cp_pending:
-            return
         sh = self.shadow
-        for cta in np.unique(threads // self.ntid).tolist():
-            r = sh.cta_range(cta)
-            pend = np.nonzero(sh.pend[r] == CP_ASYNC)[0] + r.start
-            if len(pend) == 0:
-                continue
-            issuer = sh.pend_key[pend]
-            mine = np.isin(issuer, threads)
-            done = mine & (sh.pend_seq[pend] < self.cp_done[issuer])
-            b = pend[done]
+        for (idx, th, _), done in self._cp_still_pending(
+                threads, lambda idx, th, seq: seq < self.cp_done[th]):
+            b = idx[done]
             sh.pend[b] = 0
-            sh.w_clock[b] = self.clocks.own(issuer[done])
+            sh.w_clock[b] = self.clocks.own(th[done])
 
     def cp_async_to_mbarrier(self, threads: np.ndarray, words: np.ndarray) -> None:
         """``cp.async.mbarrier.arrive``: the threads' cp.async copies so far
         complete on the mbarrier's current phase."""
         sh = self.shadow
-        for cta in np.unique(threads // self.ntid).tolist():
-            r = sh.cta_range(cta)
-            pend = np.nonzero(sh.pend[r] == CP_ASYNC)[0] + r.start
-            for t, word in zip(threads.tolist(), words.tolist()):
-                b = pend[sh.pend_key[pend] == t]
-                sh.pend[b] = TMA
-                sh.pend_key[b] = word
-                sh.pend_seq[b] = self.completions.get(word, 0)
-                sh.pend_col[b] = self._column(word)
+        word_of = np.zeros(self.m.nthreads, dtype=np.int64)
+        word_of[threads] = words
+        for (idx, th, _), mine in self._cp_still_pending(threads):
+            b, w = idx[mine], word_of[th[mine]]
+            sh.pend[b] = TMA
+            sh.pend_key[b] = w
+            for word in distinct(w).tolist():
+                at = b[w == word]
+                sh.pend_seq[at] = self.completions.get(word, 0)
+                sh.pend_col[at] = self._column(word)
 
     def _tie(self, kind: str, threads: np.ndarray, words: np.ndarray) -> None:
         """The ``kind`` async reads of ``threads`` complete with the current

@@ -41,23 +41,22 @@ class Clocks:
         self.vc = np.zeros((n, ntid), dtype=np.int32)
         self.tid = np.arange(n, dtype=np.int64) % max(ntid, 1)
         self.vc[np.arange(n), self.tid] = 1
-        self.columns = ntid                           # columns in use (the rest: spare, all zero)
         self._arrived: dict[int, np.ndarray] = {}     # CTA * 16 + barrier id -> released clocks
         self._mbarrier: dict[int, np.ndarray] = {}    # flat mbarrier word -> released into the current phase
         self._completed: dict[int, np.ndarray] = {}   # ... -> released into its completed phases
 
-    def add_column(self) -> int:
-        """A new clock column (for an mbarrier's completed phases), zero for
-        every thread and every parked clock. Columns are allocated in
-        blocks: a zero column changes no join, so spare ones cost nothing."""
-        col = self.columns
-        if col == self.vc.shape[1]:
-            grow = max(16, (col - self.ntid) // 2)
+    def column(self, k: int) -> int:
+        """Clock column ``k`` after the threads' own entries (standing for
+        an mbarrier's completed phases), made if needed: zero for every
+        thread and every parked clock. Columns grow in blocks: a zero
+        column changes no join, so spare ones cost nothing."""
+        col = self.ntid + k
+        if col >= self.vc.shape[1]:
+            grow = max(16, col + 1 - self.vc.shape[1], (self.vc.shape[1] - self.ntid) // 2)
             self.vc = np.pad(self.vc, ((0, 0), (0, grow)))
             for table in (self._mbarrier, self._completed, self._arrived):
                 for key, held in list(table.items()):
                     table[key] = np.pad(held, (0, self.vc.shape[1] - len(held)))
-        self.columns += 1
         return col
 
     def own(self, threads: np.ndarray) -> np.ndarray:

@@ -33,56 +33,84 @@ CP_ASYNC, TMA = 1, 2        # pend: a cp.async copy, a TMA / bulk copy in flight
 
 
 class Slots:
-    """Per-byte access records in numbered slots, each slot one int64 array
-    allocated on first use: ``stamp << 36 | pc << 16 | (lane + 1)``, 0 for
-    none (stamps stay below 2**27 releases, PCs below 2**20, lanes below
-    2**16)."""
+    """Per-byte access records in numbered slots: ``stamp << 36 | pc << 16
+    | (lane + 1)``, 0 for none (stamps stay below 2**27 releases, PCs below
+    2**20, lanes below 2**16). A slot gets its row of storage when first
+    written, so slots nothing uses cost nothing; records of many slots are
+    gathered and scattered in one flat operation."""
 
     def __init__(self, count: int, n: int) -> None:
         self.n = n
-        self.rows: list[np.ndarray | None] = [None] * count
-        self.used: list[int] = []               # the allocated slots, in order
+        self.row_of = np.full(count, -1, dtype=np.int64)
+        self.store = np.zeros((0, n), dtype=np.int64)
+        self.used: list[int] = []               # the slots with storage, in order
 
-    def row(self, slot: int) -> np.ndarray:
-        """Slot ``slot``'s records, allocated (empty) on first use."""
-        r = self.rows[slot]
-        if r is None:
-            r = self.rows[slot] = np.zeros(self.n, dtype=np.int64)
-            self.used = sorted(self.used + [slot])
-        return r
+    def rows(self, slots: np.ndarray | int) -> np.ndarray:
+        """The storage rows of ``slots``, given storage if they had none."""
+        rows = self.row_of[slots]
+        if np.any(rows < 0):
+            new = [int(s) for s in np.unique(np.asarray(slots)[np.asarray(rows) < 0])]
+            have = len(self.used)
+            if have + len(new) > len(self.store):
+                grown = np.zeros((max(have + len(new), 2 * len(self.store)), self.n), dtype=np.int64)
+                grown[:have] = self.store[:have]
+                self.store = grown
+            self.row_of[new] = np.arange(have, have + len(new))
+            self.used = sorted(self.used + new)
+            rows = self.row_of[slots]
+        return rows
 
-    def put(self, slot: int, at, lane, stamp, pc) -> None:
-        """Record accesses of bytes ``at`` in ``slot``."""
-        self.row(slot)[at] = pack(lane, stamp, pc)
+    def get(self, slots: np.ndarray | int, idx: np.ndarray) -> np.ndarray:
+        """The records of bytes ``idx`` in ``slots`` (one, or one per byte)."""
+        flat = self.rows(slots) * self.n + idx         # (first: it may grow the storage)
+        return self.store.reshape(-1).take(flat)
 
-    def clear(self, at) -> None:
-        """Forget every slot's record of bytes ``at``."""
-        for s in self.used:
-            self.rows[s][at] = 0
+    def put(self, slots: np.ndarray | int, at, lane, stamp, pc) -> None:
+        """Record accesses of bytes ``at`` (an index or a slice) in ``slots``
+        (one, or one per byte)."""
+        rows = self.rows(slots)                         # (first: it may grow the storage)
+        if np.ndim(slots) == 0:
+            self.store[int(rows)][at] = pack(lane, stamp, pc)
+        else:
+            self.store.reshape(-1)[rows * self.n + at] = pack(lane, stamp, pc)
+
+    def clear(self, at, slots: list[int] | None = None) -> None:
+        """Forget the records of bytes ``at`` in ``slots`` (default: all)."""
+        if slots is None:
+            slots = self.used
+        if slots:
+            rows = self.row_of[slots]
+            if isinstance(at, slice):
+                self.store[rows, at] = 0
+            else:
+                self.store.reshape(-1)[(rows[:, None] * self.n + at).reshape(-1)] = 0
 
     def access(self, slot: int, byte: int) -> tuple[int, int]:
         """``(lane, PC)`` of the record in ``slot`` of ``byte``."""
-        rec = int(self.rows[slot][byte])
+        rec = int(self.store[self.row_of[slot], byte])
         return (rec & 0xFFFF) - 1, (rec >> 16) & 0xFFFFF
 
     def first_unordered(self, slots: list[int], at, tid: np.ndarray, knows) -> np.ndarray:
         """Per byte of ``at``, the first of ``slots`` holding an access by a
         lane other than ``tid`` whose stamp the byte's accessor does not
         know (``knows(rows, lanes)``), or -1."""
-        out = None
-        for s in slots:
-            rec = self.rows[s][at]
-            lane = (rec & 0xFFFF) - 1
-            rows = np.flatnonzero((lane >= 0) & (lane != tid))
-            if len(rows) == 0:
-                continue
-            rows = rows[(rec[rows] >> 36) > knows(rows, lane[rows])]
-            if len(rows):
-                if out is None:
-                    out = np.full(len(tid), -1)
-                rows = rows[out[rows] < 0]
-                out[rows] = s
-        return np.full(len(tid), -1) if out is None else out
+        out = np.full(len(tid), -1)
+        if not slots:
+            return out
+        rows = self.row_of[slots]
+        if isinstance(at, slice):
+            rec = self.store[rows, at]
+        else:                                   # (a flat take: faster than a 2-D fancy gather)
+            rec = self.store.reshape(-1).take(rows[:, None] * self.n + at)
+        lane = (rec & 0xFFFF) - 1
+        other = (lane >= 0) & (lane != tid)
+        if not other.any():
+            return out
+        bad = other & ((rec >> 36) > knows(np.arange(len(tid))[None, :], np.maximum(lane, 0)))
+        if bad.any():
+            hit = bad.any(axis=0)
+            out[hit] = np.asarray(slots)[bad.argmax(axis=0)[hit]]
+        return out
 
 
 def pack(lane, stamp, pc) -> np.ndarray:
@@ -107,6 +135,7 @@ class SharedShadow:
         self.flying = np.zeros(n, dtype=np.int16)      # async reads not yet waited for
         self.mark = np.zeros(n, dtype=bool)            # scratch for set membership (kept all False)
         self.who = np.zeros(n, dtype=np.int64)         # scratch: the writer of each marked byte
+        self.seen = np.zeros(n, dtype=np.int64)        # scratch: bytes one access reads twice
         self.pend = np.zeros(n, dtype=np.int8)
         self.pend_key = np.zeros(n, dtype=np.int64)    # cp.async: global thread; TMA: mbarrier word
         self.pend_seq = np.zeros(n, dtype=np.int32)    # cp.async: group; TMA: completions at issue
@@ -133,9 +162,7 @@ class SharedShadow:
     def record_atomic(self, idx: np.ndarray, tid: np.ndarray, clock: np.ndarray, pc: int) -> None:
         """An atomic (or strong) access of bytes ``idx`` by CTA-local
         threads ``tid``: each takes its warp's atomic slot."""
-        clock = np.broadcast_to(clock, idx.shape)
-        for w, rows in _runs(tid // 32):
-            self.atomics.put(w, idx[rows], tid[rows], clock[rows], pc)
+        self.atomics.put(tid // 32, idx, tid, clock, pc)
 
     def reader(self, byte: int, slot: int) -> tuple[int, int]:
         """``(CTA-local thread, PC)`` of the read kept in ``slot`` of ``byte``."""
@@ -155,14 +182,10 @@ class SharedShadow:
         self.w_atomic[at] = False
         self.fenced[at] = False
         self.pend[at] = 0
-        for s in self.reads.used:
-            if s < self.warps:
-                self.reads.rows[s][at] = 0
+        self.reads.clear(at, [s for s in self.reads.used if s < self.warps])
         second = idx[self.has2[at]]
         if len(second):
-            for s in self.reads.used:
-                if s >= self.warps:
-                    self.reads.rows[s][second] = 0
+            self.reads.clear(second, [s for s in self.reads.used if s >= self.warps])
             self.has2[second] = False
         self.atomics.clear(at)
 
@@ -180,42 +203,51 @@ class SharedShadow:
             self.record_read_by_one(idx, int(tid[0]), clock, pc, knows)
             return
         clock = np.broadcast_to(np.asarray(clock, dtype=np.int64), idx.shape)
-        order = np.lexsort((tid, idx, tid // 32))       # by warp, then byte, then lane
-        for w, seg in _runs(tid[order] // 32):
-            pos = order[seg]
-            i, t = idx[pos], tid[pos]
-            if knows is not None:
-                self._displace(w, pos, idx, t, knows)
-            new_byte = np.r_[True, i[1:] != i[:-1]]
-            last = np.r_[new_byte[1:], True]
-            tie = np.flatnonzero(last[1:] & ~new_byte[1:] & (t[1:] != t[:-1]))   # just before a byte's last
+        warp = tid // 32
+        pos = np.arange(len(idx))
+        self.seen[idx] = pos
+        if (self.seen[idx] == pos).all():           # no byte read twice: nothing to order
+            order, i, w, t = pos, idx, warp, tid
+        else:                                       # by byte, then warp, then lane
+            if (tid[1:] >= tid[:-1]).all():         # (lanes in order: a stable sort by byte is enough)
+                order = np.argsort(idx, kind="stable")
+            else:
+                order = np.lexsort((tid, warp, idx))
+            i, w, t = idx[order], warp[order], tid[order]
+        if knows is not None:
+            self._displace(w, order, idx, t, knows)
+        last = np.ones(len(i), dtype=bool)
+        last[:-1] = (i[1:] != i[:-1]) | (w[1:] != w[:-1])     # each (warp, byte)'s last reader
+        if not last.all():
+            tie = np.flatnonzero(~last[:-1] & last[1:] & (t[1:] != t[:-1]))   # just before a last
             if len(tie):
-                self._second(i[tie], w, t[tie], clock[pos[tie]], pc)
-            self.reads.put(w, i[last], t[last], clock[pos[last]], pc)
+                self._second(i[tie], w[tie], t[tie], clock[order[tie]], pc)
+            order, i, w, t = order[last], i[last], w[last], t[last]
+        self.reads.put(w, i, t, clock[order], pc)
 
     def record_read_by_one(self, idx: np.ndarray, tid: int, clock, pc: int | np.ndarray, knows) -> None:
         """:meth:`record_read` for one reading thread (an async operand
         read, a single lane): one warp's slot, a scalar stamp (``pc``: one,
         or one per byte)."""
         w = tid // 32
-        at = span(idx)
         if knows is not None:
             self._displace(w, np.arange(len(idx)), idx, tid, knows)
-        self.reads.put(w, at, tid, clock, pc)
+        self.reads.put(w, span(idx), tid, clock, pc)
 
-    def _displace(self, w: int, rows: np.ndarray, idx: np.ndarray, tid, knows) -> None:
-        """Before warp ``w`` reads bytes ``idx[rows]``: each held read by
-        another lane that the new reader did not come after moves to the
-        warp's second slot."""
-        rec = self.reads.row(w)[idx[rows]]
+    def _displace(self, w, rows: np.ndarray, idx: np.ndarray, tid, knows) -> None:
+        """Before warps ``w`` (one, or one per row) read bytes ``idx[rows]``:
+        each held read by another lane that the new reader did not come
+        after moves to the warp's second slot."""
+        rec = self.reads.get(w, idx[rows])
         lane = (rec & 0xFFFF) - 1
         other = np.flatnonzero((lane >= 0) & (lane != tid))
         if len(other):
             other = other[(rec[other] >> 36) > knows(rows[other], lane[other])]
             if len(other):
-                self._second(idx[rows[other]], w, lane[other], rec[other] >> 36, (rec[other] >> 16) & 0xFFFFF)
+                self._second(idx[rows[other]], w if np.ndim(w) == 0 else w[other], lane[other],
+                             rec[other] >> 36, (rec[other] >> 16) & 0xFFFFF)
 
-    def _second(self, idx: np.ndarray, w: int, lane, stamp, pc) -> None:
+    def _second(self, idx: np.ndarray, w, lane, stamp, pc) -> None:
         self.has2[idx] = True
         self.reads.put(self.warps + w, idx, lane, stamp, pc)
 
@@ -240,15 +272,6 @@ class SharedShadow:
     def cta_range(self, cta: int) -> slice:
         """The flat byte range of CTA ``cta``'s shared memory."""
         return slice(cta * self.size, (cta + 1) * self.size)
-
-
-def _runs(keys: np.ndarray) -> list[tuple[int, slice]]:
-    """``(key, slice)`` for each run of equal ``keys`` (sorted keys: one run each)."""
-    if len(keys) == 0:
-        return []
-    cut = np.flatnonzero(keys[1:] != keys[:-1]) + 1
-    starts, ends = np.r_[0, cut], np.r_[cut, len(keys)]
-    return [(int(keys[a]), slice(int(a), int(b))) for a, b in zip(starts.tolist(), ends.tolist())]
 
 
 def span(idx: np.ndarray) -> np.ndarray | slice:

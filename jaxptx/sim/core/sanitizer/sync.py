@@ -129,25 +129,26 @@ class SyncChecks:
         key = threads // self.ntid * 64 + threads % self.ntid // 32
         return [threads[key == k] for k in np.unique(key).tolist()]
 
-    def _lanes(self, thread: int) -> np.ndarray:
-        """Every lane of ``thread``'s warp."""
-        base = thread // self.ntid * self.ntid
-        first = thread % self.ntid // 32 * 32
-        return base + np.arange(first, min(first + 32, self.ntid))
-
     def aligned_barrier(self, threads: np.ndarray) -> None:
         """An ``.aligned`` barrier executed by ``threads``: every live lane of
         their warps must execute it together."""
         from ..barriers import EXITED
-        for mine in self._warps(threads):
-            lanes = self._lanes(int(mine[0]))
-            live = lanes[self.m.state[lanes] != EXITED]
-            away = live[~np.isin(live, mine)]
-            if len(away):
-                t = int(mine[0])
-                self.report("divergence", f"barrier divergence: {self.line(self.pc)} is .aligned, but "
-                            f"{self.who(t)} reaches it without {self._thread_at(t, int(away[0]) % self.ntid)} "
-                            "of its warp (the whole warp must execute it together)", self.line(self.pc))
+        ntid = self.ntid
+        lane0 = threads // ntid * ntid + threads % ntid // 32 * 32
+        first = np.unique(lane0)                                # each warp's lane 0
+        lanes = first[:, None] + np.arange(32)
+        real = lanes < (first // ntid * ntid + ntid)[:, None]
+        lanes = np.where(real, lanes, first[:, None])
+        here = np.zeros(self.m.nthreads, dtype=bool)
+        here[threads] = True
+        away = real & (self.m.state[lanes] != EXITED) & ~here[lanes]
+        if away.any():
+            w = int(np.argmax(away.any(axis=1)))
+            t = int(threads[np.argmax(lane0 == first[w])])
+            gone = int(lanes[w][np.argmax(away[w])])
+            self.report("divergence", f"barrier divergence: {self.line(self.pc)} is .aligned, but "
+                        f"{self.who(t)} reaches it without {self._thread_at(t, gone % ntid)} "
+                        "of its warp (the whole warp must execute it together)", self.line(self.pc))
 
     def member_mask(self, s, waits: bool = False) -> None:
         """``shfl.sync``/``vote.sync``/``match.sync``/``redux.sync``/
