@@ -94,6 +94,7 @@ class Sanitizer(Reporting, RegisterChecks, SharedChecks, MemoryChecks, AsyncChec
         self.cluster_checks = (int(np.prod(machine.cluster)) > 1
                                and not any(remote_mbarrier(ins) for ins in machine.program.code if ins is not None))
         self.cluster_epoch = np.zeros(machine.nctas, dtype=np.int32)
+        self.lone_ctas = int(np.prod(machine.cluster)) == 1    # no CTA can reach another's shared memory
         if self.cluster_checks:
             self.shadow.cluster_arrays()
         # cp.async groups, wgmma groups, tcgen05.ld issues per thread

@@ -77,16 +77,16 @@ class AsyncChecks:
         sh = self.shadow
         idx = np.asarray(idx, dtype=np.int64)
         th = np.asarray(th, dtype=np.int64)
-        local = idx // max(sh.size, 1) == th // self.ntid
-        if local.any():
-            li, lt = idx[local], th[local]
+        local = True if self.lone_ctas else idx // max(sh.size, 1) == th // self.ntid
+        if np.any(local):
+            li, lt = (idx, th) if np.all(local) else (idx[local], th[local])
             self._check_in_flight(li, lt, "async-proxy write")
             tid = lt % self.ntid
             slot = sh.unordered_reads(li, tid, self._knows(lt))
             if (slot >= 0).any():
                 k = int(np.argmax(slot >= 0))
                 self._race("async-proxy write", li[k], lt[k], "read", *sh.reader(int(li[k]), int(slot[k])))
-        sh.record_write(idx, np.full(len(idx), ASYNC), 0, self.pc)
+        sh.record_write(idx, ASYNC, 0, self.pc)
         self._tma_bytes += _by_thread(idx, th)
 
     def tma_signal(self, threads: np.ndarray, words: np.ndarray) -> None:

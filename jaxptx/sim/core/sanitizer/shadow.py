@@ -172,7 +172,7 @@ class SharedShadow:
         """``(CTA-local thread, PC)`` of the atomic kept in ``slot`` of ``byte``."""
         return self.atomics.access(slot, byte)
 
-    def record_write(self, idx: np.ndarray, tid: np.ndarray, clock: np.ndarray, pc: int) -> None:
+    def record_write(self, idx: np.ndarray, tid: np.ndarray | int, clock: np.ndarray | int, pc: int) -> None:
         """A plain write of bytes ``idx`` by CTA-local threads ``tid`` stamped ``clock``."""
         at = span(idx)
         self.init[at] = True

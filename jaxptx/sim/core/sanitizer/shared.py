@@ -28,8 +28,8 @@ class SharedChecks:
             byte_values = bytes_of(values, width)
         if self.cluster_checks:
             self._cluster_access(idx, th, write, atomic or self._semantics()[0], byte_values)
-        local = idx // max(self.shadow.size, 1) == th // self.ntid
-        if not local.all():                 # another CTA's shared memory: initialisation only
+        local = True if self.lone_ctas else idx // max(self.shadow.size, 1) == th // self.ntid
+        if not np.all(local):               # another CTA's shared memory: initialisation only
             far = ~local
             if not write:
                 self._check_init(idx[far], th[far], "read of")
