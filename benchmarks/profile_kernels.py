@@ -1,4 +1,4 @@
-"""``jaxptx.profile`` on the kernel library, and what profiling costs.
+"""``jaxptx.profile`` on the kernel library, and what profiling and the sanitizer cost.
 
 1. Every op of :mod:`jaxptx.kernels`, every variant (sm_80, sm_90a,
    sm_100a), called through ``jax.jit`` on the CPU at a small shape: each
@@ -13,8 +13,11 @@
    ``profile=True`` and with ``check=True`` on the two GEMMs of
    ``benchmarks/gemm_kernels.py``, interleaved, best of N, every result
    checked against numpy.
+3. The sanitizer's cost on the kernel library: every op and variant
+   through ``jax.jit`` with and without ``sim.checking()``, best of N.
 
-    python benchmarks/profile_kernels.py [--repeat 3] [--shapes 256x256x512 512x512x512] [--skip-overhead]
+    python benchmarks/profile_kernels.py [--repeat 3] [--shapes 256x256x512 512x512x512]
+        [--skip-library] [--skip-overhead] [--skip-library-check]
 """
 
 from __future__ import annotations
@@ -147,8 +150,8 @@ def overhead(shapes: list[tuple[int, int, int]], repeat: int) -> None:
         for k in (ws_gemm, tc_gemm):
             spec = k.specialize(M=m, N=n, K=kk)
 
-            def run(**how: Any) -> float:
-                c = np.zeros((m, n), np.float32)
+            def run(spec: Any = spec, a: Any = a, bt: Any = bt, want: Any = want, **how: Any) -> float:
+                c = np.zeros(want.shape, np.float32)
                 t = time.perf_counter()
                 sim.launch(spec.module, a, bt, c, *maps(a.shape, bt.shape), grid=spec.grid, block=spec.block,
                            smem=spec.smem, **how)
@@ -165,24 +168,54 @@ def overhead(shapes: list[tuple[int, int, int]], repeat: int) -> None:
             print(f"| {k.name} | {m}×{n}×{kk} | {p:.3f} | {q:.3f} | {q / p:.2f} | {c:.3f} | {c / p:.2f} |")
 
 
+def check_cost_library(repeat: int) -> None:
+    """Part 3: every op and variant through ``jax.jit`` with and without
+    ``sim.checking()`` (the sanitizer), interleaved, best of ``repeat``."""
+    import jax
+
+    from jaxptx import sim
+    print("\n| op | variant | plain s | checked s | ratio |")
+    print("|---|---|---:|---:|---:|")
+    for op, arch, fn, inputs in library_cases():
+        def run(check: bool, fn: Any = fn, inputs: tuple = inputs) -> float:
+            t = time.perf_counter()
+            if check:
+                with sim.checking():
+                    jax.block_until_ready(fn(*inputs))
+            else:
+                jax.block_until_ready(fn(*inputs))
+            return time.perf_counter() - t
+        run(False)
+        run(True)
+        plain, checked = [], []
+        for _ in range(repeat):
+            plain.append(run(False))
+            checked.append(run(True))
+        p, c = min(plain), min(checked)
+        print(f"| {op} | {arch} | {p:.3f} | {c:.3f} | {c / p:.2f} |")
+
+
 def _shape(text: str) -> tuple[int, int, int]:
     m, n, k = (int(v) for v in text.lower().split("x"))
     return m, n, k
 
 
 def main() -> None:
-    """Run both parts."""
+    """Run the three parts."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--shapes", type=_shape, nargs="*", default=[(256, 256, 512), (512, 512, 512)],
                     help="GEMM shapes MxNxK for part 2")
     ap.add_argument("--skip-overhead", action="store_true")
     ap.add_argument("--skip-library", action="store_true")
+    ap.add_argument("--skip-library-check", action="store_true")
     args = ap.parse_args()
     if not args.skip_library:
         profile_library()
     if not args.skip_overhead:
         overhead(args.shapes, args.repeat)
+    if not args.skip_library_check:
+        check_cost_library(args.repeat)
 
 
 if __name__ == "__main__":

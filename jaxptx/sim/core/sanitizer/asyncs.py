@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .shadow import ASYNC, CP_ASYNC, TMA
+from .shadow import ASYNC, CP_ASYNC, TMA, as_range
 from .values import distinct
 
 __all__ = ["AsyncChecks"]
@@ -23,7 +23,8 @@ class AsyncChecks:
         self._check_pending(idx, th, "async-proxy read")
         tid = th % self.ntid
         writer = self._unordered_write(idx, th, tid, "async-proxy read")
-        unfenced = (writer >= 0) & ~sh.fenced[idx]
+        generic = writer >= 0                   # (bytes the async proxy wrote need no fence)
+        unfenced = generic & ~sh.fenced[idx] if generic.any() else generic
         if unfenced.any():
             k = int(np.argmax(unfenced))
             self.report("proxy", f"the async proxy reads shared offset {int(idx[k] % sh.size):#x} at "
@@ -77,17 +78,37 @@ class AsyncChecks:
         sh = self.shadow
         idx = np.asarray(idx, dtype=np.int64)
         th = np.asarray(th, dtype=np.int64)
-        local = True if self.lone_ctas else idx // max(sh.size, 1) == th // self.ntid
-        if np.any(local):
-            li, lt = (idx, th) if np.all(local) else (idx[local], th[local])
-            self._check_in_flight(li, lt, "async-proxy write")
-            tid = lt % self.ntid
-            slot = sh.unordered_reads(li, tid, self._knows(lt))
-            if (slot >= 0).any():
-                k = int(np.argmax(slot >= 0))
-                self._race("async-proxy write", li[k], lt[k], "read", *sh.reader(int(li[k]), int(slot[k])))
-        sh.record_write(idx, ASYNC, 0, self.pc)
-        self._tma_bytes += _by_thread(idx, th)
+        if not self.lone_ctas:              # (a cluster: some bytes may be another CTA's)
+            local = idx // max(sh.size, 1) == th // self.ntid
+            if local.any():
+                self._async_overwrite(idx[local], th[local], idx[local])
+            sh.record_write(idx, ASYNC, 0, self.pc)
+            self._tma_bytes += _by_thread(idx, th)
+            return
+        for t, part in _by_thread(idx, th):
+            at = as_range(part, sh.seen)        # a copy's box is usually one range of bytes
+            self._async_overwrite(part, np.broadcast_to(np.int64(t), part.shape), at, one=t)
+            sh.record_write(at, ASYNC, 0, self.pc)
+            self._tma_bytes.append((t, at))
+
+    def _async_overwrite(self, idx: np.ndarray, th: np.ndarray, at: np.ndarray | slice,
+                         one: int | None = None) -> None:
+        """An async-proxy write of this CTA's bytes ``idx`` (also given as
+        ``at``: the same bytes, perhaps as a range in another order) by
+        threads ``th`` (all thread ``one`` where given): no async read may
+        still be reading them, and every read of them must be ordered before."""
+        sh = self.shadow
+        self._check_in_flight(idx, th, "async-proxy write")
+        if one is None:
+            tid, knows = th % self.ntid, self._knows(th)
+        else:
+            tid = np.broadcast_to(np.int64(one % self.ntid), idx.shape)
+            knows = lambda rows, others: self.clocks.knows(one, others)
+        slot = sh.unordered_reads(at, tid, knows)
+        if (slot >= 0).any():
+            k = int(np.argmax(slot >= 0))
+            byte = at.start + k if isinstance(at, slice) else int(idx[k])
+            self._race("async-proxy write", byte, int(th[k]), "read", *sh.reader(byte, int(slot[k])))
 
     def tma_signal(self, threads: np.ndarray, words: np.ndarray) -> None:
         """The copies this instruction issued for ``threads`` complete-tx on

@@ -172,9 +172,11 @@ class SharedShadow:
         """``(CTA-local thread, PC)`` of the atomic kept in ``slot`` of ``byte``."""
         return self.atomics.access(slot, byte)
 
-    def record_write(self, idx: np.ndarray, tid: np.ndarray | int, clock: np.ndarray | int, pc: int) -> None:
-        """A plain write of bytes ``idx`` by CTA-local threads ``tid`` stamped ``clock``."""
-        at = span(idx)
+    def record_write(self, idx: np.ndarray | slice, tid: np.ndarray | int, clock: np.ndarray | int,
+                     pc: int) -> None:
+        """A plain write of bytes ``idx`` (or a range of them) by CTA-local
+        threads ``tid`` stamped ``clock``."""
+        at = idx if isinstance(idx, slice) else span(idx)
         self.init[at] = True
         self.w_tid[at] = tid
         self.w_clock[at] = clock
@@ -183,7 +185,7 @@ class SharedShadow:
         self.fenced[at] = False
         self.pend[at] = 0
         self.reads.clear(at, [s for s in self.reads.used if s < self.warps])
-        second = idx[self.has2[at]]
+        second = _bytes(at, np.flatnonzero(self.has2[at]))
         if len(second):
             self.reads.clear(second, [s for s in self.reads.used if s >= self.warps])
             self.has2[second] = False
@@ -251,17 +253,18 @@ class SharedShadow:
         self.has2[idx] = True
         self.reads.put(self.warps + w, idx, lane, stamp, pc)
 
-    def unordered_reads(self, idx: np.ndarray, tid: np.ndarray, knows) -> np.ndarray:
-        """For each byte, the slot of a read by another thread that the
-        writer has not synchronised with (``knows(rows, readers)``: the
-        writer of row ``rows``' clock entries for ``readers``), or -1."""
-        at = span(idx)
+    def unordered_reads(self, idx: np.ndarray | slice, tid: np.ndarray, knows) -> np.ndarray:
+        """For each byte of ``idx`` (or of a range), the slot of a read by
+        another thread that the writer has not synchronised with
+        (``knows(rows, readers)``: the writer of row ``rows``' clock entries
+        for ``readers``), or -1."""
+        at = idx if isinstance(idx, slice) else span(idx)
         first = [s for s in self.reads.used if s < self.warps]
         out = self.reads.first_unordered(first, at, tid, knows)
         two = np.flatnonzero(self.has2[at] & (out < 0))
         if len(two):
             second = [s for s in self.reads.used if s >= self.warps]
-            out[two] = self.reads.first_unordered(second, idx[two], tid[two],
+            out[two] = self.reads.first_unordered(second, _bytes(at, two), tid[two],
                                                   lambda rows, lanes: knows(two[rows], lanes))
         return out
 
@@ -272,6 +275,26 @@ class SharedShadow:
     def cta_range(self, cta: int) -> slice:
         """The flat byte range of CTA ``cta``'s shared memory."""
         return slice(cta * self.size, (cta + 1) * self.size)
+
+
+def _bytes(at: np.ndarray | slice, rows: np.ndarray) -> np.ndarray:
+    """The bytes at positions ``rows`` of an index or a range."""
+    return at.start + rows if isinstance(at, slice) else at[rows]
+
+
+def as_range(idx: np.ndarray, scratch: np.ndarray) -> np.ndarray | slice:
+    """``idx`` as a slice when its bytes are exactly one range, in any order
+    (``scratch``: a per-byte array it may scribble on), else itself; for
+    uses where the order of the bytes does not matter."""
+    n = len(idx)
+    if n < 2:
+        return idx
+    lo, hi = int(idx.min()), int(idx.max())
+    if hi - lo + 1 != n:
+        return idx
+    pos = np.arange(n, dtype=scratch.dtype)
+    scratch[idx] = pos
+    return slice(lo, hi + 1) if (scratch[idx] == pos).all() else idx
 
 
 def span(idx: np.ndarray) -> np.ndarray | slice:

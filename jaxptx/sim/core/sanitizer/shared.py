@@ -171,13 +171,13 @@ class SharedChecks:
         accessing thread has not synchronised with (only bytes ``among``
         where given); returns each byte's writer (CTA-local, -1: none)."""
         sh = self.shadow
-        writer = sh.w_tid[idx].astype(np.int64)
+        writer = sh.w_tid[idx]
         other = (writer >= 0) & (writer != tid)
         if among is not None:
             other &= among
         if other.any():
             late = np.zeros(len(idx), dtype=bool)
-            late[other] = sh.w_clock[idx[other]] > self.clocks.knows(th[other], writer[other])
+            late[other] = sh.w_clock[idx[other]] > self.clocks.knows(th[other], writer[other].astype(np.int64))
             if late.any():
                 k = int(np.argmax(late))
                 self._race(kind, idx[k], th[k], "write", int(writer[k]), int(sh.w_pc[idx[k]]))
@@ -195,9 +195,10 @@ class SharedChecks:
     def _check_pending(self, idx: np.ndarray, th: np.ndarray, what: str) -> None:
         sh = self.shadow
         pend = sh.pend[idx]
-        if not pend.any():
+        low, high = pend.min(), pend.max()
+        if high == 0:
             return
-        if (pend == CP_ASYNC).any():
+        if low <= CP_ASYNC and (pend == CP_ASYNC).any():
             k = int(np.argmax(pend == CP_ASYNC))
             issuer = int(sh.pend_key[idx[k]])
             copy = self.line(int(sh.w_pc[idx[k]]))
@@ -205,10 +206,10 @@ class SharedChecks:
                         f"{self.at(int(th[k]))}: the cp.async at {copy} by "
                         f"{self._thread_at(th[k], issuer % self.ntid)} is still copying into it (no "
                         "cp.async.wait_group completed it)", self.line(self.pc), copy)
-        tma = np.flatnonzero(pend == TMA)
+        tma = np.arange(len(idx)) if low == TMA else np.flatnonzero(pend == TMA)   # (usually every byte)
         if len(tma):
-            b = idx[tma]
-            late = self.clocks.knows(th[tma], sh.pend_col[b]) <= sh.pend_seq[b]
+            b, t = (idx, th) if low == TMA else (idx[tma], th[tma])
+            late = self.clocks.knows(t, sh.pend_col[b]) <= sh.pend_seq[b]
             if late.any():
                 k = int(tma[np.argmax(late)])
                 word = int(sh.pend_key[idx[k]])
