@@ -88,7 +88,7 @@ class MemoryChecks:
         clash = w_open
         if write and values is not None and not self.strict:
             clash &= buf[idx] != bytes_of(values, width)
-        if write and len(idx) > 1:              # CTAs storing to one byte in the same step
+        if write and len(idx) > 1 and self._repeats(key, len(buf), idx):   # CTAs storing to one byte at once
             order = np.argsort(idx, kind="stable")
             i, c = idx[order], cta[order]
             dup = (i[1:] == i[:-1]) & (c[1:] != c[:-1])
@@ -125,6 +125,16 @@ class MemoryChecks:
                                                  np.full(n, -1, np.int32), np.zeros(n, np.int64),
                                                  np.zeros(n, np.int32), np.zeros(n, np.int32))
         return shadow
+
+    def _repeats(self, key: int, n: int, idx: np.ndarray) -> bool:
+        """Whether a byte appears twice in ``idx`` (through a scratch array
+        per global buffer: two passes, not a sort)."""
+        scratch = self._global_scratch.get(key)
+        if scratch is None:
+            scratch = self._global_scratch[key] = np.zeros(n, dtype=np.int64)
+        pos = np.arange(len(idx))
+        scratch[idx] = pos
+        return not (scratch[idx] == pos).all()
 
     def _record_global_reads(self, key: int, n: int, idx: np.ndarray, th: np.ndarray, pc: int,
                              fence_epoch: np.ndarray) -> None:
