@@ -43,6 +43,7 @@ class Slots:
         self.n = n
         self.row_of = np.full(count, -1, dtype=np.int64)
         self.store = np.zeros((0, n), dtype=np.int64)
+        self.scratch = np.zeros(0, dtype=np.int64)      # for repeats(), as large as the storage
         self.used: list[int] = []               # the slots with storage, in order
 
     def rows(self, slots: np.ndarray | int) -> np.ndarray:
@@ -59,6 +60,28 @@ class Slots:
             self.used = sorted(self.used + new)
             rows = self.row_of[slots]
         return rows
+
+    def cells(self, slots: np.ndarray | int, idx: np.ndarray) -> np.ndarray:
+        """Flat indices of bytes ``idx`` in ``slots`` (one, or one per byte),
+        for :meth:`take` and :meth:`fill`."""
+        return self.rows(slots) * self.n + idx
+
+    def take(self, cells: np.ndarray) -> np.ndarray:
+        """The records at flat ``cells``."""
+        return self.store.reshape(-1).take(cells)
+
+    def fill(self, cells: np.ndarray, lane, stamp, pc) -> None:
+        """Record accesses at flat ``cells``."""
+        self.store.reshape(-1)[cells] = pack(lane, stamp, pc)
+
+    def repeats(self, cells: np.ndarray) -> bool:
+        """Whether a cell appears twice in ``cells`` (two passes over a
+        scratch array the size of the storage, not a sort)."""
+        if self.scratch.size < self.store.size:
+            self.scratch = np.zeros(self.store.size, dtype=np.int64)
+        pos = np.arange(len(cells))
+        self.scratch[cells] = pos
+        return not (self.scratch[cells] == pos).all()
 
     def get(self, slots: np.ndarray | int, idx: np.ndarray) -> np.ndarray:
         """The records of bytes ``idx`` in ``slots`` (one, or one per byte)."""
@@ -135,7 +158,7 @@ class SharedShadow:
         self.flying = np.zeros(n, dtype=np.int16)      # async reads not yet waited for
         self.mark = np.zeros(n, dtype=bool)            # scratch for set membership (kept all False)
         self.who = np.zeros(n, dtype=np.int64)         # scratch: the writer of each marked byte
-        self.seen = np.zeros(n, dtype=np.int64)        # scratch: bytes one access reads twice
+        self.seen = np.zeros(n, dtype=np.int64)        # scratch for as_range()
         self.pend = np.zeros(n, dtype=np.int8)
         self.pend_key = np.zeros(n, dtype=np.int64)    # cp.async: global thread; TMA: mbarrier word
         self.pend_seq = np.zeros(n, dtype=np.int32)    # cp.async: group; TMA: completions at issue
@@ -206,26 +229,22 @@ class SharedShadow:
             return
         clock = np.broadcast_to(np.asarray(clock, dtype=np.int64), idx.shape)
         warp = tid // 32
-        pos = np.arange(len(idx))
-        self.seen[idx] = pos
-        if (self.seen[idx] == pos).all():           # no byte read twice: nothing to order
-            order, i, w, t = pos, idx, warp, tid
-        else:                                       # by byte, then warp, then lane
-            if (tid[1:] >= tid[:-1]).all():         # (lanes in order: a stable sort by byte is enough)
-                order = np.argsort(idx, kind="stable")
-            else:
-                order = np.lexsort((tid, warp, idx))
-            i, w, t = idx[order], warp[order], tid[order]
+        cells = self.reads.cells(warp, idx)
+        if not self.reads.repeats(cells):          # no warp reads a byte twice: nothing to order
+            if knows is not None:
+                self._displace_at(cells, np.arange(len(idx)), idx, warp, tid, knows)
+            self.reads.fill(cells, tid, clock, pc)
+            return
+        order = np.lexsort((tid, warp, idx))        # by byte, then warp, then lane
+        i, w, t = idx[order], warp[order], tid[order]
         if knows is not None:
-            self._displace(w, order, idx, t, knows)
+            self._displace_at(cells[order], order, i, w, t, knows)
         last = np.ones(len(i), dtype=bool)
         last[:-1] = (i[1:] != i[:-1]) | (w[1:] != w[:-1])     # each (warp, byte)'s last reader
-        if not last.all():
-            tie = np.flatnonzero(~last[:-1] & last[1:] & (t[1:] != t[:-1]))   # just before a last
-            if len(tie):
-                self._second(i[tie], w[tie], t[tie], clock[order[tie]], pc)
-            order, i, w, t = order[last], i[last], w[last], t[last]
-        self.reads.put(w, i, t, clock[order], pc)
+        tie = np.flatnonzero(~last[:-1] & last[1:] & (t[1:] != t[:-1]))   # just before a last
+        if len(tie):
+            self._second(i[tie], w[tie], t[tie], clock[order[tie]], pc)
+        self.reads.fill(cells[order[last]], t[last], clock[order[last]], pc)
 
     def record_read_by_one(self, idx: np.ndarray, tid: int, clock, pc: int | np.ndarray, knows) -> None:
         """:meth:`record_read` for one reading thread (an async operand
@@ -236,17 +255,23 @@ class SharedShadow:
             self._displace(w, np.arange(len(idx)), idx, tid, knows)
         self.reads.put(w, span(idx), tid, clock, pc)
 
-    def _displace(self, w, rows: np.ndarray, idx: np.ndarray, tid, knows) -> None:
-        """Before warps ``w`` (one, or one per row) read bytes ``idx[rows]``:
-        each held read by another lane that the new reader did not come
-        after moves to the warp's second slot."""
-        rec = self.reads.get(w, idx[rows])
+    def _displace(self, w: int, rows: np.ndarray, idx: np.ndarray, tid: int, knows) -> None:
+        """Before warp ``w`` reads bytes ``idx[rows]``: each held read by
+        another lane that the new reader did not come after moves to the
+        warp's second slot."""
+        self._displace_at(self.reads.cells(w, idx[rows]), rows, idx[rows], w, tid, knows)
+
+    def _displace_at(self, cells: np.ndarray, rows: np.ndarray, idx: np.ndarray, w, tid, knows) -> None:
+        """:meth:`_displace` for the reads at flat ``cells`` of bytes ``idx``
+        by warps ``w`` and lanes ``tid`` (one, or one each), positions
+        ``rows`` for ``knows``."""
+        rec = self.reads.take(cells)
         lane = (rec & 0xFFFF) - 1
         other = np.flatnonzero((lane >= 0) & (lane != tid))
         if len(other):
             other = other[(rec[other] >> 36) > knows(rows[other], lane[other])]
             if len(other):
-                self._second(idx[rows[other]], w if np.ndim(w) == 0 else w[other], lane[other],
+                self._second(idx[other], w if np.ndim(w) == 0 else w[other], lane[other],
                              rec[other] >> 36, (rec[other] >> 16) & 0xFFFFF)
 
     def _second(self, idx: np.ndarray, w, lane, stamp, pc) -> None:

@@ -175,12 +175,16 @@ class SharedChecks:
         other = (writer >= 0) & (writer != tid)
         if among is not None:
             other &= among
-        if other.any():
+        if not other.any():
+            return writer
+        if other.all():                     # (every byte another thread's: no selecting)
+            late = sh.w_clock[idx] > self.clocks.knows(th, writer.astype(np.int64))
+        else:
             late = np.zeros(len(idx), dtype=bool)
             late[other] = sh.w_clock[idx[other]] > self.clocks.knows(th[other], writer[other].astype(np.int64))
-            if late.any():
-                k = int(np.argmax(late))
-                self._race(kind, idx[k], th[k], "write", int(writer[k]), int(sh.w_pc[idx[k]]))
+        if late.any():
+            k = int(np.argmax(late))
+            self._race(kind, idx[k], th[k], "write", int(writer[k]), int(sh.w_pc[idx[k]]))
         return writer
 
     def _race(self, kind: str, byte: int, thread: int, other_kind: str, other_tid: int, other_pc: int) -> None:
