@@ -128,14 +128,14 @@ def read_matrix(load, d: SmemDesc, mn: int, k: int, bits: int, per_chunk: int, m
         chunks, cx, cy, t = base[::per_chunk, :], x // per_chunk, y, x % per_chunk
     else:
         chunks, cx, cy, t = base[:, ::per_chunk], x, y // per_chunk, y % per_chunk
-    data = load((chunks[..., None] + np.arange(16)).reshape(-1)).reshape(chunks.shape + (16,))
-    cx, cy, t = np.broadcast_arrays(cx, cy, t)
+    data = load((chunks[..., None] + np.arange(16)).reshape(-1))
+    at = (cx * chunks.shape[1] + cy) * 16          # each element's chunk in ``data``
     first = (t * bits) // 8
     shift = (t * bits) % 8
     span = (bits + 7) // 8 + 1                 # bytes an element may straddle
     raw = np.zeros(base.shape, dtype=np.int64)
     for j in range(span):
         inside = first + j < 16
-        byte = data[cx, cy, np.minimum(first + j, 15)].astype(np.int64)
+        byte = data.take(at + np.minimum(first + j, 15)).astype(np.int64)
         raw |= np.where(inside, byte, 0) << (8 * j)
     return (raw >> shift) & ((1 << bits) - 1)
