@@ -109,6 +109,7 @@ class Sanitizer(Reporting, RegisterChecks, SharedChecks, MemoryChecks, AsyncChec
         self.flying_regs: dict[str, tuple[np.ndarray, np.ndarray]] = {}   # wgmma A operands: (group, pc)
         self.ld_done = np.zeros(n, dtype=np.int64)
         self.pending_regs: dict[str, tuple[str, np.ndarray, np.ndarray]] = {}   # name -> (kind, tag, pc)
+        self._open_groups: tuple | None = None   # (threads, their open wgmma/tcgen05.ld groups) this instruction
         # async reads in flight: (kind, group or phase, issuing thread, flat bytes, PC)
         self.in_flight: list[tuple[str, int, int, np.ndarray, int]] = []
         self.completions: dict[int, int] = {}   # mbarrier word -> phases completed

@@ -20,6 +20,7 @@ class RegisterChecks:
         """An instruction starts executing."""
         self.pc, self.sim = pc, sim
         self._tma_bytes = []
+        self._open_groups = None
         self._moving = (sim == "mov" and register_move(self.m.program.code[pc])) or sim == "selp"
         if self._moving:
             self._quiet = True
@@ -74,7 +75,11 @@ class RegisterChecks:
         if pending is None:
             n = self.m.nthreads
             pending = self.pending_regs[name] = (kind, np.full(n, -1, np.int64), np.zeros(n, np.int64))
-        pending[1][threads] = (self.wg_open if kind == "wgmma" else self.ld_open)[threads]
+        cached = self._open_groups
+        if cached is None or cached[0] is not threads:      # (once per instruction: begin() forgets it)
+            cached = self._open_groups = (threads,
+                                          (self.wg_open if kind == "wgmma" else self.ld_open)[threads])
+        pending[1][threads] = cached[1]
         pending[2][threads] = self.pc
 
     def _flying_operand(self, name: str, threads: np.ndarray) -> None:
