@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .values import bytes_of, orders_ctas, pack_at, unpack_at
+from .values import bytes_of, orders_ctas, pack_at, repeated, unpack_at
 
 __all__ = ["MemoryChecks", "READ_LOG_BYTES"]
 
@@ -132,9 +132,7 @@ class MemoryChecks:
         scratch = self._global_scratch.get(key)
         if scratch is None:
             scratch = self._global_scratch[key] = np.zeros(n, dtype=np.int64)
-        pos = np.arange(len(idx))
-        scratch[idx] = pos
-        return not (scratch[idx] == pos).all()
+        return repeated(idx, scratch)
 
     def _record_global_reads(self, key: int, n: int, idx: np.ndarray, th: np.ndarray, pc: int,
                              fence_epoch: np.ndarray) -> None:

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .values import repeated
+
 __all__ = ["SharedShadow", "Slots", "ASYNC", "CP_ASYNC", "TMA"]
 
 ASYNC = -2                  # w_tid of a byte last written by the async proxy
@@ -71,7 +73,8 @@ class Slots:
         return self.store.reshape(-1).take(cells)
 
     def fill(self, cells: np.ndarray, lane, stamp, pc) -> None:
-        """Record accesses at flat ``cells``."""
+        """Record accesses at flat ``cells`` (made by :meth:`cells`, which
+        gives the slots storage)."""
         self.store.reshape(-1)[cells] = pack(lane, stamp, pc)
 
     def repeats(self, cells: np.ndarray) -> bool:
@@ -79,23 +82,16 @@ class Slots:
         scratch array the size of the storage, not a sort)."""
         if self.scratch.size < self.store.size:
             self.scratch = np.zeros(self.store.size, dtype=np.int64)
-        pos = np.arange(len(cells))
-        self.scratch[cells] = pos
-        return not (self.scratch[cells] == pos).all()
-
-    def get(self, slots: np.ndarray | int, idx: np.ndarray) -> np.ndarray:
-        """The records of bytes ``idx`` in ``slots`` (one, or one per byte)."""
-        flat = self.rows(slots) * self.n + idx         # (first: it may grow the storage)
-        return self.store.reshape(-1).take(flat)
+        return repeated(cells, self.scratch)
 
     def put(self, slots: np.ndarray | int, at, lane, stamp, pc) -> None:
-        """Record accesses of bytes ``at`` (an index or a slice) in ``slots``
-        (one, or one per byte)."""
-        rows = self.rows(slots)                         # (first: it may grow the storage)
+        """Record accesses of bytes ``at`` (an index, or a slice with one
+        slot) in ``slots`` (one, or one per byte)."""
         if np.ndim(slots) == 0:
-            self.store[int(rows)][at] = pack(lane, stamp, pc)
+            row = int(self.rows(slots))                 # (first: it may grow the storage)
+            self.store[row][at] = pack(lane, stamp, pc)
         else:
-            self.store.reshape(-1)[rows * self.n + at] = pack(lane, stamp, pc)
+            self.fill(self.cells(slots, at), lane, stamp, pc)
 
     def clear(self, at, slots: list[int] | None = None) -> None:
         """Forget the records of bytes ``at`` in ``slots`` (default: all)."""
@@ -124,7 +120,7 @@ class Slots:
         if isinstance(at, slice):
             rec = self.store[rows, at]
         else:                                   # (a flat take: faster than a 2-D fancy gather)
-            rec = self.store.reshape(-1).take(rows[:, None] * self.n + at)
+            rec = self.take(rows[:, None] * self.n + at)
         lane = (rec & 0xFFFF) - 1
         other = (lane >= 0) & (lane != tid)
         if not other.any():
@@ -252,19 +248,14 @@ class SharedShadow:
         or one per byte)."""
         w = tid // 32
         if knows is not None:
-            self._displace(w, np.arange(len(idx)), idx, tid, knows)
+            self._displace_at(self.reads.cells(w, idx), np.arange(len(idx)), idx, w, tid, knows)
         self.reads.put(w, span(idx), tid, clock, pc)
 
-    def _displace(self, w: int, rows: np.ndarray, idx: np.ndarray, tid: int, knows) -> None:
-        """Before warp ``w`` reads bytes ``idx[rows]``: each held read by
-        another lane that the new reader did not come after moves to the
-        warp's second slot."""
-        self._displace_at(self.reads.cells(w, idx[rows]), rows, idx[rows], w, tid, knows)
-
     def _displace_at(self, cells: np.ndarray, rows: np.ndarray, idx: np.ndarray, w, tid, knows) -> None:
-        """:meth:`_displace` for the reads at flat ``cells`` of bytes ``idx``
-        by warps ``w`` and lanes ``tid`` (one, or one each), positions
-        ``rows`` for ``knows``."""
+        """Before warps ``w`` and lanes ``tid`` (one, or one each) read bytes
+        ``idx`` (their records at flat ``cells``; positions ``rows`` for
+        ``knows``): each held read by another lane that the new reader did
+        not come after moves to the warp's second slot."""
         rec = self.reads.take(cells)
         lane = (rec & 0xFFFF) - 1
         other = np.flatnonzero((lane >= 0) & (lane != tid))
@@ -317,9 +308,7 @@ def as_range(idx: np.ndarray, scratch: np.ndarray) -> np.ndarray | slice:
     lo, hi = int(idx.min()), int(idx.max())
     if hi - lo + 1 != n:
         return idx
-    pos = np.arange(n, dtype=scratch.dtype)
-    scratch[idx] = pos
-    return slice(lo, hi + 1) if (scratch[idx] == pos).all() else idx
+    return idx if repeated(idx, scratch) else slice(lo, hi + 1)
 
 
 def span(idx: np.ndarray) -> np.ndarray | slice:

@@ -7,7 +7,7 @@ import numpy as np
 from .... import ir
 
 __all__ = ["ASYNC_READERS", "WGMMA_REGS", "MASKED", "SCOPES", "register_move", "bits_of", "bytes_of",
-           "pack_at", "unpack_at", "distinct", "orders_ctas", "remote_mbarrier"]
+           "pack_at", "unpack_at", "distinct", "repeated", "orders_ctas", "remote_mbarrier"]
 
 # Instructions whose shared-memory reads are async-proxy reads, in flight
 # until the issuing thread waits: the wait that resolves them.
@@ -56,6 +56,14 @@ def distinct(threads: np.ndarray) -> np.ndarray:
         return threads[:1]
     runs = threads[np.r_[0, np.flatnonzero(threads[1:] != threads[:-1]) + 1]] if len(threads) else threads
     return np.unique(runs)          # per-byte arrays repeat each thread in runs: unique over the runs
+
+
+def repeated(idx: np.ndarray, scratch: np.ndarray) -> bool:
+    """Whether a value appears twice in ``idx`` (indices into ``scratch``,
+    an int64 array it scribbles on): two passes, not a sort."""
+    pos = np.arange(len(idx))
+    scratch[idx] = pos
+    return not (scratch[idx] == pos).all()
 
 
 SCOPES = ("gpu", "sys")
