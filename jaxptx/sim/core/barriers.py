@@ -88,10 +88,9 @@ def lanes_among(m: "Machine", threads: np.ndarray) -> np.ndarray:
     threads = np.asarray(threads, dtype=np.int64)
     lane = threads % m.ntid % 32
     warp = threads // m.ntid * 64 + threads % m.ntid // 32
-    ids, slot = np.unique(warp, return_inverse=True)
     # distinct lanes of a warp: their bits' sum is their OR (exact in float64 below 2**53)
-    bits = np.bincount(slot.reshape(-1), weights=np.left_shift(1, lane).astype(np.float64), minlength=len(ids))
-    return bits.astype(np.int64)[slot.reshape(-1)]
+    bits = np.bincount(warp, weights=np.left_shift(1, lane).astype(np.float64))
+    return bits.astype(np.int64)[warp]
 
 
 def live_lanes(m: "Machine", threads: np.ndarray) -> np.ndarray:

@@ -57,15 +57,23 @@ class MemoryChecks:
             if plain_read:
                 return
         idx = (off[:, None] + np.arange(width)).ravel()
-        writer, reader, w_at, r_at, strong_cta, s_at, w_epoch, r_epoch = self._global_records(key, len(buf))
+        writer, reader, w_at, r_at, strong_cta, s_at, w_epoch, r_epoch = \
+            self._global_records(key, len(buf), strong=atomic or strong)
         th = np.repeat(np.asarray(threads, dtype=np.int64), width)
         cta = (th // self.ntid).astype(np.int32)
-        w, r = writer[idx], reader[idx]
+        w = writer[idx]
         # Accesses a CTA published with a gpu-scope fence or release since
         # may be ordered before another CTA's (through a flag): not a race.
-        w_open = (w >= 0) & (w != cta) & ~self._published(w, w_epoch[idx])
-        several = (r == -2) if not self.cta_sync else np.zeros(len(r), dtype=bool)   # readers not tracked one by one
-        r_open = several | ((r >= 0) & (r != cta) & ~self._published(r, r_epoch[idx]))
+        w_open = (w >= 0) & (w != cta)
+        if w_epoch is not None:
+            w_open &= ~self._published(w, w_epoch[idx])
+        r_open = None
+        if write or atomic or strong:
+            r = reader[idx]
+            several = (r == -2) if not self.cta_sync else np.zeros(len(r), dtype=bool)   # readers not tracked one by one
+            r_open = several | ((r >= 0) & (r != cta))
+            if r_epoch is not None:
+                r_open &= ~self._published(r, r_epoch[idx]) | several
         if (atomic or strong) and not self._cta_scoped():
             plain = w_open.copy()
             if write or atomic:
@@ -78,13 +86,15 @@ class MemoryChecks:
             strong_cta[idx] = np.where((a == -1) | (a == cta), cta, -2)
             s_at[idx] = pack_at(th, self.pc)
             return
-        a = strong_cta[idx]
-        mixed = (a == -2) | ((a >= 0) & (a != cta))
-        if mixed.any():
-            k = int(np.argmax(mixed))
-            self._global_race("write" if write else "read", k, idx, th, s_at[idx[k]], "the atomic or strong access")
-        if write:
-            strong_cta[idx] = -1
+        if strong_cta is not None:          # (kernels without strong accesses here keep no such record)
+            a = strong_cta[idx]
+            mixed = (a == -2) | ((a >= 0) & (a != cta))
+            if mixed.any():
+                k = int(np.argmax(mixed))
+                self._global_race("write" if write else "read", k, idx, th, s_at[idx[k]],
+                                  "the atomic or strong access")
+            if write:
+                strong_cta[idx] = -1
         clash = w_open
         if write and values is not None and not self.strict:
             clash &= buf[idx] != bytes_of(values, width)
@@ -106,24 +116,30 @@ class MemoryChecks:
             writer[idx] = cta
             reader[idx] = -1
             w_at[idx] = pack_at(th, self.pc)
-            w_epoch[idx] = self.fence_epoch[cta]
+            if w_epoch is not None:
+                w_epoch[idx] = self.fence_epoch[cta]
         else:
             self._record_global_reads(key, len(buf), idx, th, self.pc, self.fence_epoch)
         if clash.any():
             k = int(np.argmax(clash))
             self._global_race("write" if write else "read", k, idx, th, w_at[idx[k]], "the write")
 
-    def _global_records(self, key: int, n: int) -> tuple[np.ndarray, ...]:
+    def _global_records(self, key: int, n: int, strong: bool = False) -> tuple[np.ndarray | None, ...]:
         """Global buffer ``key``'s per-byte records: the CTA of the last plain
         write, of the plain reads since, of the strong (gpu-scope) accesses
         since (-1: none, -2: several); thread << 20 | pc of each; the
-        writer's and the reader's gpu-fence epochs then."""
+        writer's and the reader's gpu-fence epochs then. The strong records
+        are made at the first strong access (``strong``), the epochs only
+        in kernels with gpu-scope fences or releases (else None)."""
         shadow = self._global_shadow.get(key)
         if shadow is None:
+            epochs = (np.zeros(n, np.int32), np.zeros(n, np.int32)) if self.cta_sync else (None, None)
             shadow = self._global_shadow[key] = (np.full(n, -1, np.int32), np.full(n, -1, np.int32),
                                                  np.zeros(n, np.int64), np.zeros(n, np.int64),
-                                                 np.full(n, -1, np.int32), np.zeros(n, np.int64),
-                                                 np.zeros(n, np.int32), np.zeros(n, np.int32))
+                                                 None, None) + epochs
+        if strong and shadow[4] is None:
+            shadow = self._global_shadow[key] = shadow[:4] + (np.full(n, -1, np.int32),
+                                                              np.zeros(n, np.int64)) + shadow[6:]
         return shadow
 
     def _repeats(self, key: int, n: int, idx: np.ndarray) -> bool:
@@ -143,7 +159,8 @@ class MemoryChecks:
         r = reader[idx]
         reader[idx] = np.where((r == -1) | (r == cta), cta, -2)
         r_at[idx] = pack_at(th, pc)
-        r_epoch[idx] = fence_epoch[cta]
+        if r_epoch is not None:
+            r_epoch[idx] = fence_epoch[cta]
 
     def _published(self, ctas: np.ndarray, epochs: np.ndarray) -> np.ndarray:
         """Whether each CTA has run a gpu-scope fence or release since the
