@@ -65,6 +65,7 @@ class Sanitizer(Reporting, RegisterChecks, SharedChecks, MemoryChecks, AsyncChec
         n = machine.nthreads
         self.ntid = machine.ntid
         self.written = {name: np.zeros(n, dtype=bool) for name in machine.regs}
+        self._defined_everywhere: set[str] = set()   # registers every thread has written: reads need no check
         self.clocks = Clocks(machine.nctas, machine.ntid)
         self.shadow = SharedShadow(machine.nctas, machine.memory.shared_size, machine.ntid)
         self.sim: str | None = None          # the executing instruction's semantics name

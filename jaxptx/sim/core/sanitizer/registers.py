@@ -34,8 +34,13 @@ class RegisterChecks:
         done = self.written.get(name)
         if done is None or self._quiet:
             return
-        bad = ~done[threads]
-        if bad.any():
+        if name in self._defined_everywhere:
+            bad = None
+        else:
+            bad = ~done[threads]
+            if not bad.any() and len(threads) == len(done):
+                self._defined_everywhere.add(name)
+        if bad is not None and bad.any():
             t = int(threads[bad][0])
             pc = self.m.current_pc if self.m.current_pc is not None else self.pc   # a guard: before begin()
             self.report("uninitialised", f"read of uninitialised register {name} at {self.at(t, pc)}",
@@ -123,6 +128,8 @@ class RegisterChecks:
             return
         whole = mask == (1 << nbytes) - 1
         done[threads] = whole
+        if not whole.all():
+            self._defined_everywhere.discard(name)
         if not whole.all():
             partial = self.partial.setdefault(name, np.zeros(self.m.nthreads, dtype=np.int64))
             partial[threads] = mask

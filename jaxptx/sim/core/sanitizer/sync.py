@@ -157,9 +157,12 @@ class SyncChecks:
         mask = s.src(len(s.ins.operands) - 1).astype(np.int64) & 0xFFFFFFFF
         th = s.threads
         lane = th % self.ntid % 32
-        missing = mask & ~lanes_among(self.m, th)
-        if waits:           # bar.warp.sync waits for its other lanes: only exited ones are missing
-            missing &= ~live_lanes(self.m, th)
+        if len(th) == self.m.nthreads and self.ntid % 32 == 0:
+            missing = np.zeros(len(th), dtype=np.int64)     # every lane of every warp is here
+        else:
+            missing = mask & ~lanes_among(self.m, th)
+            if waits:       # bar.warp.sync waits for its other lanes: only exited ones are missing
+                missing &= ~live_lanes(self.m, th)
         outside = (mask >> lane) & 1 == 0
         bad = (missing != 0) | outside
         if bad.any():
