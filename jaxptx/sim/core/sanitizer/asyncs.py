@@ -78,37 +78,30 @@ class AsyncChecks:
         sh = self.shadow
         idx = np.asarray(idx, dtype=np.int64)
         th = np.asarray(th, dtype=np.int64)
-        if not self.lone_ctas:              # (a cluster: some bytes may be another CTA's)
-            local = idx // max(sh.size, 1) == th // self.ntid
-            if local.any():
-                self._async_overwrite(idx[local], th[local], idx[local])
-            sh.record_write(idx, ASYNC, 0, self.pc)
-            self._tma_bytes += _by_thread(idx, th)
-            return
         for t, part in _by_thread(idx, th):
             at = as_range(part, sh.seen)        # a copy's box is usually one range of bytes
-            self._async_overwrite(part, np.broadcast_to(np.int64(t), part.shape), at, one=t)
+            # only the issuer's own CTA's bytes are checked (clocks are per CTA):
+            # in a cluster a copy may also write other CTAs' shared memory
+            mine = part if self.lone_ctas else part[part // max(sh.size, 1) == t // self.ntid]
+            if len(mine):
+                self._async_overwrite(mine, t, at if mine is part else as_range(mine, sh.seen))
             sh.record_write(at, ASYNC, 0, self.pc)
             self._tma_bytes.append((t, at))
 
-    def _async_overwrite(self, idx: np.ndarray, th: np.ndarray, at: np.ndarray | slice,
-                         one: int | None = None) -> None:
-        """An async-proxy write of this CTA's bytes ``idx`` (also given as
-        ``at``: the same bytes, perhaps as a range in another order) by
-        threads ``th`` (all thread ``one`` where given): no async read may
-        still be reading them, and every read of them must be ordered before."""
+    def _async_overwrite(self, idx: np.ndarray, thread: int, at: np.ndarray | slice) -> None:
+        """An async-proxy write by ``thread`` of bytes ``idx`` of its CTA
+        (also given as ``at``: the same bytes, perhaps as a range in another
+        order): no async read may still be reading them, and every read of
+        them must be ordered before."""
         sh = self.shadow
+        th = np.broadcast_to(np.int64(thread), idx.shape)
         self._check_in_flight(idx, th, "async-proxy write")
-        if one is None:
-            tid, knows = th % self.ntid, self._knows(th)
-        else:
-            tid = np.broadcast_to(np.int64(one % self.ntid), idx.shape)
-            knows = lambda rows, others: self.clocks.knows(one, others)
-        slot = sh.unordered_reads(at, tid, knows)
+        slot = sh.unordered_reads(at, np.broadcast_to(np.int64(thread % self.ntid), idx.shape),
+                                  lambda rows, others: self.clocks.knows(thread, others))
         if (slot >= 0).any():
             k = int(np.argmax(slot >= 0))
             byte = at.start + k if isinstance(at, slice) else int(idx[k])
-            self._race("async-proxy write", byte, int(th[k]), "read", *sh.reader(byte, int(slot[k])))
+            self._race("async-proxy write", byte, thread, "read", *sh.reader(byte, int(slot[k])))
 
     def tma_signal(self, threads: np.ndarray, words: np.ndarray) -> None:
         """The copies this instruction issued for ``threads`` complete-tx on
