@@ -2,7 +2,7 @@
 names its line (and the other access's), and every correct twin, which
 differs from its bug by the fix only, runs clean under ``check=True`` with
 the right numbers. ptxas accepts every kernel. The cases are in
-:mod:`sanitizer_cases_races`, ``_checks``, ``_copies`` and ``_mma``; the
+:mod:`sanitizer_cases_races`, ``_checks``, ``_copies``, ``_mma`` and ``_cells``; the
 sanitizer's known misses and false alarms are strict xfails (they turn red
 when fixed).
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from sanitizer_cases import Case, kernel_text, marked_line, marked_lines
+from sanitizer_cases_cells import CASES as CELLS
 from sanitizer_cases_checks import CASES as CHECKS
 from sanitizer_cases_copies import CASES as COPIES
 from sanitizer_cases_mma import CASES as MMA
@@ -24,9 +25,10 @@ from sanitizer_cases_races import CASES as RACES
 from jaxptx import Tile, kernel, ptx, sim, smem
 from jaxptx.runtime import ptxas
 from jaxptx.sim import SanitizerError, SimError
+from jaxptx.sim.core.sanitizer import values
 from jaxptx.types import u32
 
-CASES = RACES + CHECKS + COPIES + MMA
+CASES = RACES + CHECKS + COPIES + MMA + CELLS
 IDS = [re.sub(r"[^a-z0-9]+", "-", c.name.lower()).strip("-") for c in CASES]
 
 
@@ -85,6 +87,28 @@ def test_the_twin_is_clean_and_right(case: Case) -> None:
         np.testing.assert_array_equal(out, case.expect(inp, case.grid, case.block))
     if case.mode == "strict":
         _launch(case, text, "strict")
+
+
+def _all_findings(case: Case) -> list:
+    """What a bug and its twin give under ``check="all"`` (strict cases:
+    their mode): each finding's message, or the error raised."""
+    out = []
+    for bug in (True, False):
+        try:
+            result = _launch(case, kernel_text(case, bug), "all" if case.mode is True else case.mode)[2]
+            out.append([f.message for f in result or ()])
+        except (SanitizerError, SimError) as e:
+            out.append(f"{type(e).__name__}: {e}")
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_coarse_shadow_cells_find_what_byte_cells_find(case: Case, monkeypatch) -> None:
+    """The shadows start with 16-byte cells and split them where an access
+    covers part of one: the findings are those of one cell per byte."""
+    coarse = _all_findings(case)
+    monkeypatch.setattr(values, "GRAIN", 1)
+    assert _all_findings(case) == coarse
 
 
 def test_reads_of_an_unwritten_buffer_are_recorded_whatever_their_volume(monkeypatch) -> None:

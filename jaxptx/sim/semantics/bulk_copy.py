@@ -58,9 +58,18 @@ def _space(s: Step, slot: str) -> str:
     return SPACES[s.mod(slot)]
 
 
-def _read(s: Step, space: str, addr: np.ndarray, threads: np.ndarray, width: int) -> np.ndarray:
-    """``width``-byte values; shared memory is read by the async proxy
-    (unseen by the sanitizer)."""
+def _leaders(pos: np.ndarray, width: int, chunk: int) -> np.ndarray | slice:
+    """Of accesses ``pos`` of ``width`` bytes that come in runs of
+    ``chunk`` bytes (positions ``k*i .. k*i+k-1`` at consecutive addresses,
+    the first ``chunk``-aligned), those that start a run."""
+    return slice(None) if chunk == width else pos % (chunk // width) == 0
+
+
+def _read(s: Step, space: str, addr: np.ndarray, threads: np.ndarray, width: int,
+          chunk: int | None = None) -> np.ndarray:
+    """``width``-byte values; shared memory is read by the async proxy (the
+    sanitizer sees one access per run of ``chunk`` bytes: see
+    :func:`_leaders`)."""
     if space != "shared":
         return s.m.memory.load(space, addr, threads, width, s.ins.name)
     out = np.empty(len(addr), dtype=_UINT[width])
@@ -68,15 +77,15 @@ def _read(s: Step, space: str, addr: np.ndarray, threads: np.ndarray, width: int
     for view, idx, pos in s.m.memory.locations("shared", addr, threads, width, s.ins.name):
         out[pos] = view[idx]
         if san is not None:
-            flat = ((idx.astype(np.int64) * width)[:, None] + np.arange(width)).ravel()
-            san.async_read(flat, np.repeat(threads[pos], width), "bulk")
+            lead = _leaders(pos, width, chunk or width)
+            san.copy_read(idx[lead].astype(np.int64) * width, threads[pos[lead]], chunk or width)
     return out
 
 
 def _write(s: Step, space: str, addr: np.ndarray, threads: np.ndarray, values: np.ndarray,
-           width: int) -> None:
+           width: int, chunk: int | None = None) -> None:
     """Store ``width``-byte values; shared-memory writes are async-proxy
-    writes: the sanitizer only learns that the bytes are initialised."""
+    writes (the sanitizer sees one per run of ``chunk`` bytes)."""
     if space != "shared":
         s.m.memory.store(space, addr, threads, values, width, s.ins.name)
         return
@@ -85,8 +94,8 @@ def _write(s: Step, space: str, addr: np.ndarray, threads: np.ndarray, values: n
     for view, idx, pos in s.m.memory.locations("shared", addr, threads, width, s.ins.name):
         view[idx] = values[pos]
         if san is not None:
-            flat = ((idx.astype(np.int64) * width)[:, None] + np.arange(width)).ravel()
-            san.async_write(flat, np.repeat(threads[pos], width))
+            lead = _leaders(pos, width, chunk or width)
+            san.copy_write(idx[lead].astype(np.int64) * width, threads[pos[lead]], chunk or width)
 
 
 def _aligned(s: Step, addr: np.ndarray, size: int, what: str) -> None:
@@ -209,7 +218,7 @@ def cp_async_bulk(s: Step) -> None:
     total = int(size.sum())
     rep = np.repeat(np.arange(s.n), size)
     off = (np.arange(total) - np.repeat(np.cumsum(size) - size, size)).astype(np.uint64)
-    data = _read(s, _space(s, "src"), src[rep] + off, s.threads[rep], 1)
+    data = _read(s, _space(s, "src"), src[rep] + off, s.threads[rep], 1, 16)   # (16-byte runs: checked above)
     keep = np.ones(total, dtype=bool)
     k = present(s, "byte_mask")
     if k is not None:
@@ -218,7 +227,8 @@ def cp_async_bulk(s: Step) -> None:
     space = _space(s, "dst")
     for pos, d, mbar in _targets(s, dst, _mbar(s)):
         sel = np.isin(rep, pos) & keep if len(pos) != s.n else keep
-        _write(s, space, d[np.searchsorted(pos, rep[sel])] + off[sel], s.threads[rep[sel]], data[sel], 1)
+        _write(s, space, d[np.searchsorted(pos, rep[sel])] + off[sel], s.threads[rep[sel]], data[sel], 1,
+               1 if k is not None else 16)
         _signal(s, pos, mbar, size[pos])
 
 
@@ -324,6 +334,16 @@ def _convert(tm: TensorMap, values: np.ndarray) -> np.ndarray:
     return values
 
 
+def _run(tm: TensorMap, starts: np.ndarray, e: int) -> int:
+    """The runs of bytes a box of ``e`` elements at shared ``starts`` comes
+    in unbroken by the swizzle (for the sanitizer): 16-byte chunks (8-byte
+    halves with the 128-byte mode's atomicity 2), when the box and its
+    starts are aligned to them; else single elements."""
+    run = 8 if tm.atomicity == 2 else 16
+    ok = (e * tm.elem_bytes) % run == 0 and not (starts.astype(np.int64) % run).any()
+    return max(run, tm.elem_bytes) if ok else tm.elem_bytes
+
+
 def _tensor_load(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, dst: np.ndarray,
                  mbar: np.ndarray, offsets: np.ndarray | None) -> None:
     w = tm.elem_bytes
@@ -339,7 +359,7 @@ def _tensor_load(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, ds
     sub = Step(s.m, s.ins, s.r, s.threads[sel])
     for pos, d, mb in _targets(sub, dst, mbar):
         addr = swizzle(d[pos][:, None] + lin, tm.swizzle, tm.atomicity).ravel()
-        _write(sub, "shared", addr, np.repeat(sub.threads[pos], e), values[pos].ravel(), w)
+        _write(sub, "shared", addr, np.repeat(sub.threads[pos], e), values[pos].ravel(), w, _run(tm, d[pos], e))
         _signal(sub, pos, mb, np.full(len(pos), tm.box_bytes))
 
 
@@ -349,7 +369,8 @@ def _tensor_store(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, s
     n, e = gaddr.shape
     threads = np.repeat(s.threads[sel], e)
     lin = np.arange(e, dtype=np.uint64) * np.uint64(w)
-    values = _read(s, "shared", swizzle(src[:, None] + lin, tm.swizzle, tm.atomicity).ravel(), threads, w)
+    values = _read(s, "shared", swizzle(src[:, None] + lin, tm.swizzle, tm.atomicity).ravel(), threads, w,
+                   _run(tm, src, e))
     flat = inb.ravel()
     if flat.any():
         s.m.memory.store("global", gaddr.ravel()[flat], threads[flat], values[flat], w, s.ins.name)

@@ -189,7 +189,8 @@ def _source_words(s: Step, cta: int, desc: int, rows: int, chunks: int, issuer: 
 
     def load(addr: np.ndarray) -> np.ndarray:
         with on_behalf_of(s, issuer):
-            return s.m.memory.load("shared", addr.astype(np.uint64), np.repeat(thread, len(addr)), 1, what)
+            chunks = s.m.memory.load("shared", addr.astype(np.uint64), np.repeat(thread, len(addr)), 16, what)
+            return chunks.view(np.uint8)
     fmt = s.mod("src_fmt")
     if fmt is None:
         return read_matrix(load, sd, rows, 4 * chunks, 32, 4, False).astype(np.uint32)

@@ -99,7 +99,8 @@ def smem_operand(s: Step, desc_word: int, cta: int, mn: int, d: InstrDesc, type_
     thread = np.array([cta * s.m.ntid])        # resolves addresses in CTA ``cta``'s window
 
     def load(addr: np.ndarray) -> np.ndarray:
-        return s.m.memory.load("shared", addr.astype(np.uint64), np.repeat(thread, len(addr)), 1, what)
+        chunks = s.m.memory.load("shared", addr.astype(np.uint64), np.repeat(thread, len(addr)), 16, what)
+        return chunks.view(np.uint8)
     with on_behalf_of(s, issuer):
         raw = read_matrix(load, sd, mn, d.k, bits, per_chunk, mn_major)
     return _values(raw, type_name)

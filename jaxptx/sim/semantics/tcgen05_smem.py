@@ -115,7 +115,8 @@ def read_matrix(load, d: SmemDesc, mn: int, k: int, bits: int, per_chunk: int, m
     """The raw element bits ``(mn, k)`` (int64) of one operand.
 
     Args:
-        load: ``load(addresses) -> uint8 bytes``: one CTA's shared memory.
+        load: ``load(chunk addresses) -> uint8 bytes``, 16 per 16-byte
+            chunk: one CTA's shared memory.
         d: the operand's descriptor.
         mn, k: the operand's extent along M (or N) and K.
         bits: bits of one element in shared memory (4, 6, 8, 16 or 32).
@@ -128,7 +129,7 @@ def read_matrix(load, d: SmemDesc, mn: int, k: int, bits: int, per_chunk: int, m
         chunks, cx, cy, t = base[::per_chunk, :], x // per_chunk, y, x % per_chunk
     else:
         chunks, cx, cy, t = base[:, ::per_chunk], x, y // per_chunk, y % per_chunk
-    data = load((chunks[..., None] + np.arange(16)).reshape(-1))
+    data = load(chunks.reshape(-1))
     at = (cx * chunks.shape[1] + cy) * 16          # each element's chunk in ``data``
     first = (t * bits) // 8
     shift = (t * bits) % 8

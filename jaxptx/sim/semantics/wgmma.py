@@ -101,9 +101,32 @@ def _smem_matrix(s: Step, desc: np.ndarray, leader: np.ndarray, mn: int, k: int,
         raw = _smem_matrix(s, desc, leader, mn, k // 8, "u8", mn_major).astype(np.uint8)
         return np.unpackbits(raw[..., None], axis=-1, bitorder="little").reshape(raw.shape[:2] + (k,))
     addr = smem_matrix_addresses(desc, mn, k, bits, mn_major)
-    threads = np.broadcast_to(leader[:, None, None], addr.shape).reshape(-1)
-    raw = s.m.memory.load("shared", addr.reshape(-1).astype(np.uint64), threads, bits // 8, s.ins.name)
-    return decode(raw, type_name).reshape(addr.shape)
+    raw = _load_chunks(s, addr, leader, bits // 8, np.asarray(mn_major, dtype=bool))
+    if raw is None:
+        threads = np.broadcast_to(leader[:, None, None], addr.shape).reshape(-1)
+        raw = s.m.memory.load("shared", addr.reshape(-1).astype(np.uint64), threads, bits // 8, s.ins.name)
+    return decode(raw.reshape(-1), type_name).reshape(addr.shape)
+
+
+def _load_chunks(s: Step, addr: np.ndarray, leader: np.ndarray, size: int, mn_major: np.ndarray) -> np.ndarray | None:
+    """The ``size``-byte elements at ``addr`` ``(count, mn, k)``, loaded as
+    the 16-byte chunks of the canonical layouts (``16 / size`` consecutive
+    elements along K, or along M/N when ``mn_major``): one access per chunk
+    rather than per element. None when the operands mix majors or the
+    extents are not whole chunks."""
+    count, mn, k = addr.shape
+    per = 16 // size
+    mn_major = mn_major.reshape(-1)
+    along = mn if mn_major[0] else k
+    if per == 1 or along % per or (mn_major != mn_major[0]).any():
+        return None
+    starts = addr[:, ::per, :] if mn_major[0] else addr[:, :, ::per]
+    threads = np.broadcast_to(leader[:, None, None], starts.shape).reshape(-1)
+    chunks = s.m.memory.load("shared", starts.reshape(-1).astype(np.uint64), threads, 16, s.ins.name)
+    elements = chunks.view(f"<u{size}").reshape(starts.shape + (per,))
+    if mn_major[0]:                     # (count, mn / per, k, per) -> (count, mn, k)
+        elements = elements.transpose(0, 1, 3, 2)
+    return elements.reshape(count, mn, k)
 
 
 # --- register fragments ---------------------------------------------------------------------------

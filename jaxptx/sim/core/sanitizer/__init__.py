@@ -83,6 +83,7 @@ class Sanitizer(Reporting, RegisterChecks, SharedChecks, MemoryChecks, AsyncChec
         self.fenced_threads = np.zeros(machine.nthreads, dtype=bool)
         self._global_shadow: dict[int, tuple[np.ndarray, ...]] = {}
         self._global_scratch: dict[int, np.ndarray] = {}
+        self._global_grain: dict[int, int] = {}     # bytes per shadow cell, per global buffer
         # plain reads of global buffers nothing has written yet (see memory.py)
         self._read_log: dict[int, list[tuple]] = {k: [] for k in range(len(memory.globals))}
         self._logged = [0] * len(memory.globals)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .shadow import ASYNC, CP_ASYNC, TMA, as_range
-from .values import distinct
+from .values import distinct, expand
 
 __all__ = ["AsyncChecks"]
 
@@ -14,8 +14,32 @@ __all__ = ["AsyncChecks"]
 class AsyncChecks:
     """Mixed into :class:`Sanitizer`: the async proxy."""
 
+    def copy_read(self, offsets: np.ndarray, threads: np.ndarray, width: int) -> None:
+        """A bulk copy by ``threads`` reads ``width`` bytes of shared memory
+        at each byte offset (the async proxy, in flight until the
+        ``cp.async.bulk.wait_group.read``)."""
+        idx = self.shared_cells(offsets, width)
+        self.async_read(idx, np.repeat(threads, width // self.shadow.grain), "bulk")
+
+    def copy_write(self, offsets: np.ndarray, threads: np.ndarray, width: int) -> None:
+        """A TMA or bulk copy by ``threads`` writes ``width`` bytes of shared
+        memory at each byte offset (see :meth:`async_write`)."""
+        idx = self.shared_cells(offsets, width)
+        self.async_write(idx, np.repeat(threads, width // self.shadow.grain))
+
+    def _expand_async(self, ratio: int) -> None:
+        """The shadow's cells split into ``ratio`` each: the cell indices
+        held for async operations in flight follow."""
+        if ratio == 1:
+            return
+        self.in_flight = [(kind, seq, issuer, expand(where, ratio), pc)
+                          for kind, seq, issuer, where, pc in self.in_flight]
+        self._tma_bytes = [(t, expand(at, ratio)) for t, at in self._tma_bytes]
+        self._cp_copies = [(expand(idx, ratio), np.repeat(th, ratio), np.repeat(seq, ratio))
+                           for idx, th, seq in self._cp_copies]
+
     def async_read(self, idx: np.ndarray, th: np.ndarray, kind: str) -> None:
-        """Shared bytes read by the async proxy for ``th``'s instruction:
+        """Shared cells read by the async proxy for ``th``'s instruction:
         initialised, complete, ordered after their writes, fenced; in flight
         until the thread waits (``kind``: ``wgmma``, ``tcgen05``, ``bulk``)."""
         sh = self.shadow
@@ -27,7 +51,7 @@ class AsyncChecks:
         unfenced = generic & ~sh.fenced[idx] if generic.any() else generic
         if unfenced.any():
             k = int(np.argmax(unfenced))
-            self.report("proxy", f"the async proxy reads shared offset {int(idx[k] % sh.size):#x} at "
+            self.report("proxy", f"the async proxy reads shared offset {sh.offset(idx[k]):#x} at "
                         f"{self.at(int(th[k]))}, written through the generic proxy at "
                         f"{self.line(int(sh.w_pc[idx[k]]))} by {self._thread_at(th[k], writer[k])} with "
                         "no fence.proxy.async between them", self.line(self.pc), self.line(int(sh.w_pc[idx[k]])))
@@ -63,7 +87,7 @@ class AsyncChecks:
                     continue
             byte = int(where[np.argmax(hit)])
             t = int(th[np.argmax(idx == byte)])
-            self.report("async", f"{what} of shared offset {byte % sh.size:#x} at {self.at(t)} while "
+            self.report("async", f"{what} of shared offset {sh.offset(byte):#x} at {self.at(t)} while "
                         f"the async read by {self.line(pc)} ({self._thread_at(t, issuer % self.ntid)}) "
                         "is still in flight (no wait for it orders the write after it)",
                         self.line(self.pc), self.line(pc))
@@ -72,7 +96,7 @@ class AsyncChecks:
         self.in_flight = keep
 
     def async_write(self, idx: np.ndarray, th: np.ndarray) -> None:
-        """Shared bytes written by a TMA or bulk copy issued by ``th``:
+        """Shared cells written by a TMA or bulk copy issued by ``th``:
         checked like a write of the issuing thread (the stage must be free),
         then in flight until the copy's mbarrier phase is observed."""
         sh = self.shadow
@@ -82,7 +106,7 @@ class AsyncChecks:
             at = as_range(part, sh.seen)        # a copy's box is usually one range of bytes
             # only the issuer's own CTA's bytes are checked (clocks are per CTA):
             # in a cluster a copy may also write other CTAs' shared memory
-            mine = part if self.lone_ctas else part[part // max(sh.size, 1) == t // self.ntid]
+            mine = part if self.lone_ctas else part[sh.cta_of(part) == t // self.ntid]
             if len(mine):
                 self._async_overwrite(mine, t, at if mine is part else as_range(mine, sh.seen))
             sh.record_write(at, ASYNC, 0, self.pc)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .values import bytes_of, orders_ctas, pack_at, repeated, unpack_at
+from .values import (as_cells, bytes_of, cells, differ, fitting_grain, grain_of, orders_ctas, pack_at, repeated,
+                     unpack_at)
 
 __all__ = ["MemoryChecks", "READ_LOG_BYTES"]
 
@@ -51,15 +52,21 @@ class MemoryChecks:
                 if self._logged[key] < READ_LOG_BYTES:
                     return
             del self._read_log[key]
+            for off_, _, width_, _, _ in log:
+                self._global_cells(key, off_, width_)
             for off_, threads_, width_, pc, epochs in log:
-                self._record_global_reads(key, len(buf), (off_[:, None] + np.arange(width_)).ravel(),
-                                          np.repeat(threads_, width_), pc, epochs)
+                self._record_global_reads(key, self._global_cells(key, off_, width_),
+                                          np.repeat(threads_, width_ // self._global_grain[key]), pc, epochs)
             if plain_read:
                 return
-        idx = (off[:, None] + np.arange(width)).ravel()
+        idx = self._global_cells(key, off, width)
+        grain = self._global_grain[key]
         writer, reader, w_at, r_at, strong_cta, s_at, w_epoch, r_epoch = \
-            self._global_records(key, len(buf), strong=atomic or strong)
-        th = np.repeat(np.asarray(threads, dtype=np.int64), width)
+            self._global_records(key, strong=atomic or strong)
+        th = np.asarray(threads, dtype=np.int64)
+        if width > grain:
+            th = np.repeat(th, width // grain)
+        new = None if values is None else as_cells(bytes_of(values, width), grain)
         cta = (th // self.ntid).astype(np.int32)
         w = writer[idx]
         # Accesses a CTA published with a gpu-scope fence or release since
@@ -96,15 +103,15 @@ class MemoryChecks:
             if write:
                 strong_cta[idx] = -1
         clash = w_open
-        if write and values is not None and not self.strict:
-            clash &= buf[idx] != bytes_of(values, width)
-        if write and len(idx) > 1 and self._repeats(key, len(buf), idx):   # CTAs storing to one byte at once
+        if write and new is not None and not self.strict:
+            clash &= differ(as_cells(buf, grain)[idx], new)
+        if write and len(idx) > 1 and self._repeats(key, idx):   # CTAs storing to one byte at once
             order = np.argsort(idx, kind="stable")
             i, c = idx[order], cta[order]
             dup = (i[1:] == i[:-1]) & (c[1:] != c[:-1])
-            if values is not None and not self.strict:
-                v = bytes_of(values, width)[order]
-                dup &= v[1:] != v[:-1]
+            if new is not None and not self.strict:
+                v = new[order]
+                dup &= differ(v[1:], v[:-1])
             if dup.any():
                 j = int(np.argmax(dup))
                 first, second = int(order[j]), int(order[j + 1])
@@ -119,19 +126,37 @@ class MemoryChecks:
             if w_epoch is not None:
                 w_epoch[idx] = self.fence_epoch[cta]
         else:
-            self._record_global_reads(key, len(buf), idx, th, self.pc, self.fence_epoch)
+            self._record_global_reads(key, idx, th, self.pc, self.fence_epoch)
         if clash.any():
             k = int(np.argmax(clash))
             self._global_race("write" if write else "read", k, idx, th, w_at[idx[k]], "the write")
 
-    def _global_records(self, key: int, n: int, strong: bool = False) -> tuple[np.ndarray | None, ...]:
-        """Global buffer ``key``'s per-byte records: the CTA of the last plain
+    def _global_cells(self, key: int, offsets: np.ndarray, width: int) -> np.ndarray:
+        """The shadow cells of global buffer ``key`` that ``width``-byte
+        accesses at byte ``offsets`` cover, splitting its cells first if
+        they cover part of one (see :data:`.values.GRAIN`)."""
+        grain = self._global_grain.get(key)
+        if grain is None:
+            grain = self._global_grain[key] = grain_of(len(self.m.memory.globals[key]))
+        fit = fitting_grain(grain, offsets, width)
+        if fit < grain:
+            shadow = self._global_shadow.get(key)
+            if shadow is not None:
+                self._global_shadow[key] = tuple(None if a is None else np.repeat(a, grain // fit)
+                                                 for a in shadow)
+            self._global_scratch.pop(key, None)
+            self._global_grain[key] = grain = fit
+        return cells(offsets, width, grain)
+
+    def _global_records(self, key: int, strong: bool = False) -> tuple[np.ndarray | None, ...]:
+        """Global buffer ``key``'s per-cell records: the CTA of the last plain
         write, of the plain reads since, of the strong (gpu-scope) accesses
         since (-1: none, -2: several); thread << 20 | pc of each; the
         writer's and the reader's gpu-fence epochs then. The strong records
         are made at the first strong access (``strong``), the epochs only
         in kernels with gpu-scope fences or releases (else None)."""
         shadow = self._global_shadow.get(key)
+        n = len(self.m.memory.globals[key]) // self._global_grain[key]
         if shadow is None:
             epochs = (np.zeros(n, np.int32), np.zeros(n, np.int32)) if self.cta_sync else (None, None)
             shadow = self._global_shadow[key] = (np.full(n, -1, np.int32), np.full(n, -1, np.int32),
@@ -142,19 +167,20 @@ class MemoryChecks:
                                                               np.zeros(n, np.int64)) + shadow[6:]
         return shadow
 
-    def _repeats(self, key: int, n: int, idx: np.ndarray) -> bool:
-        """Whether a byte appears twice in ``idx`` (through a scratch array
+    def _repeats(self, key: int, idx: np.ndarray) -> bool:
+        """Whether a cell appears twice in ``idx`` (through a scratch array
         per global buffer: two passes, not a sort)."""
         scratch = self._global_scratch.get(key)
         if scratch is None:
+            n = len(self.m.memory.globals[key]) // self._global_grain[key]
             scratch = self._global_scratch[key] = np.zeros(n, dtype=np.int64)
         return repeated(idx, scratch)
 
-    def _record_global_reads(self, key: int, n: int, idx: np.ndarray, th: np.ndarray, pc: int,
+    def _record_global_reads(self, key: int, idx: np.ndarray, th: np.ndarray, pc: int,
                              fence_epoch: np.ndarray) -> None:
-        """Record plain reads of bytes ``idx`` of global buffer ``key`` by
+        """Record plain reads of cells ``idx`` of global buffer ``key`` by
         ``th`` (at ``pc``, the CTAs' fence epochs then)."""
-        _, reader, _, r_at, _, _, _, r_epoch = self._global_records(key, n)
+        _, reader, _, r_at, _, _, _, r_epoch = self._global_records(key)
         cta = (th // self.ntid).astype(np.int32)
         r = reader[idx]
         reader[idx] = np.where((r == -1) | (r == cta), cta, -2)

@@ -1,6 +1,8 @@
 """Shadow state of shared memory: who wrote and read each byte, when.
 
-Per byte (of every CTA's shared memory): the last write (CTA-local thread,
+The state is kept per cell of ``grain`` bytes (:data:`.values.GRAIN` at
+first, split when an access covers part of a cell; below, "byte" means
+cell). Per byte (of every CTA's shared memory): the last write (CTA-local thread,
 its clock stamp, PC; or an async-proxy write), whether it is initialised,
 whether a ``fence.proxy.async`` has ordered its generic write before
 async-proxy reads, and what is still in flight into it (a ``cp.async``
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .values import repeated
+from .values import cells, grain_of, repeated
 
 __all__ = ["SharedShadow", "Slots", "ASYNC", "CP_ASYNC", "TMA"]
 
@@ -47,6 +49,13 @@ class Slots:
         self.store = np.zeros((0, n), dtype=np.int64)
         self.scratch = np.zeros(0, dtype=np.int64)      # for repeats(), as large as the storage
         self.used: list[int] = []               # the slots with storage, in order
+
+    def split(self, ratio: int) -> None:
+        """Each byte's records now stand for ``ratio`` bytes (see
+        :meth:`SharedShadow.split`)."""
+        self.store = np.repeat(self.store, ratio, axis=1)
+        self.n *= ratio
+        self.scratch = np.zeros(0, dtype=np.int64)
 
     def rows(self, slots: np.ndarray | int) -> np.ndarray:
         """The storage rows of ``slots``, given storage if they had none."""
@@ -139,11 +148,13 @@ def pack(lane, stamp, pc) -> np.ndarray:
 
 
 class SharedShadow:
-    """The per-byte state of a launch's shared memory (all CTAs)."""
+    """The per-cell state of a launch's shared memory (all CTAs)."""
 
     def __init__(self, nctas: int, size: int, ntid: int) -> None:
-        n = nctas * size
-        self.size = size
+        self.grain = grain_of(size)
+        self.size = size                        # bytes per CTA
+        self.cells = size // self.grain         # cells per CTA
+        n = nctas * self.cells
         self.warps = max(1, (ntid + 31) // 32)
         self.init = np.zeros(n, dtype=bool)
         self.w_tid = np.full(n, -1, dtype=np.int32)
@@ -168,6 +179,34 @@ class SharedShadow:
         # distributed shared memory (clusters only): the CTA of the last write
         # and its cluster-barrier epoch, the cluster ranks that read since
         self.x_writer = self.x_wepoch = self.x_readers = self.x_repoch = self.x_at = None
+
+    def split(self, grain: int) -> int:
+        """Make the cells ``grain`` bytes (a divisor of the current grain):
+        each record is repeated for the cells its cell becomes. Returns the
+        ratio, for the holders of cell indices to expand theirs
+        (:func:`.values.expand`)."""
+        ratio = self.grain // grain
+        if ratio > 1:
+            for name, value in vars(self).items():
+                if isinstance(value, np.ndarray):
+                    setattr(self, name, np.repeat(value, ratio))
+            self.reads.split(ratio)
+            self.atomics.split(ratio)
+            self.grain, self.cells = grain, self.cells * ratio
+        return ratio
+
+    def offset(self, cell: int) -> int:
+        """The byte offset of ``cell`` in its CTA's shared memory."""
+        return int(cell) % max(self.cells, 1) * self.grain
+
+    def cta_of(self, idx: np.ndarray) -> np.ndarray:
+        """The CTA whose shared memory holds each cell of ``idx``."""
+        return idx // max(self.cells, 1)
+
+    def mbarrier_cells(self, words: np.ndarray) -> np.ndarray:
+        """The cells of the 8-byte mbarrier objects at shared ``words``
+        (the grain is at most 8 once an mbarrier is used)."""
+        return cells(np.asarray(words, dtype=np.int64) * 8, 8, self.grain)
 
     def cluster_arrays(self) -> None:
         """Allocate the distributed-shared-memory records."""
@@ -289,8 +328,8 @@ class SharedShadow:
         return self.atomics.first_unordered(self.atomics.used, span(idx), tid, knows)
 
     def cta_range(self, cta: int) -> slice:
-        """The flat byte range of CTA ``cta``'s shared memory."""
-        return slice(cta * self.size, (cta + 1) * self.size)
+        """The flat cell range of CTA ``cta``'s shared memory."""
+        return slice(cta * self.cells, (cta + 1) * self.cells)
 
 
 def _bytes(at: np.ndarray | slice, rows: np.ndarray) -> np.ndarray:

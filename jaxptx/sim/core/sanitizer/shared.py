@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .shadow import CP_ASYNC, TMA
-from .values import ASYNC_READERS, bytes_of, pack_at, unpack_at
+from .values import ASYNC_READERS, as_cells, bytes_of, cells, differ, fitting_grain, pack_at, unpack_at
 
 __all__ = ["SharedChecks"]
 
@@ -21,14 +21,17 @@ class SharedChecks:
         linear = np.asarray(linear, dtype=np.int64)
         if self.reader is not None:
             threads = np.full(len(linear), self.reader)
-        idx = (linear[:, None] + np.arange(width)).ravel()
-        th = np.repeat(np.asarray(threads, dtype=np.int64), width)
-        byte_values = None
+        idx = self.shared_cells(linear, width)
+        per = width // self.shadow.grain
+        th = np.asarray(threads, dtype=np.int64)
+        if per > 1:
+            th = np.repeat(th, per)
+        byte_values = None             # (per cell, as_cells values)
         if values is not None:
-            byte_values = bytes_of(values, width)
+            byte_values = as_cells(bytes_of(values, width), self.shadow.grain)
         if self.cluster_checks:
             self._cluster_access(idx, th, write, atomic or self._semantics()[0], byte_values)
-        local = True if self.lone_ctas else idx // max(self.shadow.size, 1) == th // self.ntid
+        local = True if self.lone_ctas else self.shadow.cta_of(idx) == th // self.ntid
         if not np.all(local):               # another CTA's shared memory: initialisation only
             far = ~local
             if not write:
@@ -54,6 +57,18 @@ class SharedChecks:
         else:
             self._read(idx, th)
 
+    def shared_cells(self, offsets: np.ndarray, width: int) -> np.ndarray:
+        """The shadow cells of ``width``-byte accesses at flat shared byte
+        ``offsets``, splitting the cells first if they cover part of one."""
+        grain = fitting_grain(self.shadow.grain, offsets, width)
+        if grain < self.shadow.grain:
+            self._expand_async(self.shadow.split(grain))
+        return cells(offsets, width, grain)
+
+    def _memory_cells(self, idx: np.ndarray) -> np.ndarray:
+        """The contents of shared cells ``idx`` (as :func:`as_cells`)."""
+        return as_cells(self.m.memory.shared, self.shadow.grain)[idx]
+
     def _cluster_access(self, idx: np.ndarray, th: np.ndarray, write: bool, strong: bool,
                         byte_values: np.ndarray | None) -> None:
         """Distributed shared memory: between CTAs of a cluster only
@@ -65,20 +80,20 @@ class SharedChecks:
             return
         sh = self.shadow
         cta = (th // self.ntid).astype(np.int32)
-        owner = idx // max(sh.size, 1)
+        owner = sh.cta_of(idx)
         epoch = self.cluster_epoch[self.m.cluster_first(owner)]
         rank = np.left_shift(1, (cta - self.m.cluster_first(cta)).astype(np.int64) % 31)
         same = sh.x_wepoch[idx] == epoch
         clash = same & (sh.x_writer[idx] >= 0) & (sh.x_writer[idx] != cta)
         if write and byte_values is not None and not self.strict:
-            clash &= self.m.memory.shared[idx] != byte_values
+            clash &= differ(self._memory_cells(idx), byte_values)
         if write:
             clash |= (sh.x_repoch[idx] == epoch) & ((sh.x_readers[idx] & ~rank) != 0)
         if clash.any():
             k = int(np.argmax(clash))
             other_thread, other_pc = unpack_at(sh.x_at[idx[k]])
             self.report("race", f"distributed shared-memory race: {'write' if write else 'read'} of CTA "
-                        f"{int(owner[k])}'s shared offset {int(idx[k] % sh.size):#x} at {self.at(int(th[k]))} "
+                        f"{int(owner[k])}'s shared offset {sh.offset(idx[k]):#x} at {self.at(int(th[k]))} "
                         f"conflicts with the access at {self.line(other_pc)} by {self.who(other_thread)}: no "
                         "barrier.cluster orders them", self.line(self.pc), self.line(other_pc))
         sh.x_at[idx] = pack_at(th, self.pc)
@@ -94,9 +109,8 @@ class SharedChecks:
         bad = ~self.shadow.init[idx]
         if bad.any():
             k = int(np.argmax(bad))
-            size = max(self.shadow.size, 1)
             self.report("uninitialised", f"{what} uninitialised shared memory at offset "
-                        f"{int(idx[k] % size):#x} at {self.at(int(th[k]))}", self.line(self.pc))
+                        f"{self.shadow.offset(idx[k]):#x} at {self.at(int(th[k]))}", self.line(self.pc))
 
     def _knows(self, th: np.ndarray):
         return lambda rows, others: self.clocks.knows(th[rows], others)
@@ -116,8 +130,9 @@ class SharedChecks:
     def _write(self, idx: np.ndarray, th: np.ndarray, byte_values: np.ndarray | None) -> None:
         sh = self.shadow
         tid = th % self.ntid
-        old = self.m.memory.shared[idx] if byte_values is not None else None
-        same = (old == byte_values) & sh.init[idx] if old is not None and not self.strict else None
+        same = None
+        if byte_values is not None and not self.strict:
+            same = ~differ(self._memory_cells(idx), byte_values) & sh.init[idx]
         self._check_pending(idx, th, "write")
         self._unordered_write(idx, th, tid, "write", None if same is None else ~same)
         self._check_in_flight(idx, th, "write")
@@ -142,7 +157,7 @@ class SharedChecks:
         dup = (i[1:] == i[:-1]) & (t[1:] != t[:-1])
         if byte_values is not None and not self.strict:
             v = byte_values[order]
-            dup &= v[1:] != v[:-1]
+            dup &= differ(v[1:], v[:-1])
         if dup.any():
             k = int(np.argmax(dup))
             self._race("write", i[k + 1], t[k + 1], "write", int(t[k] % self.ntid), self.pc)
@@ -188,11 +203,10 @@ class SharedChecks:
         return writer
 
     def _race(self, kind: str, byte: int, thread: int, other_kind: str, other_tid: int, other_pc: int) -> None:
-        size = max(self.shadow.size, 1)
         other_line = self.line(other_pc)
         other = f"the {other_kind} at {other_line} by {self._thread_at(thread, other_tid)}"
         of = "" if kind.endswith(" on") else " of"
-        self.report("race", f"shared-memory race: {kind}{of} offset {int(byte % size):#x} at "
+        self.report("race", f"shared-memory race: {kind}{of} offset {self.shadow.offset(byte):#x} at "
                     f"{self.at(int(thread))} conflicts with {other}: no barrier or mbarrier orders them",
                     self.line(self.pc), other_line)
 
@@ -206,7 +220,7 @@ class SharedChecks:
             k = int(np.argmax(pend == CP_ASYNC))
             issuer = int(sh.pend_key[idx[k]])
             copy = self.line(int(sh.w_pc[idx[k]]))
-            self.report("async", f"{what} of shared offset {int(idx[k] % sh.size):#x} at "
+            self.report("async", f"{what} of shared offset {sh.offset(idx[k]):#x} at "
                         f"{self.at(int(th[k]))}: the cp.async at {copy} by "
                         f"{self._thread_at(th[k], issuer % self.ntid)} is still copying into it (no "
                         "cp.async.wait_group completed it)", self.line(self.pc), copy)
@@ -218,7 +232,7 @@ class SharedChecks:
                 k = int(tma[np.argmax(late)])
                 word = int(sh.pend_key[idx[k]])
                 copy = self.line(int(sh.w_pc[idx[k]]))
-                self.report("async", f"{what} of shared offset {int(idx[k] % sh.size):#x} at "
+                self.report("async", f"{what} of shared offset {sh.offset(idx[k]):#x} at "
                             f"{self.at(int(th[k]))}: the async copy at {copy} completes on the "
                             f"mbarrier at shared offset {word * 8 % sh.size:#x}, and this thread has "
                             "not observed that phase complete (try_wait/test_wait, or a barrier "

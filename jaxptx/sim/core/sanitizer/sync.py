@@ -121,7 +121,8 @@ class SyncChecks:
         """``mbarrier.init``/``inval``: a fresh object (its 8 bytes now hold a value)."""
         self.clocks.mbarrier_reset(words)
         words = np.asarray(words, dtype=np.int64)
-        self.shadow.init[(words[:, None] * 8 + np.arange(8)).ravel()] = True
+        self.shared_cells(words * 8, 8)              # (cells of at most 8 bytes from here on)
+        self.shadow.init[self.shadow.mbarrier_cells(words)] = True
 
     def _warps(self, threads: np.ndarray) -> list[np.ndarray]:
         """``threads`` grouped by warp (warps are CTA-local: 32 lanes from

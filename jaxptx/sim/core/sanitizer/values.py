@@ -7,7 +7,8 @@ import numpy as np
 from .... import ir
 
 __all__ = ["ASYNC_READERS", "WGMMA_REGS", "MASKED", "SCOPES", "register_move", "bits_of", "bytes_of",
-           "pack_at", "unpack_at", "distinct", "repeated", "orders_ctas", "remote_mbarrier"]
+           "pack_at", "unpack_at", "distinct", "repeated", "orders_ctas", "remote_mbarrier", "GRAIN",
+           "grain_of", "fitting_grain", "cells", "expand", "as_cells", "differ"]
 
 # Instructions whose shared-memory reads are async-proxy reads, in flight
 # until the issuing thread waits: the wait that resolves them.
@@ -37,6 +38,58 @@ def bytes_of(values: np.ndarray, width: int) -> np.ndarray:
     if v.dtype.itemsize != width:
         v = np.ascontiguousarray(v.astype(f"<u{width}"))
     return v.view(np.uint8).reshape(-1)
+
+
+# The shadow states keep one record per cell of ``grain`` bytes, as coarse as
+# the accesses so far allow: a launch starts at GRAIN bytes (or the largest
+# power of two dividing the memory's size) and splits its cells the first
+# time an access covers part of one. Accesses of whole cells cost one check
+# per cell, not per byte; every byte of a cell has had the same history, so
+# the findings are those of a per-byte shadow.
+GRAIN = 16
+_CELL_TYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: np.uint64}
+
+
+def grain_of(size: int) -> int:
+    """The largest power of two up to :data:`GRAIN` dividing ``size``."""
+    return GRAIN if size == 0 else min(GRAIN, size & -size)
+
+
+def fitting_grain(grain: int, offsets: np.ndarray, width: int) -> int:
+    """The coarsest grain, up to ``grain``, whose cells ``width``-byte
+    accesses at byte ``offsets`` cover whole."""
+    low = (int(np.bitwise_or.reduce(offsets)) if len(offsets) else 0) | width
+    return min(grain, low & -low)
+
+
+def cells(offsets: np.ndarray, width: int, grain: int) -> np.ndarray:
+    """The cells ``width``-byte accesses at byte ``offsets`` cover (each a
+    whole number of cells), flattened access by access."""
+    per = width // grain
+    first = offsets // grain
+    return first if per == 1 else (first[:, None] + np.arange(per)).ravel()
+
+
+def expand(idx: np.ndarray | slice, ratio: int) -> np.ndarray | slice:
+    """Cell indices (or a range) after each cell split into ``ratio``."""
+    if ratio == 1:
+        return idx
+    if isinstance(idx, slice):
+        return slice(idx.start * ratio, idx.stop * ratio)
+    return (np.asarray(idx)[:, None] * ratio + np.arange(ratio)).ravel()
+
+
+def as_cells(data: np.ndarray, grain: int) -> np.ndarray:
+    """Bytes as one value per ``grain``-byte cell (16-byte cells: a pair
+    of 64-bit words per row), for comparing contents cell by cell."""
+    words = np.ascontiguousarray(data).view(_CELL_TYPES[grain])
+    return words.reshape(-1, 2) if grain == 16 else words
+
+
+def differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per cell, whether two :func:`as_cells` arrays differ."""
+    ne = a != b
+    return ne.any(axis=1) if ne.ndim == 2 else ne
 
 
 def pack_at(threads: np.ndarray, pc: int) -> np.ndarray:
