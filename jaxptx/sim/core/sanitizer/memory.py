@@ -52,11 +52,10 @@ class MemoryChecks:
                 if self._logged[key] < READ_LOG_BYTES:
                     return
             del self._read_log[key]
-            for off_, _, width_, _, _ in log:
-                self._global_cells(key, off_, width_)
             for off_, threads_, width_, pc, epochs in log:
-                self._record_global_reads(key, self._global_cells(key, off_, width_),
-                                          np.repeat(threads_, width_ // self._global_grain[key]), pc, epochs)
+                logged = self._global_cells(key, off_, width_)
+                self._record_global_reads(key, logged, np.repeat(threads_, width_ // self._global_grain[key]),
+                                          pc, epochs)
             if plain_read:
                 return
         idx = self._global_cells(key, off, width)

@@ -2,8 +2,8 @@
 
 The state is kept per cell of ``grain`` bytes (:data:`.values.GRAIN` at
 first, split when an access covers part of a cell; below, "byte" means
-cell). Per byte (of every CTA's shared memory): the last write (CTA-local thread,
-its clock stamp, PC; or an async-proxy write), whether it is initialised,
+cell). Per byte (of every CTA's shared memory): the last write (CTA-local
+thread, its clock stamp, PC; or an async-proxy write), whether it is initialised,
 whether a ``fence.proxy.async`` has ordered its generic write before
 async-proxy reads, and what is still in flight into it (a ``cp.async``
 before its ``wait_group``, a TMA copy before its mbarrier phase). Reads

@@ -26,11 +26,11 @@ class SharedChecks:
         th = np.asarray(threads, dtype=np.int64)
         if per > 1:
             th = np.repeat(th, per)
-        byte_values = None             # (per cell, as_cells values)
+        cell_values = None             # (what a store writes, per cell: as_cells)
         if values is not None:
-            byte_values = as_cells(bytes_of(values, width), self.shadow.grain)
+            cell_values = as_cells(bytes_of(values, width), self.shadow.grain)
         if self.cluster_checks:
-            self._cluster_access(idx, th, write, atomic or self._semantics()[0], byte_values)
+            self._cluster_access(idx, th, write, atomic or self._semantics()[0], cell_values)
         local = True if self.lone_ctas else self.shadow.cta_of(idx) == th // self.ntid
         if not np.all(local):               # another CTA's shared memory: initialisation only
             far = ~local
@@ -39,7 +39,7 @@ class SharedChecks:
             else:
                 self.shadow.init[idx[far]] = True
             idx, th = idx[local], th[local]
-            byte_values = None if byte_values is None else byte_values[local]
+            cell_values = None if cell_values is None else cell_values[local]
         if len(idx) == 0:
             return
         kind = ASYNC_READERS.get(self.sim)
@@ -51,7 +51,7 @@ class SharedChecks:
             self._location_sync(linear, np.asarray(threads, dtype=np.int64), 0, write or atomic,
                                 not write or atomic, release, acquire)
         elif write:
-            self._write(idx, th, byte_values)
+            self._write(idx, th, cell_values)
         elif kind is not None:
             self.async_read(idx, th, kind)
         else:
@@ -70,7 +70,7 @@ class SharedChecks:
         return as_cells(self.m.memory.shared, self.shadow.grain)[idx]
 
     def _cluster_access(self, idx: np.ndarray, th: np.ndarray, write: bool, strong: bool,
-                        byte_values: np.ndarray | None) -> None:
+                        cell_values: np.ndarray | None) -> None:
         """Distributed shared memory: between CTAs of a cluster only
         ``barrier.cluster`` orders plain accesses here (kernels that order
         them through remote mbarrier arrivals are not checked this way).
@@ -85,8 +85,8 @@ class SharedChecks:
         rank = np.left_shift(1, (cta - self.m.cluster_first(cta)).astype(np.int64) % 31)
         same = sh.x_wepoch[idx] == epoch
         clash = same & (sh.x_writer[idx] >= 0) & (sh.x_writer[idx] != cta)
-        if write and byte_values is not None and not self.strict:
-            clash &= differ(self._memory_cells(idx), byte_values)
+        if write and cell_values is not None and not self.strict:
+            clash &= differ(self._memory_cells(idx), cell_values)
         if write:
             clash |= (sh.x_repoch[idx] == epoch) & ((sh.x_readers[idx] & ~rank) != 0)
         if clash.any():
@@ -127,12 +127,12 @@ class SharedChecks:
             self._race("read", idx[k], th[k], "atomic", *sh.atomic_access(int(idx[k]), int(slot[k])))
         sh.record_read(idx, tid, self.clocks.own(th), self.pc, self._knows(th))
 
-    def _write(self, idx: np.ndarray, th: np.ndarray, byte_values: np.ndarray | None) -> None:
+    def _write(self, idx: np.ndarray, th: np.ndarray, cell_values: np.ndarray | None) -> None:
         sh = self.shadow
         tid = th % self.ntid
         same = None
-        if byte_values is not None and not self.strict:
-            same = ~differ(self._memory_cells(idx), byte_values) & sh.init[idx]
+        if cell_values is not None and not self.strict:
+            same = ~differ(self._memory_cells(idx), cell_values) & sh.init[idx]
         self._check_pending(idx, th, "write")
         self._unordered_write(idx, th, tid, "write", None if same is None else ~same)
         self._check_in_flight(idx, th, "write")
@@ -144,10 +144,10 @@ class SharedChecks:
         if (slot >= 0).any():
             k = int(np.argmax(slot >= 0))
             self._race("write", idx[k], th[k], "atomic", *sh.atomic_access(int(idx[k]), int(slot[k])))
-        self._same_step_conflicts(idx, th, byte_values)
+        self._same_step_conflicts(idx, th, cell_values)
         sh.record_write(idx, tid, self.clocks.own(th), self.pc)
 
-    def _same_step_conflicts(self, idx: np.ndarray, th: np.ndarray, byte_values: np.ndarray | None) -> None:
+    def _same_step_conflicts(self, idx: np.ndarray, th: np.ndarray, cell_values: np.ndarray | None) -> None:
         """Several threads writing one byte in the same instruction (with
         different values, unless strict)."""
         if len(idx) < 2:
@@ -155,8 +155,8 @@ class SharedChecks:
         order = np.argsort(idx, kind="stable")
         i, t = idx[order], th[order]
         dup = (i[1:] == i[:-1]) & (t[1:] != t[:-1])
-        if byte_values is not None and not self.strict:
-            v = byte_values[order]
+        if cell_values is not None and not self.strict:
+            v = cell_values[order]
             dup &= differ(v[1:], v[:-1])
         if dup.any():
             k = int(np.argmax(dup))
