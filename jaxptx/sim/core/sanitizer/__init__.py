@@ -28,7 +28,10 @@ Python line, CTA and thread) and what ordering was missing. ``check=True``
 (or ``"strict"``) raises :class:`SanitizerError` at the first finding;
 ``check="all"`` collects every distinct finding and the launch returns
 them. Lanes are ordered by program order within a thread only; reads are
-remembered per (byte, warp): the last reading lane of each warp.
+remembered per (byte, warp): the last reading lane of each warp. The
+shadows keep one record per cell of up to 16 bytes while every access
+covers whole cells, and split them at the first that does not
+(:data:`.values.GRAIN`): the findings are those of per-byte records.
 """
 
 from __future__ import annotations
