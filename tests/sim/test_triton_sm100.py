@@ -3,7 +3,7 @@ compiles to sm_100a PTX on this CPU-only machine (packed ``.f32x2``
 arithmetic, three-input ``max.f32``, ``redux.sync`` on ``.f32``, ``tcgen05``
 for ``tl.dot``), and the emulator runs the result against numpy; causal flash
 attention and a matmul with device-built tensor maps also run for sm_90a
-(``wgmma``). Skipped when
+(``wgmma``), and the attention for sm_80 (``mma.sync``). Skipped when
 triton is not installed (it is not a test dependency: ``pip install triton``
 to run these)."""
 
@@ -17,25 +17,12 @@ from jaxptx import sim
 triton = pytest.importorskip("triton", reason="triton is not installed (pip install triton)")
 tl = pytest.importorskip("triton.language")
 
-from triton_compile import compile_ptx, extra_params, matmul_kernel, softmax_kernel  # noqa: E402
+from triton_compile import (  # noqa: E402
+    causal_attention_kernel, compile_ptx, extra_params, layer_norm_kernel, matmul_kernel, softmax_kernel)
 
 
 def _compile(fn, signature: dict, constexprs: dict, num_warps: int = 4):
     return compile_ptx(fn, signature, constexprs, 100, num_warps)
-
-
-@triton.jit
-def _layer_norm(x_ptr, w_ptr, b_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
-    mean = tl.sum(x, axis=0) / n_cols
-    d = tl.where(mask, x - mean, 0.0)
-    var = tl.sum(d * d, axis=0) / n_cols
-    w = tl.load(w_ptr + cols, mask=mask)
-    b = tl.load(b_ptr + cols, mask=mask)
-    tl.store(y_ptr + row * n_cols + cols, d / tl.sqrt(var + eps) * w + b, mask=mask)
 
 
 def test_triton_sm100_softmax_uses_three_input_max_and_f32_redux() -> None:
@@ -55,7 +42,7 @@ def test_triton_sm100_softmax_uses_three_input_max_and_f32_redux() -> None:
 
 
 def test_triton_sm100_layer_norm_uses_packed_f32x2() -> None:
-    kernel = _compile(_layer_norm, {"x_ptr": "*fp32", "w_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": "*fp32",
+    kernel = _compile(layer_norm_kernel, {"x_ptr": "*fp32", "w_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": "*fp32",
                                     "n_cols": "i32", "eps": "fp32", "BLOCK": "constexpr"}, {"BLOCK": 1024})
     ptx = kernel.asm["ptx"]
     assert "f32x2" in ptx
@@ -87,42 +74,18 @@ def test_triton_sm100_matmul_uses_tcgen05() -> None:
     np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
 
 
-@triton.jit
-def _causal_attention(q_ptr, k_ptr, v_ptr, o_ptr, S, scale, D: tl.constexpr, BM: tl.constexpr,
-                      BN: tl.constexpr):
-    pid = tl.program_id(0)
-    rm = pid * BM + tl.arange(0, BM)
-    rd = tl.arange(0, D)
-    q = tl.load(q_ptr + rm[:, None] * D + rd[None, :])
-    m_i = tl.full((BM,), -float("inf"), tl.float32)
-    l_i = tl.zeros((BM,), tl.float32)
-    acc = tl.zeros((BM, D), tl.float32)
-    for start in range(0, S, BN):
-        rn = start + tl.arange(0, BN)
-        k = tl.load(k_ptr + rn[:, None] * D + rd[None, :])
-        v = tl.load(v_ptr + rn[:, None] * D + rd[None, :])
-        s = tl.dot(q, tl.trans(k)) * scale
-        s = tl.where(rm[:, None] >= rn[None, :], s, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.exp(s - m_new[:, None])
-        alpha = tl.exp(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(tl.float16), v)
-        m_i = m_new
-    tl.store(o_ptr + rm[:, None] * D + rd[None, :], acc / l_i[:, None])
+# The sm_80 and sm_90a builds run under the sanitizer. The sm_100a builds do
+# not: Triton 3.9 uses tcgen05.ld results with no tcgen05.wait::ld between
+# (PTX ISA: the registers are defined only once the wait completes), which
+# the sanitizer reports.
+_CHECKED = {80: True, 90: True, 100: False}
 
 
-# The sm_90a builds run under the sanitizer. The sm_100a builds do not: Triton
-# 3.9 uses tcgen05.ld results with no tcgen05.wait::ld between (PTX ISA:
-# the registers are defined only once the wait completes), which the
-# sanitizer reports.
-_CHECKED = {90: True, 100: False}
-
-
-@pytest.mark.parametrize("capability, instruction", [(90, "wgmma.mma_async"), (100, "tcgen05.mma")])
+@pytest.mark.parametrize("capability, instruction",
+                         [(80, "mma.sync"), (90, "wgmma.mma_async"), (100, "tcgen05.mma")])
 def test_triton_causal_flash_attention(capability, instruction) -> None:
     S, D = 128, 64
-    kernel = compile_ptx(_causal_attention, {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16",
+    kernel = compile_ptx(causal_attention_kernel, {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16",
                                              "o_ptr": "*fp32", "S": "i32", "scale": "fp32", "D": "constexpr",
                                              "BM": "constexpr", "BN": "constexpr"},
                          {"D": D, "BM": 64, "BN": 64}, capability)

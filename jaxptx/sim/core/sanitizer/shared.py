@@ -91,9 +91,12 @@ class SharedChecks:
             clash |= (sh.x_repoch[idx] == epoch) & ((sh.x_readers[idx] & ~rank) != 0)
         if clash.any():
             k = int(np.argmax(clash))
+            within = 0
+            if write and cell_values is not None and not self.strict:
+                within = _first_differing_byte(self._memory_cells(idx[k]), cell_values[k])
             other_thread, other_pc = unpack_at(sh.x_at[idx[k]])
             self.report("race", f"distributed shared-memory race: {'write' if write else 'read'} of CTA "
-                        f"{int(owner[k])}'s shared offset {sh.offset(idx[k]):#x} at {self.at(int(th[k]))} "
+                        f"{int(owner[k])}'s shared offset {sh.offset(idx[k]) + within:#x} at {self.at(int(th[k]))} "
                         f"conflicts with the access at {self.line(other_pc)} by {self.who(other_thread)}: no "
                         "barrier.cluster orders them", self.line(self.pc), self.line(other_pc))
         sh.x_at[idx] = pack_at(th, self.pc)
@@ -134,7 +137,7 @@ class SharedChecks:
         if cell_values is not None and not self.strict:
             same = ~differ(self._memory_cells(idx), cell_values) & sh.init[idx]
         self._check_pending(idx, th, "write")
-        self._unordered_write(idx, th, tid, "write", None if same is None else ~same)
+        self._unordered_write(idx, th, tid, "write", None if same is None else ~same, cell_values)
         self._check_in_flight(idx, th, "write")
         slot = sh.unordered_reads(idx, tid, self._knows(th))
         if (slot >= 0).any():
@@ -160,7 +163,8 @@ class SharedChecks:
             dup &= differ(v[1:], v[:-1])
         if dup.any():
             k = int(np.argmax(dup))
-            self._race("write", i[k + 1], t[k + 1], "write", int(t[k] % self.ntid), self.pc)
+            within = 0 if cell_values is None or self.strict else _first_differing_byte(v[k], v[k + 1])
+            self._race("write", i[k + 1], t[k + 1], "write", int(t[k] % self.ntid), self.pc, within)
 
     def _atomic(self, idx: np.ndarray, th: np.ndarray, reads: bool = True, writes: bool = True) -> None:
         """An atomic or strong (``.relaxed``/``.acquire``/``.release``/
@@ -181,10 +185,11 @@ class SharedChecks:
         sh.record_atomic(idx, tid, self.clocks.own(th), self.pc)
 
     def _unordered_write(self, idx: np.ndarray, th: np.ndarray, tid: np.ndarray, kind: str,
-                         among: np.ndarray | None = None) -> np.ndarray:
+                         among: np.ndarray | None = None, new: np.ndarray | None = None) -> np.ndarray:
         """Report the first byte whose last write, by another thread, the
         accessing thread has not synchronised with (only bytes ``among``
-        where given); returns each byte's writer (CTA-local, -1: none)."""
+        where given: those a store of ``new`` changes); returns each byte's
+        writer (CTA-local, -1: none)."""
         sh = self.shadow
         writer = sh.w_tid[idx]
         other = (writer >= 0) & (writer != tid)
@@ -199,14 +204,17 @@ class SharedChecks:
             late[other] = sh.w_clock[idx[other]] > self.clocks.knows(th[other], writer[other].astype(np.int64))
         if late.any():
             k = int(np.argmax(late))
-            self._race(kind, idx[k], th[k], "write", int(writer[k]), int(sh.w_pc[idx[k]]))
+            within = 0 if new is None else _first_differing_byte(self._memory_cells(idx[k]), new[k])
+            self._race(kind, idx[k], th[k], "write", int(writer[k]), int(sh.w_pc[idx[k]]), within)
         return writer
 
-    def _race(self, kind: str, byte: int, thread: int, other_kind: str, other_tid: int, other_pc: int) -> None:
+    def _race(self, kind: str, byte: int, thread: int, other_kind: str, other_tid: int, other_pc: int,
+              within: int = 0) -> None:
+        """Report a race at cell ``byte`` (its byte ``within``)."""
         other_line = self.line(other_pc)
         other = f"the {other_kind} at {other_line} by {self._thread_at(thread, other_tid)}"
         of = "" if kind.endswith(" on") else " of"
-        self.report("race", f"shared-memory race: {kind}{of} offset {self.shadow.offset(byte):#x} at "
+        self.report("race", f"shared-memory race: {kind}{of} offset {self.shadow.offset(byte) + within:#x} at "
                     f"{self.at(int(thread))} conflicts with {other}: no barrier or mbarrier orders them",
                     self.line(self.pc), other_line)
 
@@ -237,3 +245,10 @@ class SharedChecks:
                             f"mbarrier at shared offset {word * 8 % sh.size:#x}, and this thread has "
                             "not observed that phase complete (try_wait/test_wait, or a barrier "
                             "after a thread that did)", self.line(self.pc), copy)
+
+
+def _first_differing_byte(a: np.ndarray, b: np.ndarray) -> int:
+    """The first byte in which two cells' contents differ (0 if none): the
+    byte a per-byte shadow would name."""
+    ne = np.flatnonzero(np.ascontiguousarray(a).view(np.uint8) != np.ascontiguousarray(b).view(np.uint8))
+    return int(ne[0]) if len(ne) else 0

@@ -1,0 +1,82 @@
+"""Triton output for sm_80 and sm_90a runs clean under the sanitizer and
+right (issue 12): softmax, layer norm and a pipelined matmul (``cp.async``
+with ``mma.sync`` for sm_80, ``wgmma`` for sm_90a), each launched with
+``check=True`` and compared with numpy. (Flash attention and the TMA matmul
+are checked in :mod:`test_triton_sm100`.) Skipped when triton is not
+installed (``pip install triton`` to run these)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jaxptx import sim
+
+triton = pytest.importorskip("triton", reason="triton is not installed (pip install triton)")
+tl = pytest.importorskip("triton.language")
+
+from triton_compile import compile_ptx, extra_params, layer_norm_kernel, softmax_kernel  # noqa: E402
+
+CAPABILITIES = [80, 90]
+
+
+@pytest.mark.parametrize("capability", CAPABILITIES)
+def test_softmax(capability: int) -> None:
+    kernel = compile_ptx(softmax_kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32", "n_cols": "i32",
+                                          "BLOCK": "constexpr"}, {"BLOCK": 1024}, capability)
+    ptx = kernel.asm["ptx"]
+    x = np.random.default_rng(1).standard_normal((16, 1000)).astype(np.float32)
+    y = np.zeros_like(x)
+    sim.launch(ptx, x, y, np.int32(1000), *extra_params(ptx, 3), grid=(16, 1, 1), block=(128, 1, 1),
+               smem=kernel.metadata.shared, check=True)
+    ref = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+    np.testing.assert_allclose(y, ref / ref.sum(1, keepdims=True), rtol=2e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("capability", CAPABILITIES)
+def test_layer_norm(capability: int) -> None:
+    kernel = compile_ptx(layer_norm_kernel, {"x_ptr": "*fp32", "w_ptr": "*fp32", "b_ptr": "*fp32",
+                                             "y_ptr": "*fp32", "n_cols": "i32", "eps": "fp32",
+                                             "BLOCK": "constexpr"}, {"BLOCK": 1024}, capability)
+    ptx = kernel.asm["ptx"]
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((16, 1000)) * 3 + 1).astype(np.float32)
+    w, b = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
+    y = np.zeros_like(x)
+    sim.launch(ptx, x, w, b, y, np.int32(1000), np.float32(1e-5), *extra_params(ptx, 6),
+               grid=(16, 1, 1), block=(128, 1, 1), smem=kernel.metadata.shared, check=True)
+    xd = x.astype(np.float64)
+    ref = (xd - xd.mean(1, keepdims=True)) / np.sqrt(xd.var(1, keepdims=True) + 1e-5) * w + b
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+@triton.jit
+def _pipelined_matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid_m = tl.program_id(0)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in tl.range(0, K, BK, num_stages=3):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+
+@pytest.mark.parametrize("capability, instructions", [(80, ("mma.sync", "cp.async")), (90, ("wgmma.mma_async",))])
+def test_pipelined_matmul(capability: int, instructions: tuple[str, ...]) -> None:
+    kernel = compile_ptx(_pipelined_matmul, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32",
+                                         "N": "i32", "K": "i32", "BM": "constexpr", "BN": "constexpr",
+                                         "BK": "constexpr"}, {"BM": 64, "BN": 64, "BK": 32}, capability,
+                         divisible=tuple(range(6)))
+    ptx = kernel.asm["ptx"]
+    for name in instructions:
+        assert name in ptx, name
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((128, 256)).astype(np.float16)
+    b = rng.standard_normal((256, 64)).astype(np.float16)
+    c = np.zeros((128, 64), np.float32)
+    sim.launch(ptx, a, b, c, np.int32(128), np.int32(64), np.int32(256), *extra_params(ptx, 6),
+               grid=(2, 1, 1), block=(128, 1, 1), smem=kernel.metadata.shared, check=True)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-4)
