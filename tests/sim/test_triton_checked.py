@@ -80,3 +80,43 @@ def test_pipelined_matmul(capability: int, instructions: tuple[str, ...]) -> Non
     sim.launch(ptx, a, b, c, np.int32(128), np.int32(64), np.int32(256), *extra_params(ptx, 6),
                grid=(2, 1, 1), block=(128, 1, 1), smem=kernel.metadata.shared, check=True)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-4)
+
+
+def _findings(ptx: str, args: list, kw: dict) -> list[str] | str:
+    """Every finding of one launch on fresh copies of ``args`` (or the error)."""
+    try:
+        found = sim.launch(ptx, *[a.copy() for a in args], **kw, check="all")
+    except sim.SimError as e:           # a mutant may hang or fault
+        return f"{type(e).__name__}: {e}"
+    return [f.message for f in found]
+
+
+@pytest.mark.parametrize("capability", CAPABILITIES)
+def test_coarse_shadow_cells_agree_with_byte_cells_on_mutants(capability: int, monkeypatch) -> None:
+    """The pipelined matmul with each of its barriers and waits deleted in turn:
+    the sanitizer's coarse cells (16 bytes, split on partial accesses) find
+    what one cell per byte finds, message for message."""
+    from jaxptx.sim.core.sanitizer import values
+    kernel = compile_ptx(_pipelined_matmul, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32",
+                                             "N": "i32", "K": "i32", "BM": "constexpr", "BN": "constexpr",
+                                             "BK": "constexpr"}, {"BM": 64, "BN": 64, "BK": 32}, capability,
+                         divisible=tuple(range(6)))
+    ptx = kernel.asm["ptx"]
+    rng = np.random.default_rng(4)
+    args = [rng.standard_normal((128, 256)).astype(np.float16), rng.standard_normal((256, 64)).astype(np.float16),
+            np.zeros((128, 64), np.float32), np.int32(128), np.int32(64), np.int32(256), *extra_params(ptx, 6)]
+    args = [np.asarray(a) for a in args]
+    kw = dict(grid=(2, 1, 1), block=(128, 1, 1), smem=kernel.metadata.shared)
+    lines = ptx.splitlines()
+    barriers = [i for i, line in enumerate(lines)
+                if line.strip().startswith(("bar.sync", "cp.async.wait_group", "wgmma.wait_group"))]
+    assert len(barriers) >= 3
+    found = 0
+    for i in barriers:
+        mutant = "\n".join(lines[:i] + lines[i + 1:])
+        coarse = _findings(mutant, args, kw)
+        monkeypatch.setattr(values, "GRAIN", 1)
+        assert _findings(mutant, args, kw) == coarse, lines[i]
+        monkeypatch.undo()
+        found += bool(coarse) and not isinstance(coarse, str)
+    assert found >= 2
