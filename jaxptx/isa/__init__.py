@@ -2,7 +2,8 @@
 
 ``INSTRUCTIONS`` holds one :class:`Inst` per syntax form; ``BY_OPCODE``
 indexes them. The DSL namespace, the validator, the parser's checks and the
-emulator all read this table.
+emulator all read this table; ``UNITS`` says what each emulator operation
+is for the profiler and the sanitizer.
 """
 
 from ._counts import COUNTS as COUNTS
@@ -34,3 +35,5 @@ from ._targets import Target as Target
 from ._targets import default_version as default_version
 from ._targets import parse_target as parse_target
 from ._targets import parse_version as parse_version
+from ._units import UNITS as UNITS
+from ._units import Unit as Unit

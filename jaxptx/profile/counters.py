@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import ir
+from ..isa import UNITS
 from . import mix, requests
 from .requests import LineCounts
 
@@ -123,7 +124,7 @@ class Counter:
         """FLOPs of a tensor-core instruction: per warp (``mma.sync``,
         ``wmma``), per warpgroup (``wgmma``) or per issuing thread
         (``tcgen05.mma``, whose shape is in its instruction descriptor)."""
-        if kind.name in ("tcgen05_mma", "tcgen05_mma_sp"):
+        if UNITS[kind.name].async_reads == "tcgen05":      # tcgen05.mma: the shape is in its descriptor
             flops = _tcgen05_flops(self, pc, taken)
             for elem, f in flops.items():
                 self.tensor_flops[elem] = self.tensor_flops.get(elem, 0) + f

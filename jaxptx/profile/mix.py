@@ -22,6 +22,8 @@ import dataclasses
 import re
 from typing import Any
 
+from ..isa import UNITS, Unit
+
 __all__ = ["Kind", "kind_of", "CLASSES"]
 
 CLASSES = ("integer", "fp32", "fp64", "fp16", "fp16x2", "sfu", "convert", "move", "tensor", "memory.global",
@@ -29,24 +31,6 @@ CLASSES = ("integer", "fp32", "fp64", "fp16", "fp16x2", "sfu", "convert", "move"
            "memory.async_copy", "memory.tma", "tensor_memory", "warp", "sync", "control", "other")
 """Every instruction class, in the order tables print them."""
 
-_CONTROL = {"bra", "brx_idx", "call", "ret", "exit", "trap"}
-_BARRIER_WAITS = {"bar_sync", "bar_red", "barrier_cluster_wait"}
-_MBARRIER_WAITS = {"mbarrier_try_wait", "mbarrier_try_wait_parity", "mbarrier_test_wait",
-                   "mbarrier_test_wait_parity"}
-_FENCES = {"fence", "fence_proxy", "tcgen05_fence", "wgmma_fence", "tensormap_cp_fenceproxy"}
-_SYNC = _BARRIER_WAITS | _MBARRIER_WAITS | _FENCES | {
-    "bar_arrive", "barrier_cluster_arrive", "bar_warp_sync", "wgmma_commit_group", "wgmma_wait_group",
-    "cp_async_commit_group", "cp_async_wait_group", "cp_async_bulk_commit_group", "cp_async_bulk_wait_group",
-    "tcgen05_commit", "tcgen05_wait", "cp_async_mbarrier_arrive"}
-_WARP = {"shfl_sync", "vote_sync", "redux_sync", "activemask", "elect_sync", "match_all_sync", "match_any_sync"}
-_TENSOR = {"mma_sync", "wgmma_mma_async", "tcgen05_mma", "tcgen05_mma_sp", "wmma_mma"}
-_LSU = {"ld", "st", "atom", "atom_cas", "red", "cp_async", "ldmatrix", "stmatrix", "wmma_load", "wmma_store"}
-_TMA = {"cp_async_bulk", "cp_async_bulk_tensor", "cp_async_bulk_prefetch"}
-_TMEM = {"tcgen05_ld", "tcgen05_st", "tcgen05_cp", "tcgen05_shift", "tcgen05_alloc", "tcgen05_dealloc",
-         "tcgen05_relinquish"}
-_MOVE = {"mov", "cvta", "mapa", "getctarank", "createpolicy", "tensormap_replace"}
-_CONVERT = {"cvt", "cvt_pack"}
-_SFU = {"rcp", "sqrt", "rsqrt", "sin", "cos", "lg2", "ex2", "tanh"}
 _FLOP1 = {"add", "sub", "mul"}
 _FLOP2 = {"fma"}
 _SPACES = {"global": "global", "shared": "shared", "shared::cta": "shared", "shared::cluster": "shared",
@@ -108,32 +92,14 @@ def kind_of(r: Any, ins: Any = None) -> Kind:
         return Kind(name, "control" if name in ("ret", "exit", "bra", "call") else "other")
     sim = r.inst.sim
     mods = tuple(r.values.values())
-    if sim in _CONTROL:
-        return Kind(sim, "control")
-    if sim in _SYNC:
-        sync = "barrier" if sim in _BARRIER_WAITS else "mbarrier" if sim in _MBARRIER_WAITS else \
-            "fence" if sim in _FENCES else None
-        return Kind(sim, "sync", sync=sync)
-    if sim.startswith("mbarrier"):
-        return Kind(sim, "sync")
-    if sim in _WARP:
-        return Kind(sim, "warp")
-    if sim in _TENSOR:
-        return _tensor(sim, mods)
-    if sim in _LSU:
-        space = "shared" if sim in ("ldmatrix", "stmatrix") else _space(mods)
-        cls = "memory.async_copy" if sim == "cp_async" else f"memory.{space}"
-        return Kind(sim, cls, traffic="lsu")
-    if sim in _TMA:
-        return Kind(sim, "memory.tma", traffic="tma")
-    if sim in _TMEM:
-        return Kind(sim, "tensor_memory", traffic="tensor" if sim == "tcgen05_cp" else "none")
-    if sim in _MOVE:
-        return Kind(sim, "move")
-    if sim in _CONVERT:
-        return Kind(sim, "convert")
+    unit = UNITS.get(sim)
+    if unit is not None and unit.cls != "sfu":
+        if unit.cls == "tensor":
+            return _tensor(sim, unit, mods)
+        cls = f"memory.{_space(mods)}" if unit.cls == "memory" else unit.cls
+        return Kind(sim, cls, traffic=unit.traffic, sync=unit.wait)
     t = _first_type(r)
-    if sim in _SFU and "approx" in mods:
+    if unit is not None and "approx" in mods:
         return Kind(sim, "sfu")
     if t is not None and t.kind == "f":
         lanes = t.lanes if t.lanes else 1
@@ -147,16 +113,14 @@ def kind_of(r: Any, ins: Any = None) -> Kind:
             cls = "fp32"
         per = 1 if sim in _FLOP1 else 2 if sim in _FLOP2 else 0
         return Kind(sim, cls, flops_per_lane=per * lanes)
-    if sim in ("nanosleep", "prefetch", "pmevent", "griddepcontrol", "setmaxnreg", "brkpt"):
-        return Kind(sim, "other")
     return Kind(sim, "integer")
 
 
-def _tensor(sim: str, mods: tuple[str, ...]) -> Kind:
+def _tensor(sim: str, unit: Unit, mods: tuple[str, ...]) -> Kind:
     element = next((e for e in _ELEMENTS if e in mods), "f16")
-    if sim in ("tcgen05_mma", "tcgen05_mma_sp"):   # sparse: counted as the dense product it stands for
-        return Kind(sim, "tensor", traffic="tensor", flops_per_issue=0, element=element)
+    if unit.async_reads == "tcgen05":   # the shape is in the instruction descriptor (sparse: the dense product)
+        return Kind(sim, "tensor", traffic=unit.traffic, flops_per_issue=0, element=element)
     shape = next((_SHAPE.match(m) for m in mods if _SHAPE.match(m)), None)
     flops = 2 * int(shape[1]) * int(shape[2]) * int(shape[3]) if shape else 0
-    return Kind(sim, "tensor", traffic="tensor" if sim == "wgmma_mma_async" else "none",
-                flops_per_issue=flops, per_warpgroup=sim == "wgmma_mma_async", element=element)
+    return Kind(sim, "tensor", traffic=unit.traffic, flops_per_issue=flops,
+                per_warpgroup=unit.async_reads == "wgmma", element=element)

@@ -19,14 +19,16 @@ from typing import Any
 
 import numpy as np
 
+from ..isa import UNITS
 from ._draw import figure_with_data, pyplot
 
 __all__ = ["PipelineTrace", "record_pipeline", "pipeline_timeline", "EVENT_KINDS"]
 
-# Semantics names recorded as issue events, by the kind they are drawn as.
+# Semantics names recorded as issue events, by the kind they are drawn as
+# (the MMAs: every form that reads shared memory through the async proxy).
 EVENT_KINDS: dict[str, str] = {
     "cp_async_bulk_tensor": "TMA copy", "cp_async_bulk": "bulk copy",
-    "wgmma_mma_async": "MMA issue", "tcgen05_mma": "MMA issue",
+    **{sim: "MMA issue" for sim, unit in UNITS.items() if unit.cls == "tensor" and unit.async_reads},
     "wgmma_commit_group": "commit", "tcgen05_commit": "commit",
     "mbarrier_arrive": "arrive", "mbarrier_arrive_expect_tx": "arrive", "mbarrier_arrive_noComplete": "arrive",
     "mbarrier_try_wait_parity": "wait", "mbarrier_try_wait": "wait", "mbarrier_test_wait_parity": "wait",
@@ -124,7 +126,7 @@ def record_pipeline() -> Iterator[PipelineTrace]:
     trace = PipelineTrace()
     rec = _Recorder(trace)
     names = [n for n in SEMANTICS if n in EVENT_KINDS or n.startswith(("mbarrier_", "cp_async_bulk"))
-             or n in ("tcgen05_commit", "tcgen05_mma", "cp_async_mbarrier_arrive")]
+             or n == "cp_async_mbarrier_arrive"]
     saved = {n: SEMANTICS[n] for n in names}
     try:
         for n in names:

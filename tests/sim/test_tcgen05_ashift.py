@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tcgen05_mma_harness import BITS, idesc, place, run, to_bits
+from tcgen05_mma_harness import BITS, idesc, mma_kernel, place, run, to_bits
 from test_tcgen05_mma import CODES, LOADS, PARAMS, f32, values
 
+from jaxptx import sim
 from jaxptx.sim import SimError
 
 A_COL = 40          # A's first tensor-memory column; D from column 0
@@ -168,3 +169,30 @@ def test_sparse_a_shifts_its_stored_values_not_the_metadata() -> None:
     np.testing.assert_array_equal(f32(out[:, :n]), want)
     np.testing.assert_array_equal(out[:, sp.A_COL:sp.A_COL + 8], shifted(tm[:, sp.A_COL:sp.A_COL + 8]))
     np.testing.assert_array_equal(out[:, sp.META_COL:], tm[:, sp.META_COL:])
+
+
+@pytest.mark.parametrize("form", ["", ".ashift"])
+def test_the_sanitizer_and_the_profiler_see_ashift_as_an_mma(form: str) -> None:
+    """The harness copies B into shared memory with plain stores and no
+    ``fence.proxy.async``: the sanitizer reports it for the plain and the
+    ``.ashift`` MMA alike (both read B through the async proxy) and nothing
+    once the fence is there; the profiler counts either as tensor work."""
+    n, k = 32, 16
+    A, B = values("f16", (128, k)), values("f16", (k, n))
+    tm = tensor_memory(a_words(A, "f16"))
+    img = np.zeros(32768, np.uint8)
+    db = b_image(img, B, "f16")
+    word = np.uint32(idesc(0, 0, 1, 128, n))
+    line = (f"add.u32 %r24, %taddr, {A_COL};\n    "
+            f"tcgen05.mma.cta_group::1.kind::f16{form} [%taddr], [%r24], %rd22, %r21, %p7;")
+    text = mma_kernel(LOADS + line, WIDTH, img.size, params=PARAMS)
+    text = text.replace("    .reg .pred %p<8>;", "    .reg .pred %p<8>;\n    .reg .b32 %taddr;")
+    args = (np.uint64(0), np.uint64(db), word, np.uint32(0))
+
+    def launch(kernel: str, **kw):
+        return sim.launch(kernel, img.copy(), tm.copy().reshape(-1), np.zeros(tm.size, np.uint32), *args,
+                          block=(128, 1, 1), grid=(1, 1, 1), cluster=(1, 1, 1), **kw)
+    found = launch(text, check="all")
+    assert [f.kind for f in found] == ["proxy"] and "tcgen05.mma" in found[0].line, found
+    assert launch(text.replace("COPIED:\n", "COPIED:\n    fence.proxy.async.shared::cta;\n"), check="all") == []
+    assert launch(text, profile=True).tensor_flops == {"f16": 2 * 128 * n * k}

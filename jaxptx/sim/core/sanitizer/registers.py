@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from .... import ir
-from .values import WGMMA_REGS, bits_of, register_move
+from .values import ASYNC_RESULTS, bits_of, register_move
 
 __all__ = ["RegisterChecks"]
 
@@ -46,7 +46,7 @@ class RegisterChecks:
             self.report("uninitialised", f"read of uninitialised register {name} at {self.at(t, pc)}",
                         self.line(pc))
         pending = self.pending_regs.get(name)
-        if pending is not None and self.sim not in WGMMA_REGS:
+        if pending is not None and ASYNC_RESULTS.get(self.sim) != "wgmma":   # (wgmma chains accumulate in flight)
             kind, tag, pcs = pending
             sel = tag[threads]
             late = sel >= (self.wg_done if kind == "wgmma" else self.ld_done)[threads]
@@ -65,8 +65,7 @@ class RegisterChecks:
         if done is None:
             return
         done[threads] = True
-        kind = ("wgmma" if self.sim in WGMMA_REGS else
-                "tcgen05" if self.sim == "tcgen05_ld" else None)
+        kind = ASYNC_RESULTS.get(self.sim)
         pending = self.pending_regs.get(name)
         if kind is None:
             if pending is not None:

@@ -5,17 +5,20 @@ from __future__ import annotations
 import numpy as np
 
 from .... import ir
+from ....isa import UNITS
 
-__all__ = ["ASYNC_READERS", "WGMMA_REGS", "MASKED", "SCOPES", "register_move", "bits_of", "bytes_of",
+__all__ = ["ASYNC_READERS", "ASYNC_RESULTS", "MASKED", "SCOPES", "register_move", "bits_of", "bytes_of",
            "pack_at", "unpack_at", "distinct", "repeated", "orders_ctas", "remote_mbarrier", "GRAIN",
            "grain_of", "fitting_grain", "cells", "expand", "as_cells", "differ"]
 
-# Instructions whose shared-memory reads are async-proxy reads, in flight
-# until the issuing thread waits: the wait that resolves them.
-ASYNC_READERS = {"wgmma_mma_async": "wgmma", "tcgen05_mma": "tcgen05", "tcgen05_mma_sp": "tcgen05",
-                 "tcgen05_cp": "tcgen05"}
-WGMMA_REGS = ("wgmma_mma_async",)
-MASKED = frozenset(["shfl_sync", "vote_sync", "match_all_sync", "match_any_sync", "redux_sync"])
+# From the instruction table (jaxptx.isa.UNITS), by emulator operation:
+# shared-memory reads by the async proxy, in flight until the issuing thread
+# waits (the kind of wait that resolves them); registers written
+# asynchronously (the kind of wait that defines them); warp collectives over
+# a member mask.
+ASYNC_READERS = {sim: u.async_reads for sim, u in UNITS.items() if u.async_reads}
+ASYNC_RESULTS = {sim: u.async_results for sim, u in UNITS.items() if u.async_results}
+MASKED = frozenset(sim for sim, u in UNITS.items() if u.member_mask)
 
 
 def register_move(ins: ir.Instruction) -> bool:
