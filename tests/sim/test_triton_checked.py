@@ -1,9 +1,11 @@
-"""Triton output for sm_80 and sm_90a runs clean under the sanitizer and
-right (issue 12): softmax, layer norm and a pipelined matmul (``cp.async``
-with ``mma.sync`` for sm_80, ``wgmma`` for sm_90a), each launched with
-``check=True`` and compared with numpy. (Flash attention and the TMA matmul
-are checked in :mod:`test_triton_sm100`.) Skipped when triton is not
-installed (``pip install triton`` to run these)."""
+"""Kernels compiled by a real compiler run right and clean under the
+sanitizer: Triton compiles to PTX on this CPU-only machine, and each kernel
+is launched with ``check=True`` and compared with numpy — softmax and layer
+norm for sm_80, sm_90a and sm_100a (three-input ``max.f32``, ``redux.sync``
+on ``.f32``, packed ``.f32x2``), a matmul on ``mma.sync`` and a pipelined one
+(``cp.async`` with ``mma.sync`` for sm_80, ``wgmma`` for sm_90a). Flash
+attention, the TMA and the tcgen05 matmuls are in :mod:`test_triton_sm100`.
+Skipped when triton is not installed (``pip install triton`` to run these)."""
 
 from __future__ import annotations
 
@@ -15,17 +17,30 @@ from jaxptx import sim
 triton = pytest.importorskip("triton", reason="triton is not installed (pip install triton)")
 tl = pytest.importorskip("triton.language")
 
-from triton_compile import compile_ptx, extra_params, layer_norm_kernel, softmax_kernel  # noqa: E402
+from triton_compile import (  # noqa: E402
+    MATMUL_SIGNATURE, compile_ptx, extra_params, layer_norm_kernel, matmul_kernel, matmul_operands,
+    softmax_kernel)
 
-CAPABILITIES = [80, 90]
+CAPABILITIES = [80, 90]           # the pipelined matmul's builds
 
 
-@pytest.mark.parametrize("capability", CAPABILITIES)
+# What each build must use (the sm_100a builds: three-input max.f32,
+# redux.sync on f32, packed f32x2 arithmetic).
+_SOFTMAX_USES = {80: (), 90: (), 100: ("redux.sync.max.f32",)}
+_LAYER_NORM_USES = {80: (), 90: (), 100: ("f32x2",)}
+
+
+@pytest.mark.parametrize("capability", [80, 90, 100])
 def test_softmax(capability: int) -> None:
     kernel = compile_ptx(softmax_kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32", "n_cols": "i32",
                                           "BLOCK": "constexpr"}, {"BLOCK": 1024}, capability)
     ptx = kernel.asm["ptx"]
+    for name in _SOFTMAX_USES[capability]:
+        assert name in ptx, name
+    if capability == 100:
+        assert any(line.count(",") == 3 for line in ptx.splitlines() if "max.f32" in line and "redux" not in line)
     x = np.random.default_rng(1).standard_normal((16, 1000)).astype(np.float32)
+    x[3, 17] = 40.0                   # a maximum in one lane only
     y = np.zeros_like(x)
     sim.launch(ptx, x, y, np.int32(1000), *extra_params(ptx, 3), grid=(16, 1, 1), block=(128, 1, 1),
                smem=kernel.metadata.shared, check=True)
@@ -33,12 +48,14 @@ def test_softmax(capability: int) -> None:
     np.testing.assert_allclose(y, ref / ref.sum(1, keepdims=True), rtol=2e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("capability", CAPABILITIES)
+@pytest.mark.parametrize("capability", [80, 90, 100])
 def test_layer_norm(capability: int) -> None:
     kernel = compile_ptx(layer_norm_kernel, {"x_ptr": "*fp32", "w_ptr": "*fp32", "b_ptr": "*fp32",
                                              "y_ptr": "*fp32", "n_cols": "i32", "eps": "fp32",
                                              "BLOCK": "constexpr"}, {"BLOCK": 1024}, capability)
     ptx = kernel.asm["ptx"]
+    for name in _LAYER_NORM_USES[capability]:
+        assert name in ptx, name
     rng = np.random.default_rng(3)
     x = (rng.standard_normal((16, 1000)) * 3 + 1).astype(np.float32)
     w, b = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
@@ -48,6 +65,16 @@ def test_layer_norm(capability: int) -> None:
     xd = x.astype(np.float64)
     ref = (xd - xd.mean(1, keepdims=True)) / np.sqrt(xd.var(1, keepdims=True) + 1e-5) * w + b
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_uses_mma_sync() -> None:
+    kernel = compile_ptx(matmul_kernel, MATMUL_SIGNATURE, {"BM": 32, "BN": 32, "BK": 32}, 80)
+    ptx = kernel.asm["ptx"]
+    assert "mma.sync.aligned.m16n8k16" in ptx
+    a, b, c = matmul_operands(64, 64, 64, seed=2)
+    sim.launch(ptx, a, b, c, np.int32(64), np.int32(64), np.int32(64), *extra_params(ptx, 6),
+               grid=(2, 2, 1), block=(128, 1, 1), smem=kernel.metadata.shared, check=True)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-4)
 
 
 @triton.jit
@@ -64,21 +91,25 @@ def _pipelined_matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.con
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
 
 
-@pytest.mark.parametrize("capability, instructions", [(80, ("mma.sync", "cp.async")), (90, ("wgmma.mma_async",))])
-def test_pipelined_matmul(capability: int, instructions: tuple[str, ...]) -> None:
-    kernel = compile_ptx(_pipelined_matmul, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32",
-                                         "N": "i32", "K": "i32", "BM": "constexpr", "BN": "constexpr",
-                                         "BK": "constexpr"}, {"BM": 64, "BN": 64, "BK": 32}, capability,
+def _pipelined(capability: int):
+    """The pipelined matmul for ``sm_<capability>``, its pointers aligned and
+    sizes multiples of 16 (as Triton's launcher specialises them), and its
+    arguments for a 128 x 64 x 256 product (grid (2, 1, 1))."""
+    kernel = compile_ptx(_pipelined_matmul, MATMUL_SIGNATURE, {"BM": 64, "BN": 64, "BK": 32}, capability,
                          divisible=tuple(range(6)))
     ptx = kernel.asm["ptx"]
+    a, b, c = matmul_operands(128, 64, 256, seed=4)
+    args = [a, b, c, np.int32(128), np.int32(64), np.int32(256), *extra_params(ptx, 6)]
+    return ptx, args, dict(grid=(2, 1, 1), block=(128, 1, 1), smem=kernel.metadata.shared)
+
+
+@pytest.mark.parametrize("capability, instructions", [(80, ("mma.sync", "cp.async")), (90, ("wgmma.mma_async",))])
+def test_pipelined_matmul(capability: int, instructions: tuple[str, ...]) -> None:
+    ptx, args, kw = _pipelined(capability)
     for name in instructions:
         assert name in ptx, name
-    rng = np.random.default_rng(4)
-    a = rng.standard_normal((128, 256)).astype(np.float16)
-    b = rng.standard_normal((256, 64)).astype(np.float16)
-    c = np.zeros((128, 64), np.float32)
-    sim.launch(ptx, a, b, c, np.int32(128), np.int32(64), np.int32(256), *extra_params(ptx, 6),
-               grid=(2, 1, 1), block=(128, 1, 1), smem=kernel.metadata.shared, check=True)
+    sim.launch(ptx, *args, **kw, check=True)
+    a, b, c = args[:3]
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-4)
 
 
@@ -97,16 +128,7 @@ def test_coarse_shadow_cells_agree_with_byte_cells_on_mutants(capability: int, m
     the sanitizer's coarse cells (16 bytes, split on partial accesses) find
     what one cell per byte finds, message for message."""
     from jaxptx.sim.core.sanitizer import values
-    kernel = compile_ptx(_pipelined_matmul, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32",
-                                             "N": "i32", "K": "i32", "BM": "constexpr", "BN": "constexpr",
-                                             "BK": "constexpr"}, {"BM": 64, "BN": 64, "BK": 32}, capability,
-                         divisible=tuple(range(6)))
-    ptx = kernel.asm["ptx"]
-    rng = np.random.default_rng(4)
-    args = [rng.standard_normal((128, 256)).astype(np.float16), rng.standard_normal((256, 64)).astype(np.float16),
-            np.zeros((128, 64), np.float32), np.int32(128), np.int32(64), np.int32(256), *extra_params(ptx, 6)]
-    args = [np.asarray(a) for a in args]
-    kw = dict(grid=(2, 1, 1), block=(128, 1, 1), smem=kernel.metadata.shared)
+    ptx, args, kw = _pipelined(capability)
     lines = ptx.splitlines()
     barriers = [i for i, line in enumerate(lines)
                 if line.strip().startswith(("bar.sync", "cp.async.wait_group", "wgmma.wait_group"))]

@@ -1,11 +1,11 @@
-"""Blackwell kernels compiled by a real compiler run correctly: Triton 3.9
-compiles to sm_100a PTX on this CPU-only machine (packed ``.f32x2``
-arithmetic, three-input ``max.f32``, ``redux.sync`` on ``.f32``, ``tcgen05``
-for ``tl.dot``), and the emulator runs the result against numpy; causal flash
-attention and a matmul with device-built tensor maps also run for sm_90a
-(``wgmma``), and the attention for sm_80 (``mma.sync``). Skipped when
-triton is not installed (it is not a test dependency: ``pip install triton``
-to run these)."""
+"""Tensor-core kernels compiled by a real compiler run correctly: Triton 3.9
+compiles ``tl.dot`` to ``tcgen05`` for sm_100a on this CPU-only machine, and
+the emulator runs the result against numpy; causal flash attention and a
+matmul with device-built tensor maps also run for sm_90a (``wgmma``), and
+the attention for sm_80 (``mma.sync``). (Softmax, layer norm and the
+``mma.sync``/``wgmma`` matmuls are in :mod:`test_triton_checked`.) Skipped
+when triton is not installed (it is not a test dependency: ``pip install
+triton`` to run these)."""
 
 from __future__ import annotations
 
@@ -18,56 +18,18 @@ triton = pytest.importorskip("triton", reason="triton is not installed (pip inst
 tl = pytest.importorskip("triton.language")
 
 from triton_compile import (  # noqa: E402
-    causal_attention_kernel, compile_ptx, extra_params, layer_norm_kernel, matmul_kernel, softmax_kernel)
+    MATMUL_SIGNATURE, causal_attention_kernel, compile_ptx, extra_params, matmul_kernel, matmul_operands)
 
 
 def _compile(fn, signature: dict, constexprs: dict, num_warps: int = 4):
     return compile_ptx(fn, signature, constexprs, 100, num_warps)
 
 
-def test_triton_sm100_softmax_uses_three_input_max_and_f32_redux() -> None:
-    kernel = _compile(softmax_kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32", "n_cols": "i32", "BLOCK": "constexpr"},
-                      {"BLOCK": 1024})
-    ptx = kernel.asm["ptx"]
-    assert ".target sm_100a" in ptx and "redux.sync.max.f32" in ptx
-    assert any(line.count(",") == 3 for line in ptx.splitlines() if "max.f32" in line and "redux" not in line)
-    x = np.random.default_rng(1).standard_normal((32, 1000)).astype(np.float32)
-    x[3, 17] = 40.0                   # a maximum in one lane only
-    y = np.zeros_like(x)
-    sim.launch(ptx, x, y, np.int32(1000), *extra_params(ptx, 3), grid=(32, 1, 1), block=(128, 1, 1),
-               smem=kernel.metadata.shared, check=True)
-    ref = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
-    ref /= ref.sum(1, keepdims=True)
-    np.testing.assert_allclose(y, ref, rtol=2e-6, atol=1e-8)
-
-
-def test_triton_sm100_layer_norm_uses_packed_f32x2() -> None:
-    kernel = _compile(layer_norm_kernel, {"x_ptr": "*fp32", "w_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": "*fp32",
-                                    "n_cols": "i32", "eps": "fp32", "BLOCK": "constexpr"}, {"BLOCK": 1024})
-    ptx = kernel.asm["ptx"]
-    assert "f32x2" in ptx
-    rng = np.random.default_rng(3)
-    x = (rng.standard_normal((16, 1000)) * 3 + 1).astype(np.float32)
-    w, b = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
-    y = np.zeros_like(x)
-    sim.launch(ptx, x, w, b, y, np.int32(1000), np.float32(1e-5), *extra_params(ptx, 6),
-               grid=(16, 1, 1), block=(128, 1, 1), smem=kernel.metadata.shared, check=True)
-    xd = x.astype(np.float64)
-    mean = xd.mean(1, keepdims=True)
-    ref = (xd - mean) / np.sqrt(xd.var(1, keepdims=True) + 1e-5) * w + b
-    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
-
-
 def test_triton_sm100_matmul_uses_tcgen05() -> None:
-    kernel = _compile(matmul_kernel, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32", "N": "i32",
-                                "K": "i32", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"},
-                      {"BM": 128, "BN": 64, "BK": 64})
+    kernel = _compile(matmul_kernel, MATMUL_SIGNATURE, {"BM": 128, "BN": 64, "BK": 64})
     ptx = kernel.asm["ptx"]
     assert "tcgen05.mma" in ptx and "tcgen05.ld" in ptx
-    rng = np.random.default_rng(4)
-    a = rng.standard_normal((128, 256)).astype(np.float16)
-    b = rng.standard_normal((256, 128)).astype(np.float16)
-    c = np.zeros((128, 128), np.float32)
+    a, b, c = matmul_operands(128, 128, 256, seed=4)
     sim.launch(ptx, a, b, c, np.int32(128), np.int32(128), np.int32(256), *extra_params(ptx, 6),
                grid=(1, 2, 1), block=(128, 1, 1), smem=kernel.metadata.shared, check=True)
     ref = a.astype(np.float64) @ b.astype(np.float64)
@@ -135,14 +97,10 @@ def test_triton_matmul_with_device_built_tensor_maps(capability) -> None:
     """TMA descriptors made on the device (tensormap.replace into global
     scratch, then cp.async.bulk.tensor loads and a TMA store)."""
     M, N, K = 256, 128, 256
-    kernel = compile_ptx(_matmul_descriptors, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32",
-                                               "N": "i32", "K": "i32", "BM": "constexpr", "BN": "constexpr",
-                                               "BK": "constexpr"}, {"BM": 128, "BN": 64, "BK": 64}, capability)
+    kernel = compile_ptx(_matmul_descriptors, MATMUL_SIGNATURE, {"BM": 128, "BN": 64, "BK": 64}, capability)
     ptx = kernel.asm["ptx"]
     assert "tensormap.replace" in ptx and "cp.async.bulk.tensor" in ptx
-    rng = np.random.default_rng(2)
-    a, b = rng.standard_normal((M, K)).astype(np.float16), rng.standard_normal((K, N)).astype(np.float16)
-    c = np.zeros((M, N), np.float32)
+    a, b, c = matmul_operands(M, N, K, seed=2)
     blocks = (M // 128) * (N // 64)
     scratch = np.zeros(kernel.metadata.global_scratch_size * blocks, np.uint8)
     findings = sim.launch(ptx, a, b, c, np.int32(M), np.int32(N), np.int32(K), scratch, *extra_params(ptx, 7),
@@ -171,9 +129,7 @@ def test_triton_sm100_warp_specialised_persistent_matmul() -> None:
     whose .branchtargets list starts on the next line), a 3-stage mbarrier
     pipeline feeding tcgen05.mma, two persistent CTAs over four tiles."""
     M = N = K = 256
-    kernel = _compile(_persistent_matmul, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32",
-                                           "N": "i32", "K": "i32", "BM": "constexpr", "BN": "constexpr",
-                                           "BK": "constexpr"}, {"BM": 128, "BN": 128, "BK": 64})
+    kernel = _compile(_persistent_matmul, MATMUL_SIGNATURE, {"BM": 128, "BN": 128, "BK": 64})
     ptx = kernel.asm["ptx"]
     assert all(x in ptx for x in ("tcgen05.mma", "setmaxnreg", "brx.idx", "mbarrier.try_wait"))
     rng = np.random.default_rng(3)

@@ -37,6 +37,18 @@ def extra_params(ptx: str, given: int) -> list[np.ndarray]:
     return [np.zeros(16, np.uint8) for _ in range(count - given)]
 
 
+MATMUL_SIGNATURE = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
+                    "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"}
+"""The signature of the matmul kernels: C (M, N) f32 = A (M, K) @ B (K, N), f16."""
+
+
+def matmul_operands(m: int, n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random f16 A (m, k) and B (k, n), and a zero f32 C (m, n)."""
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((m, k)).astype(np.float16), rng.standard_normal((k, n)).astype(np.float16),
+            np.zeros((m, n), np.float32))
+
+
 @triton.jit
 def softmax_kernel(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
     row = tl.program_id(0)
