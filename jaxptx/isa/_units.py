@@ -69,8 +69,8 @@ UNITS: dict[str, Unit] = {
             "mbarrier_arrive_drop_expect_tx mbarrier_arrive_drop_noComplete mbarrier_arrive_expect_tx "
             "mbarrier_arrive_noComplete mbarrier_complete_tx mbarrier_expect_tx mbarrier_init mbarrier_inval "
             "mbarrier_pending_count", Unit("sync")),
-    **_each("shfl_sync vote_sync match_all_sync match_any_sync redux_sync", Unit("warp", member_mask=True)),
-    **_each("activemask elect_sync", Unit("warp")),
+    **_each("shfl_sync vote_sync match_all_sync match_any_sync redux_sync elect_sync", Unit("warp", member_mask=True)),
+    "activemask": Unit("warp"),
     "mma_sync": Unit("tensor"),
     "wmma_mma": Unit("tensor"),
     "wgmma_mma_async": Unit("tensor", traffic="tensor", async_reads="wgmma", async_results="wgmma"),

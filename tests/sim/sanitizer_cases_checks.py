@@ -107,6 +107,17 @@ DONE:
 DONE:
 """, "divergence", const(0xAAAA, 16), block=32),
 
+    Case("elect.sync whose member mask names exited lanes", """
+    setp.ge.u32 %p2, %r1, 16;
+    @%p2 bra DONE;
+    elect.sync %r13|%p3, [[0xffffffff||0x0000ffff]];    //@L
+    selp.u32 %r14, 1, 0, %p3;
+    add.u32 %r13, %r13, %r14;
+    st.global.u32 [%rd4], %r13;
+DONE:
+""", "divergence", lambda inp, g, b: np.r_[1, np.zeros(15), np.zeros(16)].astype(np.uint32), block=32,
+        arch="sm_90a"),
+
     Case("split .aligned barrier within a warp: half arrives, half syncs", """
     setp.lt.u32 %p2, %r1, 16;
     @!%p2 bra CONSUMER;

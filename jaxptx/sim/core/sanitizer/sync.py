@@ -153,8 +153,9 @@ class SyncChecks:
 
     def member_mask(self, s, waits: bool = False) -> None:
         """``shfl.sync``/``vote.sync``/``match.sync``/``redux.sync``/
-        ``bar.warp.sync``: every lane the member mask names must execute the
-        instruction with the thread, and the thread must be in its mask."""
+        ``elect.sync``/``bar.warp.sync``: every lane the member mask names
+        must execute the instruction with the thread, and the thread must be
+        in its mask."""
         mask = s.src(len(s.ins.operands) - 1).astype(np.int64) & 0xFFFFFFFF
         th = s.threads
         lane = th % self.ntid % 32
