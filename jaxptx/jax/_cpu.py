@@ -119,12 +119,14 @@ class _Launch:
         self.module, self.entry, self.shape = module, entry, shape
         self.scalars, self.maps = scalars, maps
 
-    def run(self, buffers: list[np.ndarray], params: list[int]) -> list[bytes]:
+    def run(self, buffers: list[np.ndarray], params: list[int]) -> tuple[list[bytes], list[np.ndarray]]:
         """Launch on a fresh device holding ``buffers`` (one per distinct
         XLA buffer; ``params[i]`` is the buffer of pointer parameter i);
-        return each buffer's bytes afterwards."""
+        return each buffer's bytes afterwards, and which of them plain
+        stores wrote."""
         device = sim.Device()
         addresses = [device.to_device(b) for b in buffers]
+        device.track_stores()
         pointers = [addresses[b] for b in params]
         maps = [m.encode(pointers[m.arg]) for m in self.maps]
         check = sim.check_mode()      # explicit here: "all" raises below rather than returning
@@ -135,7 +137,8 @@ class _Launch:
         if findings:
             raise sim.SanitizerError(f"{len(findings)} sanitizer findings:\n" +
                                      "\n".join(f.message for f in findings), findings)
-        return [device.read(a, b.nbytes) for a, b in zip(addresses, buffers)]
+        return ([device.read(a, b.nbytes) for a, b in zip(addresses, buffers)],
+                [device.stored(a, b.nbytes) for a, b in zip(addresses, buffers)])
 
 
 def _run_checked(launch: _Launch, inputs: Sequence[memoryview], outputs: Sequence[memoryview],
@@ -148,16 +151,20 @@ def _run_checked(launch: _Launch, inputs: Sequence[memoryview], outputs: Sequenc
     # The buffers as XLA gave them: an in-place output is written during the
     # first launch, and a second launch must start from the same contents.
     initial = [np.frombuffer(b, np.uint8).copy() for b in buffers]
+    # A byte a plain store wrote is written; one still holding the sentinel
+    # that no plain store wrote may be unwritten (or written by an atomic,
+    # or hold the sentinel's value by chance): only those need a second
+    # launch with another sentinel.
     for sentinel in SENTINELS:
         fresh = _fill(initial, params, len(inputs), len(outputs), aliased, allow_unwritten,
                       sentinel)
-        result = launch.run(fresh, params)
+        result, stored = launch.run(fresh, params)
         written = [np.frombuffer(result[params[len(inputs) + j]], np.uint8)
                    for j in range(len(outputs))]
         for mv, data in zip(outputs, written):
             np.frombuffer(mv, np.uint8)[:] = data
         for j in unwritten:
-            unwritten[j] &= written[j] == sentinel
+            unwritten[j] &= (written[j] == sentinel) & ~stored[params[len(inputs) + j]]
         unwritten = {j: mask for j, mask in unwritten.items() if mask.any()}
         if not unwritten:
             return

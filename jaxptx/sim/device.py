@@ -122,6 +122,7 @@ class Device:
         self._owners: list[str | None] = []       # "alloc", "module" or None (freed)
         self._free_slots: list[int] = []
         self._modules: dict[int, tuple[ir.Module, dict[str, int]]] = {}
+        self._stored: dict[int, np.ndarray] | None = None      # allocation -> bytes plain stores wrote
 
     # memory --------------------------------------------------------------------
     def alloc(self, nbytes: int) -> int:
@@ -139,6 +140,8 @@ class Device:
         return self._allocate(int(nbytes), "alloc")
 
     def _allocate(self, nbytes: int, owner: str) -> int:
+        if self._stored is not None:
+            self._stored.pop(self._free_slots[0] if self._free_slots else len(self._buffers), None)
         if self._free_slots:
             k = heapq.heappop(self._free_slots)
             self._buffers[k], self._sizes[k], self._owners[k] = _padded(nbytes), nbytes, owner
@@ -223,6 +226,49 @@ class Device:
         if not _is_int(nbytes) or int(nbytes) < 0:
             raise SimError(f"memset: nbytes must be an int >= 0, got {nbytes!r}")
         self._bytes(address, int(nbytes), "memset")[:] = int(value)
+
+    def track_stores(self) -> None:
+        """From now on, record which bytes of device memory the plain stores
+        of every launch write (``st``, vector stores, bulk and TMA stores to
+        global memory; not atomics): see :meth:`stored`."""
+        self._stored = {}
+
+    def stored(self, address: int, nbytes: int) -> np.ndarray:
+        """Per byte of the ``nbytes`` at ``address``: whether a plain store
+        of a launch since :meth:`track_stores` wrote it (all False when
+        nothing is recorded).
+
+        Raises:
+            SimError: the range is not inside one allocation.
+        """
+        k, offset = self._locate(address, int(nbytes), "stored")
+        mask = (self._stored or {}).get(k)
+        if mask is None:
+            return np.zeros(int(nbytes), dtype=bool)
+        return mask[offset:offset + int(nbytes)].astype(bool)
+
+    def _store_recorder(self) -> Any:
+        """The memory's ``stored`` hook for a launch: it marks the bytes of
+        each store in a per-allocation mask (one scatter of ``width``-byte
+        words of 0x01 bytes per store)."""
+        index = {id(b): k for k, b in enumerate(self._buffers)}
+        stored = self._stored
+
+        def record(buf: np.ndarray, off: np.ndarray, width: int) -> None:
+            k = index.get(id(buf))
+            if k is None:                       # shared or local memory
+                return
+            mask = stored.get(k)
+            if mask is None:
+                mask = stored[k] = np.zeros(len(buf), dtype=np.uint8)
+            at = np.asarray(off, dtype=np.int64)
+            if width == 16:
+                words = mask.view(np.uint64)
+                words[at >> 3] = _ONES[8]
+                words[(at >> 3) + 1] = _ONES[8]
+            else:
+                mask.view(_ONES[width].dtype)[at // width] = _ONES[width]
+        return record
 
     def to_device(self, array: Any) -> int:
         """Allocate device memory for ``array`` (a numpy array or bytes) and
@@ -384,6 +430,8 @@ class Device:
             if v.space == "const" and v.init:
                 data = _initial_bytes(v.type, [_address(program, bases, x) for x in v.init], v.size)
                 memory.const[v.offset:v.offset + len(data)] = data
+        if self._stored is not None:
+            memory.stored = self._store_recorder()
         tune_allocator()
         check = check_mode() if check is None else valid_mode(check)
         machine = Machine(program, grid, block, memory, SEMANTICS, cluster=cluster, dynamic_smem=smem,
@@ -399,6 +447,10 @@ class Device:
             return machine.sanitizer.findings if check == "all" else None
         finally:
             machine.close()
+
+
+# A store's bytes in a :meth:`Device.track_stores` mask: a word of 0x01 bytes per width.
+_ONES = {1: np.uint8(1), 2: np.uint16(0x0101), 4: np.uint32(0x0101_0101), 8: np.uint64(0x0101_0101_0101_0101)}
 
 
 def _is_int(value: Any) -> bool:

@@ -14,7 +14,7 @@ import pytest
 from eight_devices import run_script
 
 import jaxptx.jax
-from jaxptx import Tile, kernel
+from jaxptx import Tile, kernel, sim
 from jaxptx.errors import SpecError
 from jaxptx.types import f32, s32
 
@@ -55,6 +55,26 @@ def test_declared_padding_is_zero_and_not_an_error():
 def test_bytes_equal_to_a_sentinel_are_not_unwritten():
     y = jax.jit(sentinel_writer)(np.zeros(256, np.int32))
     np.testing.assert_array_equal(y, np.full(256, -0x5A5A5A5B, np.int32))
+
+
+def test_one_launch_when_plain_stores_wrote_the_sentinel_bytes(monkeypatch):
+    """The CPU handler learns which bytes plain stores wrote: output bytes
+    holding the sentinel that a store wrote need no second launch; bytes
+    an atomic wrote with the sentinel's value do (atomics are not
+    recorded), and are not unwritten either."""
+    launches = []
+    plain = sim.Device.launch
+
+    def launch(self, *args, **kw):
+        launches.append(kw.get("kernel"))
+        return plain(self, *args, **kw)
+    monkeypatch.setattr(sim.Device, "launch", launch)
+    y = jax.jit(sentinel_writer)(np.zeros(256, np.int32))      # every byte 0xA5: the first sentinel
+    np.testing.assert_array_equal(y, np.full(256, -0x5A5A5A5B, np.int32))
+    assert len(launches) == 1
+    y, z = jax.jit(add_one_and_mark)(jnp.arange(256, dtype=jnp.float32))
+    np.testing.assert_array_equal(z, np.full(256, -0x5A5A5A5B, np.int32))
+    assert len(launches) == 3
 
 
 def test_an_in_place_output_updates_its_input_buffer():

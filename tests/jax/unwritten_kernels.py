@@ -55,11 +55,12 @@ def leak_pointer(p, x, y):
 @kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32), Tile("N", s32)),
         grid=lambda N: (N // BLOCK, 1, 1), block=(BLOCK, 1, 1), arch="sm_90a")
 def add_one_and_mark(x, y, z):
-    """y = x + 1 in place, and z = 0xA5A5A5A5 (the first sentinel: the CPU
-    handler launches twice to tell it from unwritten bytes)."""
+    """y = x + 1 in place, and z = 0xA5A5A5A5 by an atomic exchange (the
+    first sentinel, written by no plain store: the CPU handler launches
+    twice to tell it from unwritten bytes)."""
     off = _offset()
     ptx.st.global_.f32(y.ptr + off, ptx.ld.global_.f32(y.ptr + off) + 1.0)
-    ptx.st.global_.s32(z.ptr + off, -0x5A5A5A5B)
+    ptx.atom.global_.exch.b32(z.ptr + off, -0x5A5A5A5B)
 
 
 @kernel(in_specs=(Tile("M", "N", f32, Layout.TMA_128B, tma_box=(32, 32)),),

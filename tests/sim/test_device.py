@@ -322,3 +322,48 @@ def test_launching_a_kernel_object_uses_its_cluster():
     out = np.zeros(8, np.uint32)
     sim.launch(ranks, out)
     np.testing.assert_array_equal(out[:4], 2)
+
+
+STORES = HEAD + """.visible .entry stores(.param .u64 out)
+{
+    .reg .b16 %rs<2>; .reg .b32 %r<6>; .reg .b64 %rd<4>; .reg .pred %p<2>;
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r1, %tid.x;
+    setp.ne.u32 %p1, %r1, 0;
+    @%p1 bra DONE;
+    mov.b16 %rs1, 7;
+    mov.b32 %r2, 9;
+    st.global.u8 [%rd1+1], %rs1;
+    st.global.u16 [%rd1+4], %rs1;
+    st.global.u32 [%rd1+8], %r2;
+    st.global.v4.u32 [%rd1+32], {%r2, %r2, %r2, %r2};
+    mov.b64 %rd2, 5;
+    st.global.u64 [%rd1+56], %rd2;
+    atom.global.exch.b32 %r3, [%rd1+64], %r2;
+DONE:
+    ret;
+}
+"""
+
+
+def test_track_stores_records_the_bytes_plain_stores_write() -> None:
+    """What the JAX CPU path uses to tell written output bytes from ones
+    still holding its sentinel: every byte a plain store wrote, whatever its
+    width; atomics are not recorded; nothing before track_stores."""
+    ptxas(STORES, "sm_90a")
+    dev = Device()
+    out = dev.alloc(80)
+    dev.launch(STORES, [out], block=32)
+    assert not dev.stored(out, 80).any()            # not tracking yet
+    dev.track_stores()
+    dev.launch(STORES, [out], block=32)
+    want = np.zeros(80, bool)
+    for start, width in [(1, 1), (4, 2), (8, 4), (32, 16), (56, 8)]:
+        want[start:start + width] = True
+    np.testing.assert_array_equal(dev.stored(out, 80), want)
+    np.testing.assert_array_equal(dev.stored(out + 30, 4), want[30:34])
+    dev.free(out)
+    again = dev.alloc(80)                            # the freed slot, reused: nothing stored yet
+    assert again == out and not dev.stored(again, 80).any()
+    with pytest.raises(SimError, match="stored: .* go past the end of the allocation"):
+        dev.stored(again, 81)

@@ -84,6 +84,9 @@ class Memory:
         # Called as counter(buffer, element byte offsets, threads, width, write)
         # for every access when the launch is profiled (jaxptx.profile).
         self.counter = None
+        # Called as stored(buffer, element byte offsets, width) for every
+        # plain store when the device records them (Device.track_stores).
+        self.stored = None
         # (CTA index, rank) -> index of that rank's CTA in its cluster (set by the machine).
         self.cluster_cta = lambda cta, rank: cta
 
@@ -264,6 +267,8 @@ class Memory:
                            values=values if pos is None or len(pos) == len(values) else values[pos])
             if self.counter is not None:
                 self.counter(buf, off, threads if pos is None else threads[pos], width, True)
+            if self.stored is not None:
+                self.stored(buf, off, width)
             buf.view(_UINT[width])[off >> shift if shift else off] = \
                 values if pos is None or len(pos) == len(values) else values[pos]
 
