@@ -151,10 +151,9 @@ def _run_checked(launch: _Launch, inputs: Sequence[memoryview], outputs: Sequenc
     # The buffers as XLA gave them: an in-place output is written during the
     # first launch, and a second launch must start from the same contents.
     initial = [np.frombuffer(b, np.uint8).copy() for b in buffers]
-    # A byte a plain store wrote is written; one still holding the sentinel
-    # that no plain store wrote may be unwritten (or written by an atomic,
-    # or hold the sentinel's value by chance): only those need a second
-    # launch with another sentinel.
+    # A byte a plain store wrote is written; one that holds the sentinel and
+    # that no plain store wrote is unwritten or was written by an atomic
+    # (not recorded): only those need a second launch with another sentinel.
     for sentinel in SENTINELS:
         fresh = _fill(initial, params, len(inputs), len(outputs), aliased, allow_unwritten,
                       sentinel)
