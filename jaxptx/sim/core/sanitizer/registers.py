@@ -129,7 +129,6 @@ class RegisterChecks:
         done[threads] = whole
         if not whole.all():
             self._defined_everywhere.discard(name)
-        if not whole.all():
             partial = self.partial.setdefault(name, np.zeros(self.m.nthreads, dtype=np.int64))
             partial[threads] = mask
 

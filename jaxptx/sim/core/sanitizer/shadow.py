@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .values import cells, grain_of, repeated
+from .values import grain_of, repeated
 
 __all__ = ["SharedShadow", "Slots", "ASYNC", "CP_ASYNC", "TMA"]
 
@@ -153,7 +153,6 @@ class SharedShadow:
     def __init__(self, nctas: int, size: int, ntid: int) -> None:
         self.grain = grain_of(size)
         self.size = size                        # bytes per CTA
-        self.cells = size // self.grain         # cells per CTA
         n = nctas * self.cells
         self.warps = max(1, (ntid + 31) // 32)
         self.init = np.zeros(n, dtype=bool)
@@ -192,8 +191,13 @@ class SharedShadow:
                     setattr(self, name, np.repeat(value, ratio))
             self.reads.split(ratio)
             self.atomics.split(ratio)
-            self.grain, self.cells = grain, self.cells * ratio
+            self.grain = grain
         return ratio
+
+    @property
+    def cells(self) -> int:
+        """Cells per CTA."""
+        return self.size // self.grain
 
     def offset(self, cell: int) -> int:
         """The byte offset of ``cell`` in its CTA's shared memory."""
@@ -202,11 +206,6 @@ class SharedShadow:
     def cta_of(self, idx: np.ndarray) -> np.ndarray:
         """The CTA whose shared memory holds each cell of ``idx``."""
         return idx // max(self.cells, 1)
-
-    def mbarrier_cells(self, words: np.ndarray) -> np.ndarray:
-        """The cells of the 8-byte mbarrier objects at shared ``words``
-        (the grain is at most 8 once an mbarrier is used)."""
-        return cells(np.asarray(words, dtype=np.int64) * 8, 8, self.grain)
 
     def cluster_arrays(self) -> None:
         """Allocate the distributed-shared-memory records."""

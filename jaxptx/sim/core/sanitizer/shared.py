@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from .shadow import CP_ASYNC, TMA
-from .values import ASYNC_READERS, as_cells, bytes_of, cells, differ, fitting_grain, pack_at, unpack_at
+from .values import (ASYNC_READERS, as_cells, bytes_of, cells, differ, first_differing_byte, fitting_grain,
+                     pack_at, unpack_at)
 
 __all__ = ["SharedChecks"]
 
@@ -93,7 +94,7 @@ class SharedChecks:
             k = int(np.argmax(clash))
             within = 0
             if write and cell_values is not None and not self.strict:
-                within = _first_differing_byte(self._memory_cells(idx[k]), cell_values[k])
+                within = first_differing_byte(self._memory_cells(idx[k]), cell_values[k])
             other_thread, other_pc = unpack_at(sh.x_at[idx[k]])
             self.report("race", f"distributed shared-memory race: {'write' if write else 'read'} of CTA "
                         f"{int(owner[k])}'s shared offset {sh.offset(idx[k]) + within:#x} at {self.at(int(th[k]))} "
@@ -163,7 +164,7 @@ class SharedChecks:
             dup &= differ(v[1:], v[:-1])
         if dup.any():
             k = int(np.argmax(dup))
-            within = 0 if cell_values is None or self.strict else _first_differing_byte(v[k], v[k + 1])
+            within = 0 if cell_values is None or self.strict else first_differing_byte(v[k], v[k + 1])
             self._race("write", i[k + 1], t[k + 1], "write", int(t[k] % self.ntid), self.pc, within)
 
     def _atomic(self, idx: np.ndarray, th: np.ndarray, reads: bool = True, writes: bool = True) -> None:
@@ -204,7 +205,7 @@ class SharedChecks:
             late[other] = sh.w_clock[idx[other]] > self.clocks.knows(th[other], writer[other].astype(np.int64))
         if late.any():
             k = int(np.argmax(late))
-            within = 0 if new is None else _first_differing_byte(self._memory_cells(idx[k]), new[k])
+            within = 0 if new is None else first_differing_byte(self._memory_cells(idx[k]), new[k])
             self._race(kind, idx[k], th[k], "write", int(writer[k]), int(sh.w_pc[idx[k]]), within)
         return writer
 
@@ -245,10 +246,3 @@ class SharedChecks:
                             f"mbarrier at shared offset {word * 8 % sh.size:#x}, and this thread has "
                             "not observed that phase complete (try_wait/test_wait, or a barrier "
                             "after a thread that did)", self.line(self.pc), copy)
-
-
-def _first_differing_byte(a: np.ndarray, b: np.ndarray) -> int:
-    """The first byte in which two cells' contents differ (0 if none): the
-    byte a per-byte shadow would name."""
-    ne = np.flatnonzero(np.ascontiguousarray(a).view(np.uint8) != np.ascontiguousarray(b).view(np.uint8))
-    return int(ne[0]) if len(ne) else 0

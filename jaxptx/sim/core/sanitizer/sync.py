@@ -121,8 +121,8 @@ class SyncChecks:
         """``mbarrier.init``/``inval``: a fresh object (its 8 bytes now hold a value)."""
         self.clocks.mbarrier_reset(words)
         words = np.asarray(words, dtype=np.int64)
-        self.shared_cells(words * 8, 8)              # (cells of at most 8 bytes from here on)
-        self.shadow.init[self.shadow.mbarrier_cells(words)] = True
+        at = self.shared_cells(words * 8, 8)         # (first: it may split the cells, replacing the arrays)
+        self.shadow.init[at] = True
 
     def _warps(self, threads: np.ndarray) -> list[np.ndarray]:
         """``threads`` grouped by warp (warps are CTA-local: 32 lanes from

@@ -9,7 +9,7 @@ from ....isa import UNITS
 
 __all__ = ["ASYNC_READERS", "ASYNC_RESULTS", "MASKED", "SCOPES", "register_move", "bits_of", "bytes_of",
            "pack_at", "unpack_at", "distinct", "repeated", "orders_ctas", "remote_mbarrier", "GRAIN",
-           "grain_of", "fitting_grain", "cells", "expand", "as_cells", "differ"]
+           "grain_of", "fitting_grain", "cells", "expand", "as_cells", "differ", "first_differing_byte"]
 
 # From the instruction table (jaxptx.isa.UNITS), by emulator operation:
 # shared-memory reads by the async proxy, in flight until the issuing thread
@@ -93,6 +93,13 @@ def differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per cell, whether two :func:`as_cells` arrays differ."""
     ne = a != b
     return ne.any(axis=1) if ne.ndim == 2 else ne
+
+
+def first_differing_byte(a: np.ndarray, b: np.ndarray) -> int:
+    """The first byte in which two cells' contents (:func:`as_cells` rows)
+    differ, 0 if none: the byte a per-byte shadow would name."""
+    ne = np.flatnonzero(np.ascontiguousarray(a).view(np.uint8) != np.ascontiguousarray(b).view(np.uint8))
+    return int(ne[0]) if len(ne) else 0
 
 
 def pack_at(threads: np.ndarray, pc: int) -> np.ndarray:
