@@ -13,6 +13,7 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nanobind/nanobind.h>
@@ -38,17 +39,24 @@ XLA_FFI_Error* make_error(XLA_FFI_Error_Code code, std::string message) {
   return reinterpret_cast<XLA_FFI_Error*>(new Error{std::move(message), code});
 }
 
-XLA_FFI_Error* error_create(XLA_FFI_Error_Create_Args* args) {
-  return make_error(args->errc, args->message ? args->message : "");
-}
-
-void error_get_message(XLA_FFI_Error_GetMessage_Args* args) {
-  args->message = reinterpret_cast<Error*>(args->error)->message.c_str();
-}
-
-void error_destroy(XLA_FFI_Error_Destroy_Args* args) {
-  delete reinterpret_cast<Error*>(args->error);
-}
+// The XLA FFI C API renames entry points between releases (XLA_FFI_API_MINOR
+// 4, jaxlib 0.11: Error_GetMessage -> Error_GetDetails, ExecutionContext_Get
+// -> InvokeContext_Get). The table is filled by feature tests on the header
+// this file is compiled against, never by version guesses at run time: each
+// slot is looked up by name (HasSlot), and every function's argument type is
+// deduced from its slot, so no renamed Args struct is ever named here.
+#define JAXPTX_DETECT(member)                                                  \
+  template <typename T, typename = void>                                       \
+  struct Has_##member : std::false_type {};                                    \
+  template <typename T>                                                        \
+  struct Has_##member<T, std::void_t<decltype(&T::member)>> : std::true_type {};
+JAXPTX_DETECT(XLA_FFI_Error_GetMessage)
+JAXPTX_DETECT(XLA_FFI_Error_GetDetails)
+JAXPTX_DETECT(XLA_FFI_ExecutionContext_Get)
+JAXPTX_DETECT(XLA_FFI_InvokeContext_Get)
+JAXPTX_DETECT(message)
+JAXPTX_DETECT(ctx)
+#undef JAXPTX_DETECT
 
 // What the frame's execution context holds: the stream and the scratch
 // allocator (a Python object, or None).
@@ -57,16 +65,39 @@ struct Context {
   PyObject* scratch;
 };
 
-Context* context_of(XLA_FFI_ExecutionContext* ctx) { return reinterpret_cast<Context*>(ctx); }
+// The context an entry point's arguments carry (the field is `ctx` in every
+// header so far; a header without it fails here, at compile time).
+template <typename Args>
+Context* context_of(Args* args) {
+  static_assert(Has_ctx<Args>::value, "XLA FFI arguments without a ctx field: update call_frame.cc");
+  return reinterpret_cast<Context*>(args->ctx);
+}
 
-XLA_FFI_Error* stream_get(XLA_FFI_Stream_Get_Args* args) {
-  args->stream = reinterpret_cast<void*>(static_cast<uintptr_t>(context_of(args->ctx)->stream));
+XLA_FFI_Error* error_create(XLA_FFI_Error_Create_Args* args) {
+  return make_error(args->errc, args->message ? args->message : "");
+}
+
+// Error_GetMessage / Error_GetDetails: the error's text.
+template <typename Args>
+void error_describe(Args* args) {
+  static_assert(Has_message<Args>::value, "XLA FFI error query without a message field");
+  args->message = reinterpret_cast<Error*>(args->error)->message.c_str();
+}
+
+void error_destroy(XLA_FFI_Error_Destroy_Args* args) {
+  delete reinterpret_cast<Error*>(args->error);
+}
+
+template <typename Args>
+XLA_FFI_Error* stream_get(Args* args) {
+  args->stream = reinterpret_cast<void*>(static_cast<uintptr_t>(context_of(args)->stream));
   return nullptr;
 }
 
-XLA_FFI_Error* memory_allocate(XLA_FFI_DeviceMemory_Allocate_Args* args) {
+template <typename Args>
+XLA_FFI_Error* memory_allocate(Args* args) {
   nb::gil_scoped_acquire gil;
-  Context* c = context_of(args->ctx);
+  Context* c = context_of(args);
   if (c->scratch == Py_None) {
     return make_error(XLA_FFI_Error_Code_RESOURCE_EXHAUSTED, "this frame has no scratch memory");
   }
@@ -80,9 +111,10 @@ XLA_FFI_Error* memory_allocate(XLA_FFI_DeviceMemory_Allocate_Args* args) {
   }
 }
 
-XLA_FFI_Error* memory_free(XLA_FFI_DeviceMemory_Free_Args* args) {
+template <typename Args>
+XLA_FFI_Error* memory_free(Args* args) {
   nb::gil_scoped_acquire gil;
-  Context* c = context_of(args->ctx);
+  Context* c = context_of(args);
   if (c->scratch == Py_None) return make_error(XLA_FFI_Error_Code_INTERNAL, "no scratch memory");
   try {
     nb::handle(c->scratch).attr("free")(
@@ -101,31 +133,58 @@ XLA_FFI_Error* unimplemented(Args*) {
                     "the test call frame does not implement this XLA FFI entry point");
 }
 
+// Point `slot` at F<Args>, Args deduced from the slot's own type.
+template <template <typename> class F, typename R, typename Args>
+void bind(R (*&slot)(Args*)) {
+  slot = &F<Args>::call;
+}
+#define JAXPTX_ADAPT(name)                                  \
+  template <typename Args>                                  \
+  struct name##_fn {                                        \
+    static auto call(Args* args) { return name(args); }     \
+  };
+JAXPTX_ADAPT(error_describe)
+JAXPTX_ADAPT(stream_get)
+JAXPTX_ADAPT(memory_allocate)
+JAXPTX_ADAPT(memory_free)
+JAXPTX_ADAPT(unimplemented)
+#undef JAXPTX_ADAPT
+
+// A template, so that the slots a header lacks are never looked up.
+template <typename Api>
+void fill(Api& a) {
+  a.struct_size = XLA_FFI_Api_STRUCT_SIZE;
+  a.api_version = {XLA_FFI_Api_Version_STRUCT_SIZE, nullptr, XLA_FFI_API_MAJOR,
+                   XLA_FFI_API_MINOR};
+  a.XLA_FFI_Error_Create = error_create;
+  a.XLA_FFI_Error_Destroy = error_destroy;
+  if constexpr (Has_XLA_FFI_Error_GetMessage<Api>::value) bind<error_describe_fn>(a.XLA_FFI_Error_GetMessage);
+  if constexpr (Has_XLA_FFI_Error_GetDetails<Api>::value) bind<error_describe_fn>(a.XLA_FFI_Error_GetDetails);
+  if constexpr (Has_XLA_FFI_ExecutionContext_Get<Api>::value) {
+    bind<unimplemented_fn>(a.XLA_FFI_ExecutionContext_Get);
+  }
+  if constexpr (Has_XLA_FFI_InvokeContext_Get<Api>::value) bind<unimplemented_fn>(a.XLA_FFI_InvokeContext_Get);
+  bind<stream_get_fn>(a.XLA_FFI_Stream_Get);
+  bind<memory_allocate_fn>(a.XLA_FFI_DeviceMemory_Allocate);
+  bind<memory_free_fn>(a.XLA_FFI_DeviceMemory_Free);
+  bind<unimplemented_fn>(a.XLA_FFI_Handler_Register);
+  bind<unimplemented_fn>(a.XLA_FFI_Type_Register);
+  bind<unimplemented_fn>(a.XLA_FFI_State_Set);
+  bind<unimplemented_fn>(a.XLA_FFI_State_Get);
+  bind<unimplemented_fn>(a.XLA_FFI_ThreadPool_Schedule);
+  bind<unimplemented_fn>(a.XLA_FFI_ThreadPool_NumThreads);
+  bind<unimplemented_fn>(a.XLA_FFI_Future_Create);
+  bind<unimplemented_fn>(a.XLA_FFI_Future_SetAvailable);
+  bind<unimplemented_fn>(a.XLA_FFI_Future_SetError);
+  bind<unimplemented_fn>(a.XLA_FFI_RunId_Get);
+  bind<unimplemented_fn>(a.XLA_FFI_DeviceOrdinal_Get);
+}
+
 const XLA_FFI_Api* api() {
   static const XLA_FFI_Api table = [] {
     XLA_FFI_Api a;
-    std::memset(&a, 0, sizeof(a));
-    a.struct_size = XLA_FFI_Api_STRUCT_SIZE;
-    a.api_version = {XLA_FFI_Api_Version_STRUCT_SIZE, nullptr, XLA_FFI_API_MAJOR,
-                     XLA_FFI_API_MINOR};
-    a.XLA_FFI_Error_Create = error_create;
-    a.XLA_FFI_Error_GetMessage = error_get_message;
-    a.XLA_FFI_Error_Destroy = error_destroy;
-    a.XLA_FFI_Handler_Register = unimplemented<XLA_FFI_Handler_Register_Args>;
-    a.XLA_FFI_Stream_Get = stream_get;
-    a.XLA_FFI_Type_Register = unimplemented<XLA_FFI_Type_Register_Args>;
-    a.XLA_FFI_ExecutionContext_Get = unimplemented<XLA_FFI_ExecutionContext_Get_Args>;
-    a.XLA_FFI_State_Set = unimplemented<XLA_FFI_State_Set_Args>;
-    a.XLA_FFI_State_Get = unimplemented<XLA_FFI_State_Get_Args>;
-    a.XLA_FFI_DeviceMemory_Allocate = memory_allocate;
-    a.XLA_FFI_DeviceMemory_Free = memory_free;
-    a.XLA_FFI_ThreadPool_Schedule = unimplemented<XLA_FFI_ThreadPool_Schedule_Args>;
-    a.XLA_FFI_ThreadPool_NumThreads = unimplemented<XLA_FFI_ThreadPool_NumThreads_Args>;
-    a.XLA_FFI_Future_Create = unimplemented<XLA_FFI_Future_Create_Args>;
-    a.XLA_FFI_Future_SetAvailable = unimplemented<XLA_FFI_Future_SetAvailable_Args>;
-    a.XLA_FFI_Future_SetError = unimplemented<XLA_FFI_Future_SetError_Args>;
-    a.XLA_FFI_RunId_Get = unimplemented<XLA_FFI_RunId_Get_Args>;
-    a.XLA_FFI_DeviceOrdinal_Get = unimplemented<XLA_FFI_DeviceOrdinal_Get_Args>;
+    std::memset(&a, 0, sizeof(a));     // entry points a newer header adds stay null
+    fill(a);
     return a;
   }();
   return &table;
@@ -279,7 +338,7 @@ nb::tuple call_cuda_handler(nb::handle args, nb::handle rets, nb::handle attrs, 
   std::memset(&frame, 0, sizeof(frame));
   frame.struct_size = XLA_FFI_CallFrame_STRUCT_SIZE;
   frame.api = api();
-  frame.ctx = reinterpret_cast<XLA_FFI_ExecutionContext*>(&context);
+  frame.ctx = reinterpret_cast<decltype(frame.ctx)>(&context);
   frame.stage = XLA_FFI_ExecutionStage_EXECUTE;
   frame.args = {XLA_FFI_Args_STRUCT_SIZE, nullptr, static_cast<int64_t>(in.buffers.size()),
                 in.arg_types.data(), in.pointers.data()};

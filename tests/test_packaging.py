@@ -101,3 +101,24 @@ def test_the_private_name_check_fails_when_a_name_changes(monkeypatch):
                          ids=lambda u: f"{u.module}.{u.attribute}")
 def test_each_private_use_is_where_it_says(use):
     assert use.attribute in (ROOT / use.where).read_text()
+
+
+@pytest.mark.parametrize("version", ["0.10.2", "0.11.2", "0.12.0"])
+def test_the_jax_bounds_admit_the_supported_releases(version):
+    from packaging.requirements import Requirement
+
+    build = [Requirement(r) for r in PYPROJECT["build-system"]["requires"]]
+    run = [Requirement(r) for r in PROJECT["dependencies"]]
+    for requirement in [r for r in build + run if r.name in ("jax", "jaxlib")]:
+        assert requirement.specifier.contains(version), f"{requirement} refuses jax {version}"
+    assert {r.name for r in run} >= {"jax", "jaxlib"}
+
+
+def test_every_checked_jax_is_admitted():
+    from packaging.requirements import Requirement
+
+    from jaxptx import _jax_private
+
+    jax_req = next(Requirement(r) for r in PROJECT["dependencies"] if r.startswith("jax>"))
+    for version in [*_jax_private.CHECKED_JAX, *_jax_private.SOURCE_CHECKED_JAX]:
+        assert jax_req.specifier.contains(version, prereleases=True), version
