@@ -84,6 +84,9 @@ struct Driver {
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
   CUresult (*cuLaunchKernelEx)(const LaunchConfig*, CUfunction, void**, void**);
   CUresult (*cuMemcpyDtoDAsync_v2)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  // Captures only (JAXPTX_CAPTURE_DIR): reading buffers back to the host.
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuMemcpyDtoH_v2)(void*, CUdeviceptr, size_t);
   // Optional (CUDA 12+; null when the driver lacks it). The enum arguments
   // (data type, interleave, swizzle, L2 promotion, OOB fill) are C enums.
   CUresult (*cuTensorMapEncodeTiled)(TensorMap*, int, uint32_t, void*, const uint64_t*,

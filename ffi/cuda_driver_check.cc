@@ -3,6 +3,7 @@
 // declarations of cuda_driver.h match the real ones. It holds no code.
 
 #include <cstddef>
+#include <type_traits>
 
 #include <cuda.h>
 
@@ -49,3 +50,6 @@ static_assert(offsetof(jaxptx::cu::LaunchConfig, gridDimX) == offsetof(CUlaunchC
 static_assert(offsetof(jaxptx::cu::LaunchAttributeValue, clusterDim) == 0);
 static_assert(sizeof(jaxptx::cu::CUdevice) == sizeof(CUdevice));
 static_assert(jaxptx::cu::CUDA_SUCCESS == CUDA_SUCCESS);
+// The capture entry points take what cuda_driver.h passes them.
+static_assert(std::is_same_v<decltype(&cuMemcpyDtoH_v2), CUresult (*)(void*, CUdeviceptr, size_t)>);
+static_assert(std::is_same_v<decltype(&cuStreamSynchronize), CUresult (*)(CUstream)>);

@@ -43,6 +43,7 @@
 #include "cuda_driver.h"
 #include "entry_params.h"
 #include "handlers.h"
+#include "launch_capture.h"
 #include "standin.h"
 #include "tensor_maps.h"
 
@@ -87,6 +88,8 @@ Loaded open_driver() {
   bind(lib, "cuFuncSetAttribute", d.cuFuncSetAttribute, out.error);
   bind(lib, "cuLaunchKernelEx", d.cuLaunchKernelEx, out.error);
   bind(lib, "cuMemcpyDtoDAsync_v2", d.cuMemcpyDtoDAsync_v2, out.error);
+  bind(lib, "cuStreamSynchronize", d.cuStreamSynchronize, out.error);
+  bind(lib, "cuMemcpyDtoH_v2", d.cuMemcpyDtoH_v2, out.error);
   // Optional: only kernels with TMA descriptors need it.
   d.cuTensorMapEncodeTiled =
       reinterpret_cast<decltype(d.cuTensorMapEncodeTiled)>(dlsym(lib, "cuTensorMapEncodeTiled"));
@@ -388,10 +391,27 @@ ffi::Error launch(CUstream stream, ffi::ScratchAllocator& scratch, ffi::Remainin
   config.hStream = stream;
   config.attrs = clustered ? &attr : nullptr;
   config.numAttrs = clustered ? 1 : 0;
+  std::unique_ptr<LaunchCapture> capture;
+  if (LaunchCapture::requested()) {
+    std::vector<CapturedBuffer> buffers;
+    for (size_t i = 0; i < n; ++i) {
+      ffi::AnyBuffer b = i < args.size() ? *args.get<ffi::AnyBuffer>(i)
+                                         : **rets.get<ffi::AnyBuffer>(i - args.size());
+      auto dims = b.dimensions();
+      buffers.push_back({pointers[i], b.size_bytes(), static_cast<int>(b.element_type()),
+                         std::vector<int64_t>(dims.begin(), dims.end())});
+    }
+    capture = LaunchCapture::begin(*d, stream, std::move(buffers), args.size(), image->entry);
+  }
   rc = d->cuLaunchKernelEx(&config, fn, params.data(), nullptr);
   if (rc != CUDA_SUCCESS) {
     return ffi::Error::Internal(JAXPTX_CUDA_TARGET ": launching kernel " + image->entry +
                                 " failed: " + describe(*d, rc));
+  }
+  if (capture) {
+    capture->finish(*d, stream, kernel_id, ptx, image->entry, shape,
+                    std::vector<int64_t>(scalars.begin(), scalars.end()),
+                    std::vector<int64_t>(tma.begin(), tma.end()));
   }
   return ffi::Error::Success();
 }

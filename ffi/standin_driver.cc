@@ -247,6 +247,20 @@ CUresult memcpy_dtod(CUdeviceptr dst, CUdeviceptr src, size_t nbytes, CUstream s
   });
 }
 
+CUresult stream_synchronize(CUstream stream) {
+  return guarded("cuStreamSynchronize",
+                 [&](nb::handle d) { d.attr("stream_synchronize")(handle_of(stream)); });
+}
+
+CUresult memcpy_dtoh(void* dst, CUdeviceptr src, size_t nbytes) {
+  if (!dst && nbytes) return fail(kInvalidValue, "cuMemcpyDtoH: null destination");
+  return guarded("cuMemcpyDtoH", [&](nb::handle d) {
+    nb::bytes raw = nb::cast<nb::bytes>(d.attr("memcpy_dtoh")(static_cast<uint64_t>(src), nbytes));
+    if (raw.size() != nbytes) throw nb::value_error("the stand-in's cuMemcpyDtoH returned another size");
+    std::memcpy(dst, raw.c_str(), nbytes);
+  });
+}
+
 CUresult tensor_map_encode_tiled(TensorMap* map, int dtype, uint32_t rank, void* address,
                                  const uint64_t* dims, const uint64_t* strides,
                                  const uint32_t* box, const uint32_t* element_strides,
@@ -276,7 +290,7 @@ CUresult tensor_map_encode_tiled(TensorMap* map, int dtype, uint32_t rank, void*
 const Driver kStandIn = {
     init,          get_error_name, get_error_string, stream_get_ctx,    ctx_get_current,
     ctx_push,      ctx_pop,        module_load,      module_get_function, func_set_attribute,
-    launch_kernel, memcpy_dtod,    tensor_map_encode_tiled,
+    launch_kernel, memcpy_dtod,    stream_synchronize, memcpy_dtoh,   tensor_map_encode_tiled,
 };
 
 }  // namespace

@@ -29,11 +29,12 @@ import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
 import numpy as np
 
-from .. import ir, sim
+from .. import capture, ir, sim
 from ..launch import Launch
 from ..parse import parse
 from ..types import TYPES
@@ -94,7 +95,11 @@ def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryvi
         function = _entry_function(module, entry)
         values = _scalar_values(function, len(inputs) + len(outputs), scalars)
         launch = _Launch(module, entry, shape, values, _tma.sim_maps(tma))
-        _run_checked(launch, inputs, outputs, output_types, allow_unwritten)
+        ran = _run_checked(launch, inputs, outputs, output_types, allow_unwritten)
+        where = capture.directory()
+        if where is not None:
+            _record(where, kernel_id, bytes(ptx).decode(), launch, ran, len(inputs), tma,
+                    [*input_types, *output_types])
         return None
     except BaseException as e:  # noqa: BLE001 - every failure becomes an FFI error
         return _message(e, kernel_id, entry, registered=_registry.find(kernel_id),
@@ -130,7 +135,7 @@ class _Launch:
         pointers = [addresses[b] for b in params]
         maps = [m.encode(pointers[m.arg]) for m in self.maps]
         check = sim.check_mode()      # explicit here: "all" raises below rather than returning
-        with _LAUNCH_LOCK:
+        with _LAUNCH_LOCK, capture.suppressed():        # the handler records the call itself
             findings = device.launch(self.module, [*pointers, *self.scalars, *maps], kernel=self.entry,
                                      grid=self.shape.grid, block=self.shape.block,
                                      cluster=self.shape.cluster, smem=self.shape.smem, check=check)
@@ -141,8 +146,17 @@ class _Launch:
                 [device.stored(a, b.nbytes) for a, b in zip(addresses, buffers)])
 
 
+class _Ran(NamedTuple):
+    """The last launch of a call: its buffers before and after, and the
+    buffer of each pointer parameter."""
+
+    before: list[np.ndarray]
+    after: list[bytes]
+    params: list[int]
+
+
 def _run_checked(launch: _Launch, inputs: Sequence[memoryview], outputs: Sequence[memoryview],
-                 output_types: Sequence[BufferType], allow_unwritten: int) -> None:
+                 output_types: Sequence[BufferType], allow_unwritten: int) -> _Ran:
     """Run the launch, write the outputs in place, and report unwritten bytes."""
     buffers, params, aliased = _buffers(inputs, outputs)
     checked = [j for j in range(len(outputs))
@@ -166,9 +180,27 @@ def _run_checked(launch: _Launch, inputs: Sequence[memoryview], outputs: Sequenc
             unwritten[j] &= (written[j] == sentinel) & ~stored[params[len(inputs) + j]]
         unwritten = {j: mask for j, mask in unwritten.items() if mask.any()}
         if not unwritten:
-            return
+            return _Ran(fresh, result, params)
     j = min(unwritten)
     raise UnwrittenOutputError(_unwritten_message(j, unwritten[j], output_types))
+
+
+def _record(where: Path, kernel_id: int, ptx: str, launch: _Launch, ran: _Ran, n_in: int,
+            tma: Sequence[int], types: Sequence[BufferType]) -> None:
+    """Write the capture of a call's last launch (``JAXPTX_CAPTURE_DIR``)."""
+    names = capture.buffer_names(n_in, ran.params)
+    first = {b: i for i, b in reversed(list(enumerate(ran.params)))}
+    buffers = []
+    for b, (name, data, after) in enumerate(zip(names, ran.before, ran.after)):
+        dtype, shape = types[first[b]] if first[b] < len(types) else (None, None)
+        buffers.append(capture.Buffer(name, data.tobytes(), bytes(after), dtype or None,
+                                      None if shape is None else tuple(shape)))
+    shape = launch.shape
+    capture.record(capture.Capture(
+        source="cpu", ptx=ptx, entry=launch.entry, grid=shape.grid, block=shape.block,
+        cluster=shape.cluster, smem=shape.smem, buffers=tuple(buffers),
+        params=capture.ffi_params(len(ran.params), ran.params, launch.scalars, len(launch.maps)),
+        tma=tuple(int(v) for v in tma), kernel_id=int(kernel_id), meta=capture.meta()), where)
 
 
 def _buffers(inputs: Sequence[memoryview], outputs: Sequence[memoryview]):

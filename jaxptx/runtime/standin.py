@@ -20,6 +20,8 @@ driver entry point              stand-in
 ``cuFuncSetAttribute``          the dynamic shared-memory opt-in, checked
 ``cuLaunchKernelEx``            ``Device.launch`` with each parameter's bytes
 ``cuMemcpyDtoDAsync``           ``Device.copy``
+``cuMemcpyDtoH``                ``Device.read`` (captures only)
+``cuStreamSynchronize``         nothing to wait for (captures only)
 ``cuTensorMapEncodeTiled``      :func:`jaxptx.sim.tensor_map`
 contexts and streams            one context, one stream, checked
 ==============================  ==========================================
@@ -39,7 +41,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import _ffi, isa, sim
+from .. import _ffi, capture, isa, sim
 from ..launch import MAX_SMEM_PER_BLOCK, MAX_STATIC_SMEM
 from ._cuda_calls import CudaCall as CudaCall
 from ._cuda_calls import cuda_calls as cuda_calls
@@ -311,8 +313,9 @@ class StandInDriver:
         self.log.append(("launch", dict(name=f.name, grid=tuple(grid), block=tuple(block),
                                         cluster=cluster, smem=smem, params=list(params))))
         try:
-            self.device.launch(f.source, params, grid=grid, block=block, cluster=cluster,
-                               smem=smem, kernel=f.name)
+            with capture.suppressed():          # the handler captures its launches itself
+                self.device.launch(f.source, params, grid=grid, block=block, cluster=cluster,
+                                   smem=smem, kernel=f.name)
         except sim.SimLaunchError as e:
             raise DriverError(CUDA_ERROR_INVALID_VALUE, f"{type(e).__name__}: {e}") from None
         except sim.SimError as e:
@@ -327,6 +330,21 @@ class StandInDriver:
         except sim.SimError as e:
             raise DriverError(CUDA_ERROR_INVALID_VALUE, str(e)) from None
         self.log.append(("memcpy_dtod", (dst, src, nbytes)))
+
+    def stream_synchronize(self, stream: int) -> None:
+        """``cuStreamSynchronize`` (every call is synchronous here)."""
+        if stream not in (0, self.stream):
+            raise DriverError(CUDA_ERROR_INVALID_HANDLE, f"unknown stream {stream:#x}")
+        self.log.append(("stream_synchronize", stream))
+
+    def memcpy_dtoh(self, src: int, nbytes: int) -> bytes:
+        """``cuMemcpyDtoH``: ``nbytes`` of device memory at ``src``."""
+        try:
+            data = self.device.read(src, nbytes)
+        except sim.SimError as e:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, str(e)) from None
+        self.log.append(("memcpy_dtoh", (src, nbytes)))
+        return data
 
     def tensor_map_encode_tiled(self, dtype: int, rank: int, address: int, dims: list[int],
                                 strides: list[int], box: list[int], element_strides: list[int],

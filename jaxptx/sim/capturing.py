@@ -1,0 +1,83 @@
+"""Captures of :meth:`jaxptx.sim.Device.launch` (``JAXPTX_CAPTURE_DIR``):
+the device's memory before and after, as :mod:`jaxptx.capture` records it.
+
+A device launch may reach any live allocation (addresses can be packed into
+struct parameters and tensor maps), so the capture holds every allocation
+the user made, at its address, and the module's global variables by name.
+A ``.u64`` parameter whose value lies inside an allocation is recorded as a
+pointer (buffer index and offset); every other parameter as its bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from .. import capture, ir
+from ..emit import emit
+from .memory.spaces import GLOBAL_SHIFT
+
+__all__ = ["Before", "TooLarge", "before", "record"]
+
+_OFFSET_MASK = (1 << GLOBAL_SHIFT) - 1
+
+
+@dataclasses.dataclass
+class Before:
+    """The device's memory as a launch found it."""
+
+    where: Path
+    allocations: dict[int, bytes]           # slot -> bytes
+    globals: dict[str, bytes]               # module variable -> bytes
+
+
+def _slot_bytes(device: Any, k: int) -> bytes:
+    return device._buffers[k][:device._sizes[k]].tobytes()
+
+
+def before(device: Any, bases: dict[str, int], where: Path) -> Before:
+    """Snapshot the user's allocations and the module's globals."""
+    allocations = {k: _slot_bytes(device, k) for k, owner in enumerate(device._owners)
+                   if owner == "alloc"}
+    found = {name: _slot_bytes(device, (address >> GLOBAL_SHIFT) - 1)
+             for name, address in bases.items()}
+    total = sum(map(len, allocations.values())) + sum(map(len, found.values()))
+    if not capture.fits(2 * total, "(device launch)"):
+        raise TooLarge
+    return Before(where, allocations, found)
+
+
+class TooLarge(Exception):
+    """Raised by :func:`before` after warning: the launch runs uncaptured."""
+
+
+def record(device: Any, source: str | ir.Module, module: ir.Module, program: Any,
+           bases: dict[str, int], raw_params: list[bytes], shape: tuple, smem: int,
+           was: Before) -> Path | None:
+    """Write the capture of a launch that has just run."""
+    slots = sorted(was.allocations)
+    index = {k: i for i, k in enumerate(slots)}
+    buffers = tuple(capture.Buffer(f"allocation {k}", was.allocations[k], _slot_bytes(device, k),
+                                   address=(k + 1) << GLOBAL_SHIFT) for k in slots)
+    params = []
+    for p, raw in zip(program.params, raw_params):
+        params.append(_param(p, raw, device, index))
+    grid, block, cluster = shape
+    found = tuple((name, data, _slot_bytes(device, (bases[name] >> GLOBAL_SHIFT) - 1))
+                  for name, data in was.globals.items())
+    ptx = source if isinstance(source, str) else emit(module)
+    return capture.record(capture.Capture(
+        source="sim", ptx=ptx, entry=program.name, grid=grid, block=block, cluster=cluster,
+        smem=int(smem), buffers=buffers, params=tuple(params), arch=device.arch, globals=found,
+        meta=capture.meta()), was.where)
+
+
+def _param(p: Any, raw: bytes, device: Any, index: dict[int, int]) -> tuple:
+    if len(raw) == 8 and p.type in ("u64", "b64", "s64"):
+        value = int.from_bytes(raw, "little")
+        k = (value >> GLOBAL_SHIFT) - 1
+        if k in index and (value & _OFFSET_MASK) < max(device._sizes[k], 1):
+            return ("pointer", index[k], value & _OFFSET_MASK)
+    return ("bytes", raw)
+
