@@ -13,14 +13,19 @@ Without one: says so, and times the same calls at small sizes on the CPU,
 where a kernel call runs the emulator; those figures measure the emulator,
 not the kernel, and the ratio is to XLA on the CPU.
 
-    python benchmarks/kernels.py [--repeat 20] [--arch auto]
+    python benchmarks/kernels.py [--repeat 20] [--arch auto] [--json PATH]
+
+``--json PATH`` also writes the rows as JSON (rewritten after each row, so
+a run cut short keeps what it measured); the printed table is the same.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -115,6 +120,8 @@ def main() -> None:
     parser.add_argument("--arch", default=None,
                         help="a variant (auto, sm_80, sm_90a, sm_100a); default: auto on a GPU, every "
                              "variant on the emulator")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="also write the rows to this file as JSON")
     args = parser.parse_args()
     dev = jax.devices()[0]
     gpu = dev.platform == "gpu"
@@ -128,12 +135,23 @@ def main() -> None:
     arches = [args.arch] if args.arch else (["auto"] if gpu else ["sm_80", "sm_90a", "sm_100a"])
     print(f"{'op':16} {'arch':8} {'shape':18} {'jaxptx ms':>10} {'XLA ms':>9} {'XLA/jaxptx':>10} "
           f"{'jaxptx rate':>16} {'of peak':>8}")
+    report = {"gpu": gpu, "device_kind": getattr(dev, "device_kind", ""), "platform": dev.platform,
+              "peak_tflops_gbs": list(peak) if peak else None, "repeat": repeat, "rows": []}
     for arch in arches:
-        _rows(cases(gpu, arch), arch, repeat, gpu, peak)
+        _rows(cases(gpu, arch), arch, repeat, gpu, peak, report, args.json)
+    _write_json(report, args.json)
 
 
-def _rows(rows: list, arch: str, repeat: int, gpu: bool, peak: tuple[float, float] | None) -> None:
+def _write_json(report: dict, path: Path | None) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=1))
+
+
+def _rows(rows: list, arch: str, repeat: int, gpu: bool, peak: tuple[float, float] | None,
+          report: dict | None = None, json_path: Path | None = None) -> None:
     import jax
+    out = report["rows"] if report is not None else []
     for op, shape, ours, theirs, inputs, flops, nbytes in rows:
         try:
             f_ours, f_xla = jax.jit(ours), jax.jit(theirs)
@@ -141,6 +159,10 @@ def _rows(rows: list, arch: str, repeat: int, gpu: bool, peak: tuple[float, floa
             t_xla = median_ms(lambda: f_xla(*inputs), repeat)
         except Exception as e:  # noqa: BLE001 - a missing op or variant is a row, not a crash
             print(f"{op:16} {arch:8} {shape:18} {type(e).__name__}: {str(e).splitlines()[0][:60]}")
+            out.append({"op": op, "arch": arch, "shape": shape,
+                        "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]})
+            if report is not None:
+                _write_json(report, json_path)
             continue
         if flops:   # TFLOPS on a GPU; the emulator's rates are a million times lower
             rate, unit, of = flops / t_ours / (1e9 if gpu else 1e3), "TFLOPS" if gpu else "MFLOPS", \
@@ -151,6 +173,11 @@ def _rows(rows: list, arch: str, repeat: int, gpu: bool, peak: tuple[float, floa
         frac = f"{rate / of:7.0%}" if of else "    n/a"
         print(f"{op:16} {arch:8} {shape:18} {t_ours:10.3f} {t_xla:9.3f} {t_xla / t_ours:10.4f} "
               f"{rate:9.2f} {unit:6}{frac:>8}")
+        out.append({"op": op, "arch": arch, "shape": shape, "jaxptx_ms": t_ours, "xla_ms": t_xla,
+                    "xla_over_jaxptx": t_xla / t_ours, "rate": rate, "unit": unit,
+                    "of_peak": rate / of if of else None})
+        if report is not None:
+            _write_json(report, json_path)
 
 
 if __name__ == "__main__":
