@@ -22,13 +22,16 @@ import jaxptx.specs  # noqa: E402
 import jaxptx.kernels  # noqa: E402
 import jaxptx.pyptx  # noqa: E402
 import jaxptx.sim  # noqa: E402
+import jaxptx.capture  # noqa: E402
+import jaxptx.replay  # noqa: E402
 from jaxptx.dsl import fragments, pipeline, reduce, tcgen05  # noqa: E402
 
 emit = sys.modules["jaxptx.emit"]   # the package exports the function of that name
 check = sys.modules["jaxptx.check"]
 MODULES = [jaxptx, dsl, ir, isa, runtime, types, emit, errors, validate, ptx, reg, smem,
            jaxptx.parse, check, jaxptx.codegen, jaxptx.specs, jaxptx.launch, jaxptx.jax,
-           jaxptx.kernels, jaxptx.sim, fragments, pipeline, reduce, tcgen05]
+           jaxptx.kernels, jaxptx.sim, fragments, pipeline, reduce, tcgen05, jaxptx.capture,
+           jaxptx.replay]
 
 
 def _public(module):

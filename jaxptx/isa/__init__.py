@@ -10,6 +10,10 @@ from ._counts import COUNTS as COUNTS
 from ._docs import describe as describe
 from ._names import to_ptx as to_ptx
 from ._names import to_python as to_python
+from ._fidelity import APPROX as APPROX
+from ._fidelity import EXACT as EXACT
+from ._fidelity import READING as READING
+from ._fidelity import fidelity_of as fidelity_of
 from ._resolve import Resolved as Resolved
 from ._resolve import active_operands as active_operands
 from ._resolve import arity as arity
@@ -17,6 +21,8 @@ from ._resolve import compatible as compatible
 from ._resolve import expected_type as expected_type
 from ._resolve import resolve as resolve
 from ._resolve import vector_count as vector_count
+from ._schema import Bound as Bound
+from ._schema import Fidelity as Fidelity
 from ._schema import Inst as Inst
 from ._schema import Operand as Operand
 from ._schema import Rule as Rule

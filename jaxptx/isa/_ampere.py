@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from ._schema import Inst, Slot, op, slot
 from ._targets import SM100_FAMILY, Requires
 from ._common import SM80, SM90_PTX78
+from ._fidelity import F64_MMA, FLOAT_MMA, reading
 
 SM75 = Requires(sm=75, ptx=(6, 5))
 SM89_PTX84 = Requires(sm=89, ptx=(8, 4))
@@ -183,9 +184,11 @@ def _mma(shapes: dict[str, Requires], dtype: str, atypes: str, btypes: str, ctyp
          slot("ctype", ctype), *tail),
         (op("d", "vec", _ACC[dtype], out=True, count="mma_d"), op("a", "vec", ab, count="mma_a"),
          op("b", "vec", ab, count="mma_b"), op("c", "vec", _ACC[ctype], count="mma_c")),
-        requires=lowest, section=_MMA_SEC, sim="mma_sync", summary=summary)
+        requires=lowest, section=_MMA_SEC, sim="mma_sync", summary=summary, fidelity=MMA_FIDELITY)
 
 
+# Floating-point D: the sums' order and precision are the emulator's reading.
+MMA_FIDELITY = (reading(FLOAT_MMA, when={"dtype": "f32 f16"}), reading(F64_MMA, when={"dtype": "f64"}))
 _F16_SHAPES = {"m16n8k8": SM75, "m16n8k16": SM80}
 _I8_SHAPES = {"m8n8k16": SM75, "m16n8k16": SM80, "m16n8k32": SM80}
 _I4_SHAPES = {"m8n8k32": SM75, "m16n8k32": SM80, "m16n8k64": SM80}

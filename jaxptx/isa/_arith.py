@@ -10,6 +10,7 @@ from __future__ import annotations
 from ._schema import Inst, Rule, op, slot
 from ._targets import Requires
 from ._common import D, A, B, C, SM53_F16, SM80, SM90_PTX78
+from ._fidelity import approx, ulp
 
 INT = "u16 u32 u64 s16 s32 s64"
 SINT = "s16 s32 s64"
@@ -127,7 +128,9 @@ ENTRIES: tuple[Inst, ...] = (
          summary="integer remainder"),
     Inst("div", (slot("mode", "approx full"), slot("ftz", "ftz", optional=True),
                  slot("type", "f32")),
-         ABC2, section=_FLT_SEC, sim="div_float", summary="approximate f32 divide"),
+         ABC2, section=_FLT_SEC, sim="div_float", summary="approximate f32 divide",
+         fidelity=(approx(ulp(2, "|b| in [2^-126, 2^126]"), when={"mode": "approx"}),
+                   approx(ulp(2), when={"mode": "full"}))),
     Inst("div", (slot("rnd", RND), slot("ftz", "ftz", optional=True), slot("type", "f32")),
          ABC2, section=_FLT_SEC, sim="div_float", summary="IEEE f32 divide"),
     Inst("div", (slot("rnd", RND), slot("type", "f64")),
@@ -193,16 +196,16 @@ ENTRIES: tuple[Inst, ...] = (
     Inst("copysign", (slot("type", "f32 f64"),), ABC2, section=_FLT_SEC, sim="copysign",
          summary="copy the sign of a onto b"),
     Inst("add.cc", (slot("type", "u32 s32 u64 s64"),), ABC2, section=_EXT_SEC, sim="add_cc",
-         summary="add, writing the carry-out"),
+         summary="add, writing the carry-out", carry=True),
     Inst("addc", (slot("cc", "cc", optional=True), slot("type", "u32 s32 u64 s64")), ABC2,
-         section=_EXT_SEC, sim="addc", summary="add with carry-in"),
+         section=_EXT_SEC, sim="addc", summary="add with carry-in", carry=True),
     Inst("sub.cc", (slot("type", "u32 s32 u64 s64"),), ABC2, section=_EXT_SEC, sim="sub_cc",
-         summary="subtract, writing the borrow-out"),
+         summary="subtract, writing the borrow-out", carry=True),
     Inst("subc", (slot("cc", "cc", optional=True), slot("type", "u32 s32 u64 s64")), ABC2,
-         section=_EXT_SEC, sim="subc", summary="subtract with borrow-in"),
+         section=_EXT_SEC, sim="subc", summary="subtract with borrow-in", carry=True),
     Inst("mad", (slot("mode", "hi lo"), slot("cc", "cc"), slot("type", "u32 s32 u64 s64")), ABC3,
-         section=_EXT_SEC, sim="mad_cc", summary="multiply-add, writing the carry-out"),
+         section=_EXT_SEC, sim="mad_cc", summary="multiply-add, writing the carry-out", carry=True),
     Inst("madc", (slot("mode", "hi lo"), slot("cc", "cc", optional=True),
                   slot("type", "u32 s32 u64 s64")),
-         ABC3, section=_EXT_SEC, sim="madc", summary="multiply-add with carry-in"),
+         ABC3, section=_EXT_SEC, sim="madc", summary="multiply-add with carry-in", carry=True),
 )

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 
 from ._schema import Inst, Operand, Rule, op, slot
 from ._targets import SM100_FAMILY, Requires
+from ._fidelity import FLOAT_MMA, reading
 
 _SEC = "9.7.16 TensorCore 5th Generation Family Instructions: "
 TC05 = Requires(ptx=(8, 6), only=SM100_FAMILY)
@@ -108,6 +109,23 @@ TAILS = (
 )
 
 
+# Where the emulator follows its own reading (jaxptx.sim.semantics.tcgen05_mma has the details).
+_FLOAT_KINDS = "kind::f16 kind::tf32 kind::f8f6f4 kind::mxf8f6f4 kind::mxf4 kind::mxf4nvf4"
+FLOAT_SUMS = reading(FLOAT_MMA, when={"kind": _FLOAT_KINDS})
+SPARSE_METADATA = reading(
+    "the PTX ISA draws the sparse metadata's place in tensor memory only in figures (9.7.16.10.8.4); the "
+    "emulator follows the layout CUTLASS's sm_100 sparse kernels use")
+ASHIFT = reading(
+    "the PTX ISA does not say whether .ashift shifts A before or after the MMA, nor over which lanes; the "
+    "emulator's MMA reads A unshifted, then moves its rows down one lane over each CTA's 128 lanes (a "
+    "hardware report, unconfirmed, has it shift within each 32-lane block)")
+
+
+def _fidelity(sparse: bool, ashift: bool = False) -> tuple:
+    """The readings a tcgen05.mma form follows."""
+    return (FLOAT_SUMS, *((SPARSE_METADATA,) if sparse else ()), *((ASHIFT,) if ashift else ()))
+
+
 def _tmem(name: str) -> Operand:
     """A ``[tensor-memory]`` operand of tcgen05.mma: ptxas wants a ``.b32``
     address register (``.u32`` fails with "Arguments mismatch")."""
@@ -143,15 +161,17 @@ def _mma_forms(opcode: str, sparse: bool) -> tuple[Inst, ...]:
         for kind, tail, req, note in TAILS:
             out.append(Inst(opcode, (CTA, kind, *shift), (*_mma_head(ashift, sparse), *tail),
                             requires=req, section=sec, sim="tcgen05_mma_ashift" if ashift else sim,
-                            summary=f"{what}tensor-core MMA into tensor memory, {src}{note}"))
+                            summary=f"{what}tensor-core MMA into tensor memory, {src}{note}",
+                            fidelity=_fidelity(sparse, ashift)))
     out.append(Inst(opcode, (CTA, bs_kind, BLOCK_SCALE, SCALE_VEC, COLLECTOR_A),
                     (*head, *scale_tmem, ENABLE_D), requires=TC05, rules=SCALE_RULES,
                     section=sec, sim=sim,
-                    summary=f"block-scaled {what}MMA into tensor memory"))
+                    summary=f"block-scaled {what}MMA into tensor memory", fidelity=_fidelity(sparse)))
     out.append(Inst(opcode, (CTA, bs_default_kind, BLOCK_SCALE, COLLECTOR_A),
                     (*head, *scale_tmem, ENABLE_D), requires=TC05_PTX88,
                     section=sec, sim=sim,
-                    summary=f"block-scaled {what}MMA, default 32-element scale blocks"))
+                    summary=f"block-scaled {what}MMA, default 32-element scale blocks",
+                    fidelity=_fidelity(sparse)))
     return tuple(out)
 
 
@@ -161,7 +181,8 @@ def _mma_ws(opcode: str, sparse: bool) -> Inst:
                 (*_mma_head(False, sparse), ENABLE_D,
                  op("zero_column_mask_desc", "reg imm", "b64", optional=True)),
                 requires=TC05, section=_SEC + opcode, sim="tcgen05_mma_sp" if sparse else "tcgen05_mma",
-                summary=f"warp-specialised {'sparse ' if sparse else ''}MMA into tensor memory")
+                summary=f"warp-specialised {'sparse ' if sparse else ''}MMA into tensor memory",
+                fidelity=_fidelity(sparse))
 
 
 # ---------------------------------------------------------------- the table

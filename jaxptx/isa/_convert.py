@@ -15,6 +15,7 @@ from __future__ import annotations
 from ._schema import Inst, Operand, Rule, Slot, op, slot
 from ._targets import SM100_FAMILY, Requires
 from ._common import D, A, SM80, SM90_PTX78
+from ._fidelity import reading
 
 INT = ("u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64")
 IRND = "rni rzi rmi rpi"
@@ -62,9 +63,9 @@ def _sat_rules() -> tuple[Rule, ...]:
 
 def _cvt(slots: tuple[Slot, ...], operands: tuple[Operand, ...], summary: str,
          requires: Requires = Requires(), rules: tuple[Rule, ...] = (),
-         example: str | None = None) -> Inst:
+         example: str | None = None, fidelity: tuple = ()) -> Inst:
     return Inst("cvt", slots, operands, requires=requires, rules=rules, section=_CVT,
-                sim="cvt", summary=summary, example=example)
+                sim="cvt", summary=summary, example=example, fidelity=fidelity)
 
 
 def _cvt_float(dtype: str, atype: str, rnd: str | None, *, rnd_optional: bool = False,
@@ -105,8 +106,16 @@ def _widen_fp(dtype: str, atype: str, requires: Requires, summary: str) -> Inst:
                  slot("dtype", dtype), slot("atype", atype)), UNPACK_A, summary, requires)
 
 
+# The ISA's text splits rbits into 16-bit halves for the four-value forms;
+# how a pair of values shares its half is only in figures ("Random bits layout").
+RS_SPLIT = reading("the PTX ISA gives operands a, b the upper 16 random bits of rbits and e, f the lower 16 "
+                   "(.e2m1x4: the upper and lower byte of each half) but shows how a pair shares them only in "
+                   "a figure; the emulator gives each value 8 bits, the first of a pair the more significant")
+
+
 def _cvt_rs(dtype: str, d_type: str, satfinite_optional: bool) -> Inst:
-    """cvt.rs{.relu}{.satfinite}.dtype.f32: stochastic rounding with rbits."""
+    """cvt.rs{.relu}{.satfinite}.dtype.f32: stochastic rounding with rbits
+    (the four-value forms follow :data:`RS_SPLIT`)."""
     vec = dtype.endswith("x4")
     srcs = ((op("a", "vec", "f32", count=4),) if vec
             else (op("a", "reg", "f32"), op("b", "reg", "f32")))
@@ -114,7 +123,8 @@ def _cvt_rs(dtype: str, d_type: str, satfinite_optional: bool) -> Inst:
                  slot("satfinite", "satfinite", optional=satfinite_optional),
                  slot("dtype", dtype), slot("atype", "f32")),
                 (op("d", "reg", d_type, out=True), *srcs, op("rbits", "reg", "b32")),
-                f"convert f32 to {dtype} with stochastic rounding from rbits", CVT_RS)
+                f"convert f32 to {dtype} with stochastic rounding from rbits", CVT_RS,
+                fidelity=(RS_SPLIT,) if vec else ())
 
 
 def _mov_vec(type_: str, elem: str, pack: bool) -> Inst:

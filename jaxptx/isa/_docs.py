@@ -30,5 +30,10 @@ def describe(opcode: str) -> str:
             lines.append(f"      {inst.summary}")
         lines.append(f"      needs {target}, PTX ISA {req.ptx[0]}.{req.ptx[1]}+"
                      + (f"; {inst.section}" if inst.section else ""))
+        for f in inst.fidelity:           # where the emulator is not bit-exact
+            kind = "approximate" if f.kind == "approx" else "reading"
+            when = "".join(f" (.{'/.'.join(values)})" for _, values in f.when)
+            said = "; ".join(str(b) for b in f.bounds) or f.note
+            lines.append(f"      emulator: {kind}{when}: {said}")
     lines.append(f"\n  PTX ISA: {_ISA_URL}")
     return "\n".join(lines)

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from ._schema import Inst, Operand, Rule, Slot, op, slot
 from ._targets import SM100_FAMILY, Requires
 from ._common import SM90_PTX83, SM80, SM90_PTX78, SM90_PTX80, SM90_PTX86
+from ._fidelity import FLOAT_MMA, reading
 
 PTX78 = Requires(ptx=(7, 8))
 PTX80 = Requires(ptx=(8, 0))
@@ -97,7 +98,7 @@ def _wgmma(shapes: str, dtype: str, atypes: str, btypes: str, a: Operand,
          slot("btype", btypes), *tail),
         (op("d", "vec", _ACC[dtype], out=True, count="wgmma_d"), a, _B_DESC, *rest),
         requires=requires, rules=rules, section=_WGMMA_MMA_SEC, sim="wgmma_mma_async",
-        summary=summary)
+        summary=summary, fidelity=(reading(FLOAT_MMA, when={"dtype": "f32 f16"}),))
 
 
 _K16 = _shapes(16, _N_FLOAT)

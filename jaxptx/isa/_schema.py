@@ -17,10 +17,11 @@ or the name of a function in :mod:`jaxptx.isa._counts`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from ._targets import Requires
 
-__all__ = ["Slot", "Operand", "Rule", "Inst", "slot", "op", "KINDS"]
+__all__ = ["Slot", "Operand", "Rule", "Bound", "Fidelity", "Inst", "slot", "op", "KINDS", "FIDELITY_KINDS"]
 
 # Operand kinds: reg (typed register), pred (predicate register, ``!`` allowed
 # when ``neg``), imm (immediate), mem (``[address]``), vec (``{a, b}``),
@@ -118,6 +119,63 @@ class Rule:
     absent: bool = False
 
 
+FIDELITY_KINDS = ("approx", "reading")
+"""How an entry's :class:`Fidelity` clause departs from bit-exact semantics:
+``approx`` (the ISA states only an error bound) or ``reading`` (the ISA
+leaves a point to figures or unspecified, and the emulator follows its
+documented reading)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """An error bound the PTX ISA states for an approximate form.
+
+    Attributes:
+        measure: ``"ulp"``, ``"relative"`` or ``"absolute"``.
+        ulps: the bound in units in the last place (``measure == "ulp"``).
+        log2: the bound as a power of two, ``2**log2`` (relative and
+            absolute bounds; the ISA writes them so: 2^-22.9).
+        over: the inputs it holds for, in the ISA's words (``""``: all).
+    """
+
+    measure: str
+    ulps: float | None = None
+    log2: float | None = None
+    over: str = ""
+
+    @property
+    def value(self) -> float:
+        """The bound as a number: ulps, or ``2**log2``."""
+        return float(self.ulps) if self.measure == "ulp" else 2.0 ** self.log2
+
+    def __str__(self) -> str:
+        size = f"{self.ulps:g} ulp" if self.measure == "ulp" else f"{self.measure} error 2^{self.log2:g}"
+        return f"max {size}" + (f" for {self.over}" if self.over else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Fidelity:
+    """Where the emulator's result for a form is not bit-exact PTX semantics.
+
+    Attributes:
+        kind: ``"approx"`` or ``"reading"`` (:data:`FIDELITY_KINDS`).
+        bounds: for ``approx``, the error bounds the ISA states (empty when
+            it states none; ``note`` then says so).
+        note: what the ISA leaves open and what the emulator does.
+        when: ``((slot, values), ...)``: the clause holds only for these slot
+            values (``(("dtype", ("f32", "f16")),)``); empty: always.
+    """
+
+    kind: str
+    bounds: tuple[Bound, ...] = ()
+    note: str = ""
+    when: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def applies(self, values: Mapping[str, str]) -> bool:
+        """Whether the clause holds for a form's chosen slot ``values``."""
+        return all(values.get(name) in allowed for name, allowed in self.when)
+
+
 @dataclasses.dataclass(frozen=True)
 class Inst:
     """One syntax form of a PTX instruction.
@@ -136,6 +194,11 @@ class Inst:
             table sweep (for forms whose operands need context); ``%{type}``
             placeholders become fresh registers as in ``Operand.example``.
         predicable: accepts a ``@p`` guard.
+        carry: reads or writes the carry flag ``CC.CF``, state no operand
+            names (PTX ISA "Extended-Precision Integer Arithmetic").
+        fidelity: where the emulator is not bit-exact for this form
+            (:class:`Fidelity` clauses; empty: exact). Read it through
+            :func:`jaxptx.isa.fidelity_of`.
     """
 
     opcode: str
@@ -148,6 +211,8 @@ class Inst:
     summary: str = ""
     example: str | None = None
     predicable: bool = True
+    carry: bool = False
+    fidelity: tuple[Fidelity, ...] = ()
 
     def slot(self, name: str) -> Slot:
         """The slot called ``name``."""

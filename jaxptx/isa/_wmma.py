@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from ._ampere import SHARED_CTA, SYNC
+from ._ampere import MMA_FIDELITY, SHARED_CTA, SYNC
 from ._schema import Inst, op, slot
 from ._targets import Requires
 
@@ -104,7 +104,7 @@ def _mma(shapes: str, slots: tuple, ab: str, cd: tuple[str, str], requires: Requ
                 (op("d", "vec", d_reg, out=True, count="wmma_d"), op("a", "vec", ab, count="wmma_a"),
                  op("b", "vec", ab, count="wmma_b"), op("c", "vec", c_reg, count="wmma_c")),
                 requires=requires, section=_SEC.format("mma"), sim="wmma_mma",
-                summary="warp-level matrix multiply-accumulate")
+                summary="warp-level matrix multiply-accumulate", fidelity=MMA_FIDELITY)
 
 
 _SATFINITE = slot("satfinite", "satfinite", optional=True)

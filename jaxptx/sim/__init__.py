@@ -11,6 +11,9 @@ emulator cannot run (:class:`PrecheckError`).
 from .launch import launch as launch
 from .device import Device as Device
 from .device import ParamInfo as ParamInfo
+from .fidelity import Fidelity as Fidelity
+from .fidelity import Reach as Reach
+from .fidelity import Usage as Usage
 from .precheck import PrecheckError as PrecheckError
 from .precheck import Problem as Problem
 from .errors import SimError as SimError

@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import ir, isa
+from .. import capture, ir, isa
 from ..launch import validate_launch
 from ..errors import LaunchError, PtxError, TraceError
 from ..parse import parse
@@ -51,7 +51,9 @@ from .errors import SimError, SimLaunchError
 from .memory.spaces import GLOBAL_SHIFT, SHARED_WINDOW, Memory
 from .numerics.values import to_bits
 from .params import pack_params
+from . import capturing
 from .checking import check_mode, valid_mode
+from .fidelity import attach as track_fidelity
 from .precheck import PrecheckError, module_problems, program_problems
 from .semantics import SEMANTICS
 
@@ -370,7 +372,8 @@ class Device:
     # launch --------------------------------------------------------------------
     def launch(self, source: str | ir.Module, params: Sequence[Any], *, grid: Any = (1, 1, 1),
                block: Any = (1, 1, 1), cluster: Any = (1, 1, 1), smem: int = 0, kernel: str | None = None,
-               check: Any = None, max_steps: int | None = None, profile: bool = False) -> Any:
+               check: Any = None, max_steps: int | None = None, profile: bool = False,
+               fidelity: bool = False) -> Any:
         """Run a kernel on the device's memory (``cuLaunchKernelEx``).
 
         Args:
@@ -394,6 +397,12 @@ class Device:
             profile: count every warp-level request and return a
                 :class:`jaxptx.profile.Profile` (the sanitizer's findings,
                 if any, in its ``findings``).
+            fidelity: return a :class:`jaxptx.sim.Fidelity` instead: which
+                instructions ran exactly, within the ISA's stated error or
+                by the emulator's reading of the ISA, and whether a value of
+                the last two kinds reached an address, a branch or a barrier
+                (the findings of ``check="all"`` in its ``findings``, the
+                profile of ``profile=True`` in its ``profile``).
 
         Raises:
             PrecheckError: PTX that ptxas would reject, or instructions the
@@ -402,11 +411,24 @@ class Device:
                 runs, or a fault while running.
         """
         module, program, bases = self._entry(source, kernel)
-        return self._run(program, bases, params, grid, block, cluster, smem, check, max_steps,
-                         profile=module if profile else None)
+        where = capture.directory()
+        was = None
+        if where is not None:
+            try:
+                was = capturing.before(self, bases, where)
+            except capturing.TooLarge:
+                pass
+        result = self._run(program, bases, params, grid, block, cluster, smem, check, max_steps,
+                           profile=module if profile else None, fidelity=fidelity)
+        if was is not None:
+            capturing.record(self, source, module, program, bases,
+                             pack_params(program.name, program.params, params),
+                             _launch_shape(program, grid, block, cluster, smem), smem, was)
+        return result
 
     def _run(self, program: Program, bases: dict[str, int], params: Sequence[Any], grid: Any, block: Any,
-             cluster: Any, smem: Any, check: Any, max_steps: int | None, profile: Any = None) -> Any:
+             cluster: Any, smem: Any, check: Any, max_steps: int | None, profile: Any = None,
+             fidelity: bool = False) -> Any:
         """:meth:`launch` once the kernel is prepared and checked."""
         grid, block, cluster = _launch_shape(program, grid, block, cluster, smem)
         raw = pack_params(program.name, program.params, params)
@@ -440,11 +462,14 @@ class Device:
         if profile is not None:         # the module: jaxptx.profile counts this launch
             from ..profile.counters import attach
             counter = attach(machine, profile)
+        tracker = track_fidelity(machine) if fidelity else None
         try:
             machine.run()
-            if counter is not None:
-                return counter.result(machine.sanitizer.findings if check == "all" else None)
-            return machine.sanitizer.findings if check == "all" else None
+            findings = machine.sanitizer.findings if check == "all" else None
+            report = counter.result(findings) if counter is not None else None
+            if tracker is not None:
+                return tracker.result(findings, report)
+            return report if counter is not None else findings
         finally:
             machine.close()
 

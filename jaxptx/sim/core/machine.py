@@ -121,6 +121,8 @@ class Machine:
         self.exit_checks: list[Callable[["Machine"], None]] = []
         # jaxptx.profile's counter: .before(pc, threads) ahead of every step.
         self.profiler = None
+        # jaxptx.sim.fidelity's tracker: .before(pc, threads) ahead of every step.
+        self.fidelity = None
         if self.sanitizer is not None:
             memory.watch = self.sanitizer.access
         self._special = SpecialRegisters(self)
@@ -138,6 +140,7 @@ class Machine:
         self.memory.watch = None
         self._special = None
         self.sanitizer = None
+        self.fidelity = None
         self.regs = None
         self.frames = {}
         self.watch = None
@@ -340,6 +343,7 @@ class Machine:
         limit = self.max_steps
         steps = thread_steps = 0
         prof = self.profiler
+        fid = self.fidelity
         while True:
             if not groups:
                 self.steps, self.thread_steps = steps, thread_steps
@@ -364,6 +368,8 @@ class Machine:
             self.current_pc = pc
             if prof is not None:
                 prof.before(pc, threads)
+            if fid is not None:
+                fid.before(pc, threads)
             fn = plain[pc]
             if fn is not None:
                 self._execute_plain(fn, pc, threads)

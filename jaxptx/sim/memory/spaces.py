@@ -82,7 +82,9 @@ class Memory:
         # atomic=, values=) for every access when the sanitizer runs.
         self.watch = None
         # Called as counter(buffer, element byte offsets, threads, width, write)
-        # for every access when the launch is profiled (jaxptx.profile).
+        # for every access when the launch is profiled (jaxptx.profile) or its
+        # fidelity tracked (jaxptx.sim.fidelity); write is False for a load,
+        # True for a store and "update" for locations() (which may read and write).
         self.counter = None
         # Called as stored(buffer, element byte offsets, width) for every
         # plain store when the device records them (Device.track_stores).
@@ -283,7 +285,7 @@ class Memory:
             if atomic and self.watch is not None:
                 self.watch(buf, off, threads if pos is None else threads[pos], width, True, atomic=True)
             if self.counter is not None:
-                self.counter(buf, off, threads if pos is None else threads[pos], width, True)
+                self.counter(buf, off, threads if pos is None else threads[pos], width, "update")
             groups.append((buf.view(_UINT[width]), off // width,
                            np.arange(len(addr)) if pos is None else pos))
         return groups
