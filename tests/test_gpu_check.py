@@ -1,5 +1,6 @@
 """benchmarks/gpu_check.py: its dry run (what CI can check without a GPU) and
-the parsers it reads the tools' output with, on samples in the tools' own formats."""
+the parsers it reads the tools' output with (benchmarks/_gpu_parse.py), on
+samples in the tools' own formats."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import pytest
 BENCH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
+import _gpu_parse
+import _gpu_report
 import gpu_check
 import gpu_sanitize_driver
 
@@ -73,24 +76,24 @@ ERROR tests/jax/test_tma_calls.py::test_tma_2d - RuntimeError: CUDA_ERROR_ILLEGA
 
 
 def test_pytest_summary_quiet_line() -> None:
-    c = gpu_check.parse_pytest_summary(PYTEST_OUT)
+    c = _gpu_parse.parse_pytest_summary(PYTEST_OUT)
     assert c is not None
     assert (c["passed"], c["failed"], c["skipped"], c["errors"], c["deselected"], c["warnings"]) == (15, 1, 4, 1, 44, 2)
     assert c["seconds"] == 83.41
-    assert gpu_check.parse_pytest_failures(PYTEST_OUT) == [
+    assert _gpu_parse.parse_pytest_failures(PYTEST_OUT) == [
         "FAILED tests/kernels/test_gpu.py::test_norms_match_jnp[auto] - AssertionError: Not equal to tolerance",
         "ERROR tests/jax/test_tma_calls.py::test_tma_2d - RuntimeError: CUDA_ERROR_ILLEGAL_ADDRESS"]
 
 
 def test_pytest_summary_framed_and_empty_runs() -> None:
     framed = "collected 30 items / 9 deselected\n\n==== 21 passed, 9 deselected in 4.20s ====\n"
-    c = gpu_check.parse_pytest_summary(framed)
+    c = _gpu_parse.parse_pytest_summary(framed)
     assert c is not None and (c["passed"], c["deselected"], c["failed"]) == (21, 9, 0)
-    none = gpu_check.parse_pytest_summary("\nno tests ran in 0.01s\n")
+    none = _gpu_parse.parse_pytest_summary("\nno tests ran in 0.01s\n")
     assert none is not None and none["passed"] == 0 and none["seconds"] == 0.01
-    assert gpu_check.parse_pytest_summary("ImportError while loading conftest\n") is None
+    assert _gpu_parse.parse_pytest_summary("ImportError while loading conftest\n") is None
     # a count inside a test's own output is not the summary; the last summary line wins
-    c = gpu_check.parse_pytest_summary("3 passed in 1.00s\nprint: 7 passed\n5 passed, 1 xfailed in 2.00s\n")
+    c = _gpu_parse.parse_pytest_summary("3 passed in 1.00s\nprint: 7 passed\n5 passed, 1 xfailed in 2.00s\n")
     assert c is not None and (c["passed"], c["xfailed"]) == (5, 1)
 
 
@@ -129,17 +132,17 @@ RACECHECK_HAZARDS = """\
 
 
 def test_sanitizer_summaries() -> None:
-    clean = gpu_check.parse_sanitizer(MEMCHECK_CLEAN)
+    clean = _gpu_parse.parse_sanitizer(MEMCHECK_CLEAN)
     assert clean["errors"] == 0 and clean["findings"] == [] and clean["hazards"] is None
     assert clean["summary"] == "ERROR SUMMARY: 0 errors"
-    bad = gpu_check.parse_sanitizer(MEMCHECK_ERROR)
+    bad = _gpu_parse.parse_sanitizer(MEMCHECK_ERROR)
     assert bad["errors"] == 2
     assert bad["findings"][0] == "Invalid __global__ write of size 16 bytes"
     assert bad["findings"][1].startswith("Program hit CUDA_ERROR_LAUNCH_FAILED")
-    race = gpu_check.parse_sanitizer(RACECHECK_HAZARDS)
+    race = _gpu_parse.parse_sanitizer(RACECHECK_HAZARDS)
     assert (race["errors"], race["hazards"], race["race_errors"], race["race_warnings"]) == (1, 1, 1, 0)
     assert race["findings"] == ["Error: Race reported between Write access at matmul_sm90_bf16+0x1a40"]
-    assert gpu_check.parse_sanitizer("Segmentation fault\n")["errors"] is None
+    assert _gpu_parse.parse_sanitizer("Segmentation fault\n")["errors"] is None
 
 
 # -- Nsight Compute --------------------------------------------------------------------------
@@ -174,23 +177,23 @@ NCU_OUT = "\n".join([
 
 
 def test_ncu_csv_rows_and_first_launch_per_kernel() -> None:
-    rows = gpu_check.parse_ncu_csv(NCU_OUT)
+    rows = _gpu_parse.parse_ncu_csv(NCU_OUT)
     assert len(rows) == 10
     assert rows[1]["metric"] == "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"
     assert rows[1]["value"] == 16384.0 and rows[1]["raw"] == "16,384" and rows[1]["Block Size"] == "(64, 1, 1)"
-    by = gpu_check.ncu_by_kernel(rows)
+    by = _gpu_parse.ncu_by_kernel(rows)
     assert by["rms_norm_f32_sm_90a_t64"]["l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"] == 1024.0  # launch 0
     assert by["matmul_sm90_bf16"]["sm__warps_active.avg.pct_of_peak_sustained_active"] is None
-    assert gpu_check.parse_ncu_csv("==PROF== ERROR: ERR_NVGPUCTRPERM - no permission\n") == []
-    assert gpu_check.to_number("62.50") == 62.5 and gpu_check.to_number("1,234,567") == 1234567.0
-    assert gpu_check.to_number("n/a") is None
+    assert _gpu_parse.parse_ncu_csv("==PROF== ERROR: ERR_NVGPUCTRPERM - no permission\n") == []
+    assert _gpu_parse.to_number("62.50") == 62.5 and _gpu_parse.to_number("1,234,567") == 1234567.0
+    assert _gpu_parse.to_number("n/a") is None
 
 
 def test_ncu_beside_the_emulator() -> None:
     predicted = {"global_ld_requests": 1024, "global_ld_sectors": 16384, "global_ld_sectors_per_request": 16.0,
                  "shared_st_bank_conflicts": 0, "registers": 48, "theoretical_occupancy_pct": 62.5}
-    rows = gpu_check.compare_ncu([{"kernel": "rms_norm_f32_sm_90a_t64", "predicted": predicted}],
-                                 gpu_check.ncu_by_kernel(gpu_check.parse_ncu_csv(NCU_OUT)))
+    rows = _gpu_parse.compare_ncu([{"kernel": "rms_norm_f32_sm_90a_t64", "predicted": predicted}],
+                                  _gpu_parse.ncu_by_kernel(_gpu_parse.parse_ncu_csv(NCU_OUT)))
     by = {r["figure"]: r for r in rows}
     assert by["global ld sectors/request"]["ncu"] == 16.0 and by["global ld sectors/request"]["agree"] == "yes"
     assert by["shared st bank conflicts"]["agree"] == "no"
@@ -204,11 +207,11 @@ def test_json_output_and_fidelity_text() -> None:
     doc = {"ok": True, "kernel": "softmax_f32_sm_90a_t64", "mismatches": [],
            "fidelity": {"exact": {"add.f32": 3, "mul.f32": 2}, "approximate": {"ex2.approx.f32": {"count": 8}},
                         "reading": {}, "reached": [], "is_exact": False}}
-    assert gpu_check.parse_json_output(json.dumps(doc)) == doc
-    assert gpu_check.parse_json_output("warming up\n" + json.dumps(doc) + "\n") == doc
-    assert gpu_check.parse_json_output("replay: " + json.dumps(doc, indent=1) + "\ndone") == doc
-    assert gpu_check.parse_json_output("Traceback (most recent call last):\nModuleNotFoundError") is None
-    assert gpu_check.fidelity_text(doc["fidelity"]) == \
+    assert _gpu_parse.parse_json_output(json.dumps(doc)) == doc
+    assert _gpu_parse.parse_json_output("warming up\n" + json.dumps(doc) + "\n") == doc
+    assert _gpu_parse.parse_json_output("replay: " + json.dumps(doc, indent=1) + "\ndone") == doc
+    assert _gpu_parse.parse_json_output("Traceback (most recent call last):\nModuleNotFoundError") is None
+    assert _gpu_report.fidelity_text(doc["fidelity"]) == \
         "exact: 2 ops; approximate: ex2.approx.f32; reading: —; reached: —; is_exact: False"
 
 
@@ -244,4 +247,4 @@ def test_driver_runs_on_the_emulator_and_predicts(tmp_path: pathlib.Path) -> Non
     assert norm["global_ld_requests"] > 0 and norm["global_st_requests"] > 0
     gemm = launches["matmul_sm90_bf16"]
     assert gemm["global_ld_requests"] == 0                  # TMA, not LSU loads
-    assert set(gpu_check.NCU_METRICS) <= set(norm) | {"achieved_occupancy_pct"}   # every ncu figure has its pair
+    assert set(_gpu_parse.NCU_METRICS) <= set(norm) | {"achieved_occupancy_pct"}   # every ncu figure has its pair
