@@ -2,8 +2,10 @@
 
 Reports unknown instructions, modifiers or types a target lacks, operand
 kind and type mismatches against the registers' declared types, undeclared
-registers, names (labels, variables, functions) that are never defined, and
-statements outside PTX's grammar.
+registers, names (labels, variables, functions) that are never defined,
+entry parameters past the ``.param`` space a kernel may have, and
+statements outside PTX's grammar. Findings in parsed text carry the line
+and column of the statement concerned.
 
 Example:
     >>> from jaxptx import check
@@ -47,6 +49,11 @@ KNOWN_DIRECTIVES = frozenset([
     "noreturn", "explicitcluster", "reqnctapercluster", "maxclusterrank", "blocksareclusters",
     "alias", "abi_preserve", "abi_preserve_control", "extern", "visible", "weak", "common",
 ])
+# Kernel parameter space (ptxas 13, measured: "Entry function 'k' uses too
+# much parameter space (0x7ffd bytes, 0x7ffc max)"; 0x1100 before PTX 8.1).
+SMALL_PARAM_SPACE = 4352
+LARGE_PARAM_SPACE = 32764
+LARGE_PARAM_PTX = (8, 1)
 _NARROW_ADDRESS_SPACES = frozenset(["shared", "shared::cta", "shared::cluster", "local", "const", "param"])
 
 
@@ -95,8 +102,15 @@ def check(source: str | ir.Module, arch: str | None = None, *,
 
     Raises:
         ParseError: ``source`` is text that does not parse.
+        TypeError: ``source`` is neither text nor a module.
     """
-    module = parse(source) if isinstance(source, str) else source
+    if isinstance(source, str):
+        module = parse(source)
+    elif isinstance(source, ir.Module):
+        module = source
+    else:
+        raise TypeError(f"jaxptx.check: expected PTX text (str) or a jaxptx.ir.Module (from "
+                        f"jaxptx.parse or Kernel.module()), got {source!r:.60} ({type(source).__name__})")
     out: list[Diagnostic] = []
     target = _target(module, arch)
     version = module.version or isa.NEWEST_PTX
@@ -108,7 +122,7 @@ def check(source: str | ir.Module, arch: str | None = None, *,
     globals_ = {i.name for i in module.items if isinstance(i, (ir.VarDecl, ir.Function))}
     for item in module.items:
         if isinstance(item, ir.Unknown):
-            out.append(Diagnostic(0, 0, f"not a PTX statement: {' '.join(item.tokens)[:60]}"))
+            out.append(Diagnostic(*_at(item), f"not a PTX statement: {' '.join(item.tokens)[:60]}"))
         elif isinstance(item, ir.Function) and item.body is not None:
             out.extend(_check_function(item, globals_, target, version, instructions))
     return sorted(out, key=lambda d: (d.line, d.column))
@@ -122,44 +136,95 @@ def _unknown_directives(module: ir.Module) -> Iterator[Diagnostic]:
         found.extend(s for s in ir.walk(f.body or []) if isinstance(s, ir.Directive))
     for d in found:
         if d.name not in KNOWN_DIRECTIVES:
-            yield Diagnostic(0, 0, f"unknown directive .{d.name} (not a PTX directive)")
+            yield Diagnostic(*_at(d), f"unknown directive .{d.name} (not a PTX directive)")
+
+
+def _at(node: object) -> tuple[int, int]:
+    """``(line, column)`` where a parsed node starts; ``(0, 0)`` for a node
+    built in Python (a traced module's declarations and labels)."""
+    loc = getattr(node, "loc", None)
+    return (loc[1], loc[2]) if loc is not None and len(loc) == 3 else (0, 0)
 
 
 def _module_rules(module: ir.Module, target: isa.Target, version: tuple[int, int]) -> Iterator[Diagnostic]:
     """Rules about the module as a whole rather than one instruction."""
     for item in module.items:
         if isinstance(item, ir.Directive) and item.name == "address_size" and item.values != ("64",):
-            yield Diagnostic(0, 0, f".address_size {' '.join(item.values)}: only 64-bit addressing "
-                                   "is supported by CUDA 13 (ptxas)")
+            yield Diagnostic(*_at(item), f".address_size {' '.join(item.values)}: only 64-bit "
+                                         "addressing is supported by CUDA 13 (ptxas)")
     if module.version is not None and module.version < target.min_ptx:
         v = module.version
         need = target.min_ptx
-        yield Diagnostic(0, 0, f".version {v[0]}.{v[1]} does not know .target {target.name}; "
-                               f"it needs {need[0]}.{need[1]} or newer")
+        at = next((_at(i) for i in module.items if isinstance(i, ir.Directive) and i.name == "version"),
+                  (0, 0))
+        yield Diagnostic(*at, f".version {v[0]}.{v[1]} does not know .target {target.name}; "
+                              f"it needs {need[0]}.{need[1]} or newer")
     defined = {i.name for i in module.items if isinstance(i, ir.Function) and i.body is not None}
-    extern = {i.name for i in module.items
+    extern = {i.name: i for i in module.items
               if isinstance(i, ir.Function) and i.body is None and "extern" in i.linkage}
     called = {x.name for f in module.items if isinstance(f, ir.Function)
               for s in ir.walk(f.body or []) if isinstance(s, ir.Instruction) and s.opcode == "call"
               for op in s.operands for x in _operand_names(op) if isinstance(x, ir.Symbol)}
-    for name in sorted((extern & called) - defined - SYSTEM_CALLS):
-        yield Diagnostic(0, 0, f"unresolved extern function {name} (ptxas compiles whole programs "
-                               "unless given -c)")
+    for name in sorted((extern.keys() & called) - defined - SYSTEM_CALLS):
+        yield Diagnostic(*_at(extern[name]), f"unresolved extern function {name} (ptxas compiles "
+                                             "whole programs unless given -c)")
     for item in module.items:
         if isinstance(item, ir.VarDecl) and -1 in item.dims and "extern" not in item.linkage:
-            yield Diagnostic(0, 0, f"{item.name}: an unsized array [] must be .extern")
+            yield Diagnostic(*_at(item), f"{item.name}: an unsized array [] must be .extern")
         if isinstance(item, ir.Function):
-            for p in item.params:
-                if item.kind == "entry" and -1 in p.dims:
-                    yield Diagnostic(0, 0, f"{item.name}: entry parameter {p.name} cannot be an unsized array")
-                if p.vector is not None and p.space == "param":
-                    yield Diagnostic(0, 0, f"{item.name}: parameter {p.name} cannot be a vector (.v{p.vector})")
-            for s in ir.walk(item.body or []):
-                if isinstance(s, ir.VarDecl) and -1 in s.dims and "extern" not in s.linkage:
-                    yield Diagnostic(0, 0, f"{s.name}: an unsized array [] must be .extern")
-            for d in item.directives:
-                if d.name == "noreturn" and item.kind == "entry":
-                    yield Diagnostic(0, 0, f"{item.name}: .noreturn applies to .func, not .entry")
+            yield from _function_rules(item, target, version)
+
+
+def _function_rules(f: ir.Function, target: isa.Target, version: tuple[int, int]) -> Iterator[Diagnostic]:
+    """Rules about one function's declarations: its parameters, directives
+    and unsized arrays."""
+    for p in f.params:
+        if f.kind == "entry" and -1 in p.dims:
+            yield Diagnostic(*_at(p), f"{f.name}: entry parameter {p.name} cannot be an unsized array")
+        if p.vector is not None and p.space == "param":
+            yield Diagnostic(*_at(p), f"{f.name}: parameter {p.name} cannot be a vector (.v{p.vector})")
+    if f.kind == "entry":
+        yield from _param_space(f, target, version)
+    for s in ir.walk(f.body or []):
+        if isinstance(s, ir.VarDecl) and -1 in s.dims and "extern" not in s.linkage:
+            yield Diagnostic(*_at(s), f"{s.name}: an unsized array [] must be .extern")
+    for d in f.directives:
+        if d.name == "noreturn" and f.kind == "entry":
+            yield Diagnostic(*_at(d), f"{f.name}: .noreturn applies to .func, not .entry")
+
+
+def _param_space_limit(target: isa.Target, version: tuple[int, int]) -> int:
+    """The most bytes of ``.param`` space an ``.entry`` may declare: 32764
+    from PTX ISA 8.1 (CUDA 12.1) on sm_70 and newer, else 4352 (ptxas 13:
+    "uses too much parameter space (..., 0x7ffc max)", and for .version 8.0
+    "0x1100 max" with "Kernel parameter size larger than 4352 bytes
+    requires PTX ISA .version 8.1")."""
+    return LARGE_PARAM_SPACE if version >= LARGE_PARAM_PTX and target.sm >= 70 else SMALL_PARAM_SPACE
+
+
+def _param_space(f: ir.Function, target: isa.Target, version: tuple[int, int]) -> Iterator[Diagnostic]:
+    """An entry whose parameters, each at its alignment, take more than
+    :func:`_param_space_limit` bytes; reported at the first parameter that
+    does not fit."""
+    limit = _param_space_limit(target, version)
+    end = 0
+    for p in f.params:
+        t = TYPES.get(p.type)
+        if p.space != "param" or t is None or -1 in p.dims:
+            continue
+        element = max(t.bits // 8, 1) * (p.vector or 1)
+        count = 1
+        for d in p.dims:
+            count *= d
+        align = max(p.align or 1, element)
+        end = -(-end // align) * align + element * count
+        if end > limit:
+            more = "" if limit == LARGE_PARAM_SPACE else \
+                f"; .version {LARGE_PARAM_PTX[0]}.{LARGE_PARAM_PTX[1]} or newer allows {LARGE_PARAM_SPACE} bytes"
+            yield Diagnostic(*_at(p), f"{f.name}: entry parameters take {end} bytes up to {p.name}, "
+                                      f"over the {limit} bytes of .param space a kernel may have{more}; "
+                                      "pass large data through a global-memory pointer")
+            return
 
 
 def _check_function(f: ir.Function, globals_: set[str], target: isa.Target,
@@ -260,10 +325,18 @@ def _scoped(body: list[ir.Statement], outer: frozenset[str],
     ptxas: "Unknown symbol" for a label of a sibling block). A label or
     register declared twice in one block is a duplicate."""
     here = [s.name for s in body if isinstance(s, ir.Label)]
-    regs_here = [n.name for s in body if isinstance(s, ir.RegDecl) for n in s.names]
-    for kind, declared in (("label", here), ("register", regs_here)):
-        for name in sorted({n for n in declared if declared.count(n) > 1}):
-            out.append(Diagnostic(0, 0, f"duplicate definition of {kind} {name} in one block"))
+    first: dict[tuple[str, str], ir.Statement] = {}
+    for s in body:
+        named = [("label", s.name)] if isinstance(s, ir.Label) else \
+            [("register", n.name) for n in s.names] if isinstance(s, ir.RegDecl) else []
+        for kind, name in named:
+            before = first.get((kind, name))
+            if before is None:
+                first[kind, name] = s
+            else:
+                line = _at(before)[0]
+                out.append(Diagnostic(*_at(s), f"duplicate definition of {kind} {name} in one block"
+                                      + (f" (first defined on line {line})" if line else "")))
     visible = outer | frozenset(here)
     for s in body:
         if isinstance(s, ir.Block):

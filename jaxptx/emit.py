@@ -36,12 +36,23 @@ def operand_text(op: ir.Operand) -> str:
 def _folded(op: ir.Operand) -> ir.Operand:
     """``op`` with constant expressions replaced by their values (canonical
     text spells values: an expression's tokens joined without their spacing
-    can read differently, as ``-10%3`` does)."""
+    can read differently, as ``-10%3`` does); ``[%rd1+(2*2)]`` reads
+    ``[%rd1+4]``."""
     if isinstance(op, ir.Immediate) and op.expr is not None:
         return ir.Immediate(op.value, unsigned=op.unsigned)
     if isinstance(op, ir.Vector) and any(isinstance(x, ir.Immediate) and x.expr for x in op.items):
         return ir.Vector(tuple(_folded(x) for x in op.items))
+    if isinstance(op, ir.Symbol) and isinstance(op.offset, ir.Immediate) and op.offset.expr is not None:
+        return ir.Symbol(op.name, _folded(op.offset), op.minus)
+    if isinstance(op, ir.Address) and (_has_expr(op.offset) or isinstance(op.base, ir.Symbol)
+                                       and _has_expr(op.base.offset)):
+        base = op.base if op.base is None else _folded(op.base)
+        return ir.Address(base, _folded(op.offset), op.extra, op.minus)
     return op
+
+
+def _has_expr(offset: "int | ir.Immediate | None") -> bool:
+    return isinstance(offset, ir.Immediate) and offset.expr is not None
 
 
 def _join(tokens: list[str], trivia: ir.Trivia) -> str:

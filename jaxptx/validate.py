@@ -104,6 +104,16 @@ def _check_operand(ins: ir.Instruction, o: Operand, want: PtxType | None, count:
     if kind not in o.kinds or (isinstance(x, ir.Negated) and not o.neg):
         raise PtxOperandError(
             f"{_where(ins, o)}: expected {_kinds_text(o, want)}, got {_describe(x, type_of)}")
+    if o.multiple is not None and isinstance(x, ir.Immediate) and isinstance(x.value, int) \
+            and x.value % o.multiple[0]:
+        raise PtxOperandError(f"{_where(ins, o)}: expected a multiple of {o.multiple[0]} "
+                              f"({o.multiple[1]}), got {operand_text(x)}")
+    if isinstance(x, ir.Address) and x.base is None and x.extra is None and "local" not in ins.modifiers:
+        # ptxas: "Immediate addresses allowed only for .local state space"
+        raise PtxOperandError(f"{_where(ins, o)}: an absolute address {operand_text(x)} is only "
+                              "allowed in the .local state space (ptxas: \"Immediate addresses "
+                              "allowed only for .local state space\"); address through a register "
+                              "or a variable's name")
     if kind == "reg" and want is not None:
         got = type_of(x.name)  # type: ignore[union-attr]
         if got is not None and not compatible(want, got, o.widen):

@@ -102,7 +102,10 @@ class _Writer:
         return f"ptx.sym({', '.join(args)})"
 
     def offset(self, off: int | ir.Immediate) -> str:
-        return str(off) if isinstance(off, int) else f"ptx.imm({off.spelling()!r})"
+        if isinstance(off, int):
+            return str(off)
+        # A constant expression (`[%rd1+(2*2)]`) traces back as its value.
+        return f"ptx.imm({off.spelling(canonical=off.expr is not None)!r})"
 
     def address(self, a: ir.Address) -> str:
         if a.base is None:
@@ -387,5 +390,17 @@ def _find_back_branch(stmts: list[ir.Statement], start: int, name: str) -> int |
 
 
 def to_python(module: ir.Module, name: str = "kernel", sugar: bool = False) -> str:
-    """Python source defining ``@kernel`` ``name`` that traces back to ``module``."""
+    """Python source defining ``@kernel`` ``name`` that traces back to ``module``.
+
+    PTX that :func:`jaxptx.check` rejects is written too, as a kernel with
+    ``validate=False`` (the command line refuses it unless given
+    ``--unchecked``).
+
+    Raises:
+        ValueError: the module holds no PTX statements (empty text, or only
+            comments and whitespace).
+    """
+    if not any(not isinstance(item, ir.Comment) for item in module.items):
+        raise ValueError("the module holds no PTX statements (empty, or only comments); "
+                         "nothing to transpile")
     return _Writer(module, name, sugar).write()

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
-from ._trace import OpenConstruct, Trace, current, user_location
+from ..errors import TraceError
+from ._trace import OpenConstruct, Trace, current, user_location, with_location
 
 __all__ = ["tracked_context", "tracked_loop"]
 
@@ -41,6 +42,14 @@ class _TrackedContext(AbstractContextManager):
             self._trace.end(self._record)
         return handled
 
+    def __iter__(self) -> Iterator[Any]:
+        """Refuse ``for ... in`` over a block construct, saying how to use it."""
+        what = self._record.what
+        raise with_location(TraceError(
+            f"{what} is a block, not a loop: write `with {what}:`, not `for ... in {what}:`; "
+            "a runtime loop is `for i in ptx.range_(...)` or `for _ in ptx.while_(...)`"),
+            user_location())
+
 
 class _TrackedLoop(Iterator[T]):
     """An iterator recorded in the trace until it is exhausted."""
@@ -57,6 +66,18 @@ class _TrackedLoop(Iterator[T]):
         except StopIteration:
             self._trace.end(self._record)
             raise
+
+    def __enter__(self) -> Any:
+        """Refuse ``with`` on a loop construct, saying how to use it."""
+        what = self._record.what
+        usage = "for _ in" if what.startswith("ptx.while_") else "for i in"
+        raise with_location(TraceError(
+            f"{what} is a runtime loop, not a block: write `{usage} {what}:`, not "
+            f"`with {what}:`"), user_location())
+
+    def __exit__(self, *exc: Any) -> None:   # `with` looks both up before entering
+        return None
+
 
 
 def tracked_context(what: str) -> Callable[[Callable[..., Iterator[T]]], Callable[..., AbstractContextManager[T]]]:

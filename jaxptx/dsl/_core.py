@@ -9,6 +9,8 @@ and appends. Nothing here branches on an opcode name.
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Iterator
 from typing import Any, Sequence
 
 from .. import ir, isa
@@ -183,6 +185,11 @@ class NegPred:
         return f"NegPred({self.reg.name})"
 
 
+class RegisterIndexError(TraceError, IndexError):
+    """An index outside a register array (an ``IndexError`` too, so a
+    ``for`` over the array and ``except IndexError`` work as for a list)."""
+
+
 class RegArray(Sequence[Reg]):
     """A fixed-size array of registers of one type (``reg.array(f32, 32)``)."""
 
@@ -192,18 +199,47 @@ class RegArray(Sequence[Reg]):
     def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
             return RegArray(self._regs[i])
-        return self._regs[i]
+        return self._regs[self._index(i)]
+
+    def _index(self, i: Any) -> int:
+        """``i`` as a position, or a clear error: a register array is indexed
+        at trace time by Python ints, ``-len <= i < len``."""
+        try:
+            k = operator.index(i) if not isinstance(i, bool) else None
+        except TypeError:
+            k = None
+        if k is None:
+            raise with_location(PtxTypeError(
+                f"register array {self._describe()}: expected an int index, got {i!r} "
+                f"({type(i).__name__}); registers are indexed at trace time (PTX has no runtime "
+                "index into registers: use shared or local memory for that)"), user_location())
+        n = len(self._regs)
+        if not -n <= k < n:
+            raise with_location(RegisterIndexError(
+                f"register array {self._describe()}: index {k} is out of range; it has {n} "
+                f"register(s), indices 0..{n - 1} (or -{n}..-1)"), user_location())
+        return k
+
+    def _describe(self) -> str:
+        """``%f3..%f6 (4 x .f32)``: the array's registers and type."""
+        if not self._regs:
+            return "(empty)"
+        names = self._regs[0].name if len(self._regs) == 1 else f"{self._regs[0].name}..{self._regs[-1].name}"
+        return f"{names} ({len(self._regs)} x .{self.type.name})"
 
     def __setitem__(self, i: int, value: Any) -> None:
         # `frag[i] += x` updates frag[i] in place, then assigns it back: allow
         # exactly that; anything else would silently rebind a Python name.
-        if value is not self._regs[i]:
+        if value is not self._regs[self._index(i)]:
             raise with_location(TraceError(
                 f"register array element {i}: assigning {value!r} would replace the register, "
                 f"not write it; use arr[{i}].set(value) to move a value into it"), user_location())
 
     def __len__(self) -> int:
         return len(self._regs)
+
+    def __iter__(self) -> Iterator[Reg]:
+        return iter(self._regs)
 
     @property
     def type(self) -> PtxType:

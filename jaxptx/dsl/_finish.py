@@ -16,7 +16,7 @@ import re
 from .. import ir
 from ..check import Diagnostic, check
 from ..errors import PtxError, TraceError
-from ._trace import PACKAGE_DIR, Trace, with_location
+from ._trace import PACKAGE_DIR, PASSED_THROUGH, Trace, with_location
 
 __all__ = ["check_module", "at_user_line"]
 
@@ -33,7 +33,7 @@ def at_user_line(err: PtxError) -> PtxError:
     tb = err.__traceback__
     while tb is not None:
         path = tb.tb_frame.f_code.co_filename
-        if not os.path.abspath(path).startswith(PACKAGE_DIR):
+        if not os.path.abspath(path).startswith(PACKAGE_DIR) and path not in PASSED_THROUGH:
             loc = (path, tb.tb_lineno)
         tb = tb.tb_next
     if loc is None:

@@ -21,11 +21,12 @@ from ..errors import LaunchError, PtxError, PtxVersionError, SpecError, TraceErr
 from ..launch import Launch, dim3, validate_launch
 from ..runtime import Resources, compile_cubin, detect_arch, resources, sass
 from ..types import TYPES
-from ._options import check_raw_directives, check_raw_params, check_specs
+from ._options import check_entry_name, check_raw_directives, check_raw_params, check_specs
 from ._core import emit_instruction
 from ._finish import at_user_line, check_module
 from ._params import TensorArg, UnboundDim
 from ._specs import Tile
+from ._template import check_keywords, check_template_value, template_types
 from ._tma import TmaDescriptor
 from ._trace import Trace, active
 
@@ -141,11 +142,16 @@ class Kernel:
                 f"{list(self._tensors)} but {len(self._in_specs)} in_specs + "
                 f"{len(self._out_specs)} out_specs")
         self._dims = tuple(dict.fromkeys(d for t in specs for d in t.symbolic_dims))
+        check_keywords(self._template, self._in_specs, self._out_specs,
+                       [n for _, n in self._raw_params], where)
+        self._template_types = template_types(fn, self._template)
         in_dims = {d for t in self._in_specs for d in t.symbolic_dims}
         if isinstance(shardable, str) or any(d not in in_dims for d in shardable):
             raise SpecError(f"{where} shardable: expected a tuple of symbolic dims of in_specs "
                             f"({sorted(in_dims) or 'none'}), got {shardable!r}")
         self._shardable = tuple(shardable)
+        if name is not None and not module:   # a module=True kernel names its functions itself
+            check_entry_name(name, True, where)
         self._cache: dict[tuple, Specialization] = {}
         self._jax_primitive: Any = None  # created by jaxptx.jax on the first call
 
@@ -224,7 +230,9 @@ class Kernel:
         """Trace (or fetch from cache) the specialisation for ``kwargs``.
 
         Raises:
-            SpecError: unknown keyword, bad dim value or missing template value.
+            SpecError: unknown keyword, bad dim value, missing template value,
+                or one of another type than the function declares for it (its
+                annotation, else its default's type: see ``_template``).
             TraceError: the body left control flow unfinished, or
                 ``jaxptx.check`` found a problem in the traced module (both at
                 the user's line).
@@ -326,6 +334,8 @@ class Kernel:
                 if default is inspect.Parameter.empty:
                     raise SpecError(f"kernel {self.name}: template param {k!r} has no default; pass {k}=...")
                 template[k] = default
+            else:
+                check_template_value(self._template_types, k, template[k], f"kernel {self.name}")
         items = tuple(sorted(template.items()))
         try:
             hash(items)
@@ -349,6 +359,9 @@ class Kernel:
             check_module(module, trace)
             launch = self._launch_for(target, self._launch.smem, module, {**env, **dict(template)})
             return Specialization(module, emit(module), target, version, launch, dims, template)
+        # The function's own name is checked here, when it becomes the .entry
+        # (a lambda may carry options to a test that never traces it).
+        check_entry_name(self.name, False, f"kernel {self.name}")
         args = []
         specs = self._in_specs + self._out_specs
         for i, pname in enumerate(self._tensors):
@@ -523,6 +536,11 @@ def kernel(fn: Callable[..., Any] | None = None, **options: Any) -> Kernel | Cal
     slices are independent: sharded inputs run per shard under ``jax.jit``),
     ``validate`` (check each instruction against the table; default True) and
     ``module`` (the body builds a whole module with ``ptx.function`` ...).
+
+    The kernel's name (``name``, else the function's) is its ``.entry`` name
+    and must be a PTX identifier (``name`` is checked at decoration, the
+    function's name at trace); template (keyword-only) parameters must not
+    share a name with a symbolic dim or a raw param (checked at decoration).
 
     grid, block, cluster and smem form one :class:`jaxptx.launch.Launch`,
     checked against CUDA's limits for the target: at decoration for the

@@ -4,6 +4,7 @@ fails where the kernel is defined, naming the option. The launch options
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +12,13 @@ from ..errors import SpecError, TraceError
 from ..types import TYPES, PtxType
 from ._specs import Tile
 
-__all__ = ["check_specs", "check_raw_params", "check_raw_directives"]
+__all__ = ["check_specs", "check_raw_params", "check_raw_directives", "check_entry_name"]
+
+# PTX ISA "Identifiers": [a-zA-Z][a-zA-Z0-9_$]* or [_$%][a-zA-Z0-9_$]+ (ASCII;
+# ptxas: "Unexpected non-ASCII character"); an entry's name is written without %.
+_PTX_IDENTIFIER = re.compile(r"^(?:[A-Za-z][A-Za-z0-9_$]*|[_$][A-Za-z0-9_$]+)$")
+# PTX ISA "Predefined Identifiers" that are not % special registers.
+_PREDEFINED = frozenset(["WARP_SZ"])
 
 
 def check_specs(specs: Any, what: str) -> tuple[Tile, ...]:
@@ -60,3 +67,28 @@ def check_raw_directives(raw: Any, where: str) -> tuple[tuple[str, tuple[str, ..
         args = args if isinstance(args, (tuple, list)) else (args,)
         out.append((name.lstrip("."), tuple(str(a) for a in args)))
     return tuple(out)
+
+
+def check_entry_name(name: Any, given: bool, where: str) -> None:
+    """The kernel's ``.entry`` name must be a PTX identifier.
+
+    Args:
+        name: the name (``name=``, else the function's ``__name__``).
+        given: it came from ``name=`` (the message says which).
+        where: what the message names first (``@kernel k``, ``kernel k``).
+
+    Raises:
+        TraceError: ``name`` is not a str, not a PTX identifier, or a
+            predefined one.
+    """
+    if isinstance(name, str) and _PTX_IDENTIFIER.match(name) and name not in _PREDEFINED:
+        return
+    source = f"name={name!r}" if given else f"the function's name {name!r}"
+    why = (f"{name} is a predefined PTX identifier" if name in _PREDEFINED else
+           "a PTX name is ASCII letters, digits, _ and $, and starts with a letter, or with _ or $ "
+           "and one more character")
+    suggestion = re.sub(r"[^A-Za-z0-9_$]", "_", str(name)).strip("_") or "kernel"
+    if not suggestion[0].isalpha():
+        suggestion = "k_" + suggestion
+    raise TraceError(f"{where}: {source} is not a valid .entry name ({why}); pass a PTX "
+                     f"identifier such as name={suggestion + ('_' if name in _PREDEFINED else '')!r}")

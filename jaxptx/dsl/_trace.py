@@ -7,6 +7,7 @@ traces of one kernel give the same text. The active trace lives in a
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import os
 import sys
@@ -33,12 +34,18 @@ _REG_CLASS = {
 _CLASS_ORDER = ("%p", "%rs", "%r", "%rd", "%rq", "%f", "%fd")
 
 
+# contextlib runs the generators of `with ptx.if_(...)` constructs: its
+# frames stand between ours and the user's `with` line.
+PASSED_THROUGH = (contextlib.__file__,)
+
+
 def user_location() -> tuple[str, int] | None:
-    """The innermost stack frame outside the jaxptx package (file, line)."""
+    """The innermost stack frame outside the jaxptx package and contextlib
+    (file, line)."""
     frame = sys._getframe(1)
     while frame is not None:
         path = frame.f_code.co_filename
-        if not path.startswith(PACKAGE_DIR):
+        if not path.startswith(PACKAGE_DIR) and path not in PASSED_THROUGH:
             return path, frame.f_lineno
         frame = frame.f_back
     return None

@@ -6,6 +6,11 @@ found *between* its tokens (``len(tokens) + 1`` strings: before the first
 token, between each pair, after the last). With ``trivia=None`` the emitter
 spaces the tokens canonically. Trivia never holds a token, so the IR alone
 decides what the program is; the parser only records how it was laid out.
+
+Nodes read from text also carry ``loc``, the ``(source, line, column)`` of
+their first token, for messages (``jaxptx.check`` reports a duplicate label
+or an unknown directive there); like trivia it is neither emitted nor
+compared.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ class Label:
 
     name: str
     trivia: Trivia = dataclasses.field(default=None, compare=False)
+    loc: tuple | None = dataclasses.field(default=None, compare=False)
 
 
 @dataclasses.dataclass(slots=True)
@@ -92,6 +98,7 @@ class RegDecl:
     names: tuple[RegName, ...]
     vector: int | None = None
     trivia: Trivia = dataclasses.field(default=None, compare=False)
+    loc: tuple | None = dataclasses.field(default=None, compare=False)
 
 
 @dataclasses.dataclass(slots=True)
@@ -128,6 +135,7 @@ class VarDecl:
     attributes: tuple[str, ...] = ()
     layout: tuple[str, ...] | None = dataclasses.field(default=None, compare=False)
     trivia: Trivia = dataclasses.field(default=None, compare=False)
+    loc: tuple | None = dataclasses.field(default=None, compare=False)
 
 
 @dataclasses.dataclass(slots=True)
@@ -161,6 +169,7 @@ class Directive:
         """The arguments without the ``,`` separators."""
         return tuple(a for a in self.args if a != ",")
     trivia: Trivia = dataclasses.field(default=None, compare=False)
+    loc: tuple | None = dataclasses.field(default=None, compare=False)
 
 
 @dataclasses.dataclass(slots=True)
@@ -193,6 +202,7 @@ class Unknown:
 
     tokens: tuple[str, ...]
     trivia: Trivia = dataclasses.field(default=None, compare=False)
+    loc: tuple | None = dataclasses.field(default=None, compare=False)
 
 
 Statement = Union[Instruction, Label, Comment, RegDecl, VarDecl, Directive, Block]
@@ -226,6 +236,7 @@ class Function:
     params_parens: bool = True
     trivia: Trivia = dataclasses.field(default=None, compare=False)
     brace_trivia: Trivia = dataclasses.field(default=None, compare=False)
+    loc: tuple | None = dataclasses.field(default=None, compare=False)
 
 
 Item = Union[Directive, VarDecl, Function, Comment, Section, Unknown]

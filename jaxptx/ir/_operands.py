@@ -104,11 +104,13 @@ class Symbol:
         """``name`` or ``name``, ``+``/``-``, ``offset``."""
         if self.offset is None:
             return [self.name]
-        return [self.name, "-" if self.minus else "+", _offset_text(self.offset)]
+        return [self.name, "-" if self.minus else "+", *_offset_tokens(self.offset)]
 
 
-def _offset_text(offset: "int | Immediate") -> str:
-    return str(offset) if isinstance(offset, int) else offset.spelling()
+def _offset_tokens(offset: "int | Immediate") -> list[str]:
+    """An offset's tokens: one number, or a constant expression's tokens
+    (``+(2*2)`` in ``[%rd1+(2*2)]``)."""
+    return [str(offset)] if isinstance(offset, int) else offset.tokens()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -163,7 +165,8 @@ class Address:
 
     Attributes:
         base: register or symbol, or ``None`` for an absolute address.
-        offset: byte offset (an int or a spelled immediate), rendered as
+        offset: byte offset (an int, a spelled immediate or a constant
+            expression's immediate: ``[%rd1+(2*2)]``), rendered as
             ``+offset`` (``+-4`` when negative, as nvcc writes it), as
             ``-offset`` when ``minus``, or alone when there is no base.
         extra: a second comma-separated element inside the brackets (the TMA
@@ -181,9 +184,10 @@ class Address:
         if self.base is not None:
             out.extend(self.base.tokens())
             if self.offset is not None:
-                out.extend(["-" if self.minus else "+", _offset_text(self.offset)])
+                out.append("-" if self.minus else "+")
+                out.extend(_offset_tokens(self.offset))
         elif self.offset is not None:
-            out.append(_offset_text(self.offset))
+            out.extend(_offset_tokens(self.offset))
         if self.extra is not None:
             out.append(",")
             out.extend(self.extra.tokens())

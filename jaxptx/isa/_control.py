@@ -34,8 +34,12 @@ _FENCE_SEC = _SYNC_SEC.format(4, "membar / fence")
 UNI = slot("uni", "uni", optional=True)
 TARGET = op("tgt", "sym")
 BAR_ID = op("a", "reg imm", "u32")
-BAR_COUNT = op("b", "reg imm", "u32")
-BAR_COUNT_OPT = op("b", "reg imm", "u32", optional=True)
+# The thread count is whole warps (PTX ISA, bar: "When specifying a thread
+# count, the value must be a multiple of the warp size"; ptxas: "Number of
+# threads participating in barrier must be in multiple of warp size").
+WHOLE_WARPS = (32, "a thread count of whole warps")
+BAR_COUNT = op("b", "reg imm", "u32", multiple=WHOLE_WARPS)
+BAR_COUNT_OPT = op("b", "reg imm", "u32", optional=True, multiple=WHOLE_WARPS)
 BAR_PRED = op("c", "pred", neg=True)
 
 

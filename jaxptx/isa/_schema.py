@@ -80,6 +80,9 @@ class Operand:
         example: the operand's text in generated examples (``"0x1f"``);
             each ``%{type}`` in it becomes a fresh register of that type
             (``"[%{u64}, {%{s32}, 0}]"``).
+        multiple: ``(n, why)``: an immediate here must be a multiple of
+            ``n`` (``bar``'s thread count: ``(32, "a thread count of whole
+            warps")``).
     """
 
     name: str
@@ -92,6 +95,7 @@ class Operand:
     widen: bool = False
     neg: bool = False
     example: str | None = None
+    multiple: tuple[int, str] | None = None
 
 
 def op(name: str, kinds: str = "reg", type: str | None = None, **fields: object) -> Operand:

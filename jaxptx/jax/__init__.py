@@ -42,7 +42,7 @@ from ._declare import allow_unwritten as allow_unwritten
 from ._declare import in_place as in_place
 
 __all__ = ["custom_vjp", "primitive", "kernels_in", "register_ffi_targets", "disabled_checks",
-           "allow_unwritten", "in_place"]
+           "deserialize", "allow_unwritten", "in_place"]
 
 
 def _call(kernel: Kernel, args: tuple, kwargs: dict) -> Any:
@@ -94,7 +94,12 @@ def kernels_in(lowered: Any) -> dict[int, Any]:
     """The kernels a lowered function calls, as ``{kernel_id: Specialization}``.
 
     ``lowered`` is a ``jax.stages.Lowered`` (``jax.jit(f).lower(...)``) or its
-    text; each specialisation carries its PTX (``.ptx``) and launch shape.
+    StableHLO text (``.as_text()``); each specialisation carries its PTX
+    (``.ptx``) and launch shape.
+
+    Raises:
+        TypeError: ``lowered`` is neither (text that is not StableHLO, say).
+        KeyError: a call's kernel was not lowered in this process.
     """
     from ._registry import kernels_in as find
     return find(lowered)
@@ -104,9 +109,12 @@ def register_ffi_targets() -> None:
     """Register jaxptx's FFI targets (``jaxptx_cpu_v2``, ``jaxptx_launch_v2``) with JAX.
 
     The first kernel call does this; a process that only runs a deserialised
-    :mod:`jax.export` artifact calls no kernel, so it calls this first. Each
-    custom call carries its kernel's PTX, entry and launch shape, so nothing
-    else of the exporting process is needed. Idempotent.
+    :mod:`jax.export` artifact calls no kernel, so it calls this first (or
+    loads the artifact with :func:`deserialize`, which does). Without it, XLA
+    refuses the artifact's calls with "No FFI handler registered for
+    jaxptx_cpu_v2" (or ``jaxptx_launch_v2``). Each custom call carries its
+    kernel's PTX, entry and launch shape, so nothing else of the exporting
+    process is needed. Idempotent.
 
     The version-1 targets (``jaxptx_cpu_v1``, ``jaxptx_launch_v1``, whose
     calls carried grid, block, cluster and smem as four attributes) are
@@ -130,13 +138,52 @@ def disabled_checks() -> list[Any]:
     disabled_checks=jaxptx.jax.disabled_checks())(*args)``.
 
     Example:
-        >>> [str(check) for check in disabled_checks()]  # doctest: +NORMALIZE_WHITESPACE
-        ['custom_call:jaxptx_launch_v2 (call jaxptx.jax.register_ffi_targets() first)',
-         'custom_call:jaxptx_cpu_v2 (call jaxptx.jax.register_ffi_targets() first)']
+        >>> [str(check) for check in disabled_checks()]
+        ['custom_call:jaxptx_launch_v2', 'custom_call:jaxptx_cpu_v2']
     """
     from jax import export
     from ._lowering import CPU_TARGET, CUDA_TARGET
     return [export.DisabledSafetyCheck.custom_call(t) for t in (CUDA_TARGET, CPU_TARGET)]
+
+
+def deserialize(data: bytes | bytearray) -> Any:
+    """Load a :mod:`jax.export` artifact that calls jaxptx kernels, ready to run.
+
+    ``jax.export.deserialize(data)`` after :func:`register_ffi_targets`, with
+    a clear error for bytes that are not a whole artifact.
+
+    Args:
+        data: what ``Exported.serialize()`` wrote.
+
+    Returns:
+        The ``jax.export.Exported``; ``.call(*args)`` runs it.
+
+    Raises:
+        TypeError: ``data`` is not bytes.
+        ValueError: ``data`` is not a complete artifact (truncated, or not
+            one at all).
+
+    Example:
+        >>> deserialize(b"garbage")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: jaxptx.jax.deserialize: 7 bytes that are not a complete jax.export artifact ...
+    """
+    import struct
+    from jax import export      # jax (heavy) loads here
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"jaxptx.jax.deserialize: expected the bytes of Exported.serialize(), "
+                        f"got {type(data).__name__}")
+    register_ffi_targets()
+    try:
+        return export.deserialize(bytearray(data))
+    except (struct.error, IndexError, UnicodeDecodeError) as e:
+        kind = type(e).__name__
+        if type(e).__module__ != "builtins":
+            kind = f"{type(e).__module__}.{kind}"        # struct.error
+        raise ValueError(f"jaxptx.jax.deserialize: {len(data)} bytes that are not a complete "
+                         f"jax.export artifact (truncated, or another file?): reading them "
+                         f"failed with {kind}: {e}") from None
 
 
 set_call_hook(_call)

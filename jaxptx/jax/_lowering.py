@@ -54,18 +54,21 @@ __all__ = ["register", "cuda_target", "arch_for_devices", "CPU_TARGET", "CUDA_TA
 
 # The FFI target names carry a version: a change to the attributes a call
 # carries makes new names, so an artifact from another jaxptx never has its
-# attributes misread. They also carry the fix for a missing handler, because
-# the name is all XLA's "No FFI handler registered for ..." error shows: a
-# process that deserialises an export and never registered the targets is
-# told what to call. The shim's handlers are keyed by the short labels
-# (ffi/handlers.h).
+# attributes misread. The shim's handlers are keyed by the same names
+# (ffi/handlers.h). A process that runs a deserialised export registers them
+# with register_ffi_targets() (jaxptx.jax.deserialize does it); XLA's error
+# for a missing handler names the target, jaxptx_cpu_v2 or jaxptx_launch_v2.
 CPU_LABEL = _cpu.LABEL
 CUDA_LABEL = "jaxptx_launch_v2"
-_MISSING_HANDLER_HINT = " (call jaxptx.jax.register_ffi_targets() first)"
-CPU_TARGET = CPU_LABEL + _MISSING_HANDLER_HINT
-CUDA_TARGET = CUDA_LABEL + _MISSING_HANDLER_HINT
+CPU_TARGET = CPU_LABEL
+CUDA_TARGET = CUDA_LABEL
+# Earlier lowerings named the same version-2 targets with the fix for a
+# missing handler appended, which every lowering then printed as if it were
+# an error; their artifacts still run: those names are registered too.
+_HINTED = " (call jaxptx.jax.register_ffi_targets() first)"
 # Retired targets -> platform: their handlers refuse every call (an artifact
-# lowered by an older jaxptx) with the version and the fix.
+# lowered by an older jaxptx, whose target names were the hinted ones) with
+# the version and the fix.
 RETIRED_TARGETS = {"jaxptx_cpu_v1": "cpu", "jaxptx_launch_v1": "CUDA"}
 
 
@@ -75,11 +78,12 @@ def _register_targets() -> None:
         raise ImportError(f"jaxptx._ffi has handlers {sorted(handlers) + sorted(retired)}, this "
                           f"jaxptx expects {CPU_LABEL}, {CUDA_LABEL} and the retired "
                           f"{', '.join(RETIRED_TARGETS)}: rebuild it (pip install -e .)")
-    jax.ffi.register_ffi_target(CPU_TARGET, handlers[CPU_LABEL], platform="cpu")
-    jax.ffi.register_ffi_target(CUDA_TARGET, handlers[CUDA_LABEL], platform="CUDA")
+    for name in (CPU_TARGET, CPU_TARGET + _HINTED):
+        jax.ffi.register_ffi_target(name, handlers[CPU_LABEL], platform="cpu")
+    for name in (CUDA_TARGET, CUDA_TARGET + _HINTED):
+        jax.ffi.register_ffi_target(name, handlers[CUDA_LABEL], platform="CUDA")
     for label, platform in RETIRED_TARGETS.items():
-        jax.ffi.register_ffi_target(label + _MISSING_HANDLER_HINT, retired[label],
-                                    platform=platform)
+        jax.ffi.register_ffi_target(label + _HINTED, retired[label], platform=platform)
     _ffi.set_cpu_callback(_cpu.run)
     atexit.register(_ffi.cpu_shutdown)
 

@@ -95,9 +95,11 @@ def _bind_arguments(kernel: Kernel, args: tuple, kwargs: dict) -> tuple[tuple, t
     """Check the inputs against ``in_specs`` and split the keywords into
     template values and dims; every symbolic dim must end up bound."""
     where = f"kernel {kernel.name}"
-    if kernel._module or not kernel.out_specs:
-        raise SpecError(f"{where}: calling a kernel on arrays needs in_specs and out_specs "
-                        "(a module=True kernel cannot be called)")
+    if kernel._module:
+        raise SpecError(f"{where}: a module=True kernel builds a whole PTX module and cannot be "
+                        "called on arrays; call a @kernel with in_specs and out_specs")
+    if not kernel.out_specs:
+        raise SpecError(f"{where}: {_missing_specs(kernel)}")
     names = kernel._tensors[:len(kernel.in_specs)]
     if len(args) != len(names):
         raise SpecError(f"{where}: expected {len(names)} input(s) "
@@ -121,6 +123,23 @@ def _bind_arguments(kernel: Kernel, args: tuple, kwargs: dict) -> tuple[tuple, t
         raise SpecError(f"{where}: no input binds dim(s) {missing}; pass "
                         f"{', '.join(m + '=...' for m in missing)}")
     return template, dims
+
+
+def _missing_specs(kernel: Kernel) -> str:
+    """What a kernel without ``out_specs`` lacks to be called, and the fix."""
+    example = "@kernel(in_specs=(Tile('N', f32),), out_specs=(Tile('N', f32),), ...)"
+    if kernel.in_specs:
+        inputs = ", ".join(kernel._tensors[:len(kernel.in_specs)])
+        return (f"calling it on arrays needs out_specs, a Tile (shape and dtype) for each output; "
+                f"it declares in_specs for its inputs ({inputs}) and no output: add a positional "
+                f"parameter per output after the inputs and declare it, as in {example}")
+    if kernel._tensors:
+        return (f"calling it on arrays needs in_specs and out_specs, a Tile (shape and dtype) for "
+                f"each tensor parameter ({', '.join(kernel._tensors)}), inputs then outputs; "
+                f"declare them, as in {example}")
+    return (f"calling it on arrays needs in_specs and out_specs, and it has no tensor parameters: "
+            f"give it a positional parameter per input and output and a Tile for each, as in "
+            f"{example}")
 
 
 def _shape_dtype(a: Any, name: str, where: str) -> tuple[tuple[int, ...], Any]:

@@ -163,9 +163,32 @@ _KERNEL_ID = re.compile(r'@"?jaxptx_(?:cpu|launch)_v\d+\b[^\n]*?kernel_id\s*=\s*
 
 def kernels_in(lowered: Any) -> dict[int, Specialization]:
     """``{kernel_id: Specialization}`` for each jaxptx custom call in a
-    lowered function (a ``jax.stages.Lowered`` or its StableHLO text)."""
-    text = lowered if isinstance(lowered, str) else lowered.as_text()
+    lowered function (a ``jax.stages.Lowered`` or its StableHLO text).
+
+    Raises:
+        TypeError: ``lowered`` is neither, or is text that is not StableHLO.
+        KeyError: a call's kernel was not lowered in this process.
+    """
+    if isinstance(lowered, str):
+        text = lowered
+    elif callable(getattr(lowered, "as_text", None)) and hasattr(lowered, "compile"):
+        text = lowered.as_text()
+    else:
+        raise TypeError(f"kernels_in: expected a jax.stages.Lowered (jax.jit(f).lower(...)) or "
+                        f"its StableHLO text (.as_text()), got {type(lowered).__name__} "
+                        f"{_shown(lowered)}")
+    if not _STABLEHLO.search(text):
+        raise TypeError(f"kernels_in: expected StableHLO text (a module with func.func, as "
+                        f"jax.jit(f).lower(...).as_text() gives), got the str {_shown(text)}")
     return {int(k): lookup(int(k)).spec for k in dict.fromkeys(_KERNEL_ID.findall(text))}
+
+
+_STABLEHLO = re.compile(r"\bmodule\b.*\bfunc\.func\b", re.DOTALL)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def buffer_type(aval: Any) -> BufferType:

@@ -1,5 +1,6 @@
-"""Integer constant expressions in operands and initialisers (PTX ISA
-"Constant Expressions"): ``or.b64 %rd1, %rd1, ((128 >> 4) << 16);``.
+"""Integer constant expressions in operands, address offsets and
+initialisers (PTX ISA "Constant Expressions"):
+``or.b64 %rd1, %rd1, ((128 >> 4) << 16);``, ``ld.u32 %r1, [%rd1+(2*2)];``.
 
 The expression folds to one :class:`jaxptx.ir.Immediate` whose ``value`` is
 the result and whose ``expr`` keeps the expression's tokens, so the module

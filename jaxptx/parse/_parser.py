@@ -27,6 +27,8 @@ _SPACES = frozenset([".global", ".const", ".shared", ".local", ".param", ".reg",
                      ".shared::cta", ".shared::cluster"])
 _DECL_START = (_LINKAGE | _SPACES) - {".reg"}
 _KINDS = frozenset([".entry", ".func"])
+# Tokens that begin a constant expression that does not begin with a number.
+_EXPRESSION_START = frozenset(["(", "-", "+", "~", "!"])
 _NAME = re.compile(r"^[A-Za-z_$%][A-Za-z0-9_$.]*(?:::[A-Za-z0-9_$.]+)*$")
 
 
@@ -51,7 +53,9 @@ class _Parser:
         # Register names declared so far in the current function: PTX lets a
         # register be named without `%`, so only declarations tell them apart.
         self.registers: ir.Registers[bool] = ir.Registers()
-        self.located: list[tuple[ir.Instruction, int]] = []   # (instruction, opcode token)
+        # (node, token): each instruction and its opcode token, each other
+        # statement, declaration and function and its first token.
+        self.located: list[tuple[object, int]] = []
 
     # token access --------------------------------------------------------
     def peek(self, k: int = 0) -> str | None:
@@ -110,6 +114,7 @@ class _Parser:
             raise self.toks.error("jaxptx cannot represent this statement exactly: "
                                   f"read {' '.join(self.t[first:self.i])!r}", first)
         node.trivia = self.trivia(first, last)
+        self.located.append((node, first))
         return node
 
     # module ----------------------------------------------------------------
@@ -121,10 +126,10 @@ class _Parser:
         return ir.Module(items, trailing=self.rest.pop(self.n, self.g[self.n]))
 
     def locate(self) -> None:
-        """Give each instruction its ``(source, line, column)``, all in one pass."""
+        """Give each located node its ``(source, line, column)``, all in one pass."""
         starts, position, source = self.toks.starts, self.toks.position, self.toks.source
-        for ins, at in self.located:
-            ins.loc = (source, *position(starts[at]))
+        for node, at in self.located:
+            node.loc = (source, *position(starts[at]))
 
     def item(self) -> ir.Item:
         tok = self.peek()
@@ -198,6 +203,7 @@ class _Parser:
         params_parens = self.peek() == "("
         params = self.param_list() if params_parens else []
         f = ir.Function(kind, name, params, returns, tuple(linkage), params_parens=params_parens)
+        self.located.append((f, first))
         self.registers = ir.Registers()
         for p in [*params, *(returns or [])]:
             if p.space == "reg":
@@ -275,6 +281,7 @@ class _Parser:
             raise self.toks.error(f"expected a directive, got {name!r}", first)
         d = ir.Directive(name[1:], tuple(args), semicolon)
         d.trivia = self.trivia(first, self.i - 1)   # its tokens are the ones read
+        self.located.append((d, first))
         return d
 
     def regdecl(self) -> ir.RegDecl:
@@ -357,6 +364,7 @@ class _Parser:
         d = ir.VarDecl(space, type_, name, tuple(linkage), align, vector, tuple(dims), init, braced,
                        tuple(attrs), layout=None if layout == canonical else tuple(layout))
         if not trivia:
+            self.located.append((d, first))
             return d
         return self.finish(d, first, statement_tokens(d))
 
@@ -440,24 +448,45 @@ class _Parser:
         nxt = self.t[self.i]
         if nxt != "+" and nxt != "-" and (tok[0] == "%" or self.is_register(tok)):
             return ir.Register(tok)
-        after = self.t[self.i + 1]
-        if (nxt == "+" or nxt == "-") and (after[:1].isdigit() or after[:2].lstrip("-").isdigit()):
+        if (nxt == "+" or nxt == "-") and self.starts_offset(self.i + 1):
             minus = self.next() == "-"
-            return ir.Symbol(tok, offset_value(self.next(), self.toks, self.i - 1), minus)
+            return ir.Symbol(tok, self.offset(), minus)
         return ir.Symbol(tok)
+
+    def starts_offset(self, i: int) -> bool:
+        """Whether token ``i`` starts an offset: a number or a constant
+        expression (``(2*2)``, ``~3``)."""
+        tok = self.t[i]
+        return _is_number(tok) or tok in _EXPRESSION_START
+
+    def offset(self) -> int | ir.Immediate:
+        """The offset at the cursor: a number, or a constant expression
+        (``[%rd1+(2*2)]``, ``[%rd1+4*2]``), whose tokens it keeps."""
+        tok, nxt = self.t[self.i], self.t[self.i + 1]
+        if _is_number(tok) and not continues_expression(nxt):
+            self.i += 1
+            return offset_value(tok, self.toks, self.i - 1)
+        imm, self.i = constant_expression(self.toks, self.i)   # or its error, at the token
+        return imm
 
     def address(self) -> ir.Address:
         base = offset = extra = None
         minus = False
-        tok = self.next("an address")
-        if tok[:1].isdigit() or tok[:1] == "-":
-            offset = offset_value(tok, self.toks, self.i - 1)
+        if self.i >= self.n:
+            raise self.toks.error("expected an address, got end of input", self.i)
+        tok = self.t[self.i]
+        if self.starts_offset(self.i):
+            offset = self.offset()
         elif tok[:1].isalpha() or tok[:1] in "_$%":
+            self.i += 1
             base = ir.Register(tok) if tok.startswith("%") or self.is_register(tok) else ir.Symbol(tok)
             if self.peek() in ("+", "-"):
                 minus = self.next() == "-"
-                offset = offset_value(self.next("an offset"), self.toks, self.i - 1)
+                if self.i >= self.n:
+                    raise self.toks.error("expected an offset, got end of input", self.i)
+                offset = self.offset()
         else:
+            self.i += 1
             raise self.toks.error(f"expected a register, name or offset in [...], got {tok!r}", self.i - 1)
         if self.peek() == ",":
             self.next()

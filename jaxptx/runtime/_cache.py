@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -45,6 +46,7 @@ _TEMP_PREFIX = ".tmp-"
 _STALE_TEMP_SECONDS = 60.0
 DEFAULT_MAX_BYTES = 1 << 30
 _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_DIGITS = re.compile(r"[0-9]+")     # ASCII only: str.isdigit() also takes "²"
 
 
 def cache_dir() -> Path | None:
@@ -62,32 +64,39 @@ def cache_max_bytes() -> int:
 
     Raises:
         ValueError: the variable is not a non-negative int with an optional
-            K, M or G suffix.
+            K, M or G suffix; the message names the variable and its value.
     """
-    text = os.environ.get("JAXPTX_CACHE_MAX_BYTES", "").strip().upper()
+    raw = os.environ.get("JAXPTX_CACHE_MAX_BYTES", "")
+    text = raw.strip().upper()
     if not text:
         return DEFAULT_MAX_BYTES
     number, suffix = (text[:-1], text[-1]) if text[-1] in "KMG" else (text, "")
-    if not number.isdigit():
-        raise ValueError(f"JAXPTX_CACHE_MAX_BYTES: expected a byte count such as 1000000, 512M "
-                         f"or 2G, got {os.environ['JAXPTX_CACHE_MAX_BYTES']!r}")
+    if not _DIGITS.fullmatch(number):
+        raise ValueError(f"JAXPTX_CACHE_MAX_BYTES={raw!r}: expected the cubin cache's size bound "
+                         "as a byte count >= 0 with an optional K, M or G suffix (1000000, 512M, "
+                         "2G; 0 keeps nothing); unset it for the default 1G")
     return int(number) * _SUFFIXES[suffix]
 
 
 def cached(ptx: str, arch: str, compiler: str, compile: Callable[[], bytes]) -> bytes:
     """The cubin of ``ptx`` for ``arch`` from the cache, or ``compile()``'s
     result, stored for next time. ``compiler`` names the compiler and its
-    version (``"nvjitlink 13.0"``)."""
+    version (``"nvjitlink 13.0"``).
+
+    Raises:
+        ValueError: ``JAXPTX_CACHE_MAX_BYTES`` is malformed (checked before
+            anything is read or compiled).
+    """
     root = cache_dir()
     if root is None:
         return compile()
+    limit = cache_max_bytes()   # a bad setting fails before any work, not after a compile
     key = hashlib.sha256("\0".join((compiler, arch, ptx)).encode()).hexdigest()
     path = root / "cubin" / key[:2] / f"{key}.cubin"
     cubin = _read(path, key)
     if cubin is not None:
         return cubin
     cubin = compile()
-    limit = cache_max_bytes()
     try:
         if limit > 0:
             _write(root, path, key, cubin)

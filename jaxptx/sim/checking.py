@@ -5,8 +5,9 @@ reaches the emulator.
     with jaxptx.sim.checking():          # or checking("strict"), checking("all")
         y = jax.jit(f)(x)                # every kernel launch runs checked
 
-The environment variable ``JAXPTX_SIM_CHECK`` (``1``, ``strict`` or ``all``)
-does the same for a whole process. Findings under ``jax.jit`` arrive as a
+The environment variable ``JAXPTX_SIM_CHECK`` (``1``, ``strict`` or ``all``;
+``0`` or unset: off; anything else is an error) does the same for a whole
+process. Findings under ``jax.jit`` arrive as a
 Python error naming the kernel (in ``"all"`` mode, every finding).
 """
 
@@ -53,13 +54,25 @@ def checking(mode: Any = True) -> Iterator[None]:
         _global.remove(mode)
 
 
+# JAXPTX_SIM_CHECK's values and the modes they mean.
+_ENV_MODES = {"": False, "0": False, "false": False, "1": True, "true": True,
+             "strict": "strict", "all": "all"}
+
+
 def check_mode() -> Any:
     """The mode for a launch that did not choose one: the innermost open
-    :func:`checking` block, else ``JAXPTX_SIM_CHECK`` (``1``/``strict``/
-    ``all``), else False."""
+    :func:`checking` block, else ``JAXPTX_SIM_CHECK`` (``0``/``false``,
+    ``1``/``true``, ``strict`` or ``all``; unset or empty: off), else False.
+
+    Raises:
+        SimError: ``JAXPTX_SIM_CHECK`` has another value.
+    """
     if _global:
         return _global[-1]
-    env = os.environ.get("JAXPTX_SIM_CHECK", "").strip().lower()
-    if env in ("", "0", "false"):
-        return False
-    return env if env in ("strict", "all") else True
+    raw = os.environ.get("JAXPTX_SIM_CHECK", "")
+    mode = _ENV_MODES.get(raw.strip().lower())
+    if mode is None:
+        accepted = ", ".join(repr(v) for v in _ENV_MODES if v)
+        raise SimError(f"JAXPTX_SIM_CHECK={raw!r}: expected one of {accepted} (or unset/empty "
+                       "for no checking); unset it or set JAXPTX_SIM_CHECK=1")
+    return mode

@@ -33,7 +33,7 @@ def main() -> None:
         seen.append((kernel_id, tuple(mv.nbytes for mv in inputs)))
         return run(kernel_id, inputs, outputs, *launch)
 
-    assert _lowering.CPU_TARGET.startswith("jaxptx_cpu_v2 ")
+    assert _lowering.CPU_TARGET == "jaxptx_cpu_v2"
     _ffi.set_cpu_callback(spy)
 
     x = np.arange(8 * 256, dtype=np.float32)

@@ -163,10 +163,11 @@ def _export_artifact(tmp_path) -> pathlib.Path:
     return path
 
 
-def _run_artifact(path: pathlib.Path, register: bool = True) -> subprocess.CompletedProcess:
-    code = ("import sys, numpy as np, jax; from jax import export; "
-            + ("import jaxptx.jax; jaxptx.jax.register_ffi_targets(); " if register else "")
-            + "f = export.deserialize(open(sys.argv[1], 'rb').read()); "
+def _run_artifact(path: pathlib.Path, register: bool = True,
+                  load: str = "export.deserialize") -> subprocess.CompletedProcess:
+    code = ("import sys, numpy as np, jax; from jax import export; import jaxptx.jax; "
+            + ("jaxptx.jax.register_ffi_targets(); " if register else "")
+            + f"f = {load}(open(sys.argv[1], 'rb').read()); "
               "x = np.arange(256, dtype=np.float32); "
               "np.testing.assert_allclose(f.call(x), np.sin(x * 2 + 1), rtol=1e-6); print('OK')")
     return subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
@@ -186,12 +187,44 @@ def test_an_exported_artifact_whose_ptx_was_edited_is_refused(tmp_path):
                      r"does not match its kernel id", run.stderr), run.stderr
 
 
-def test_an_artifact_run_without_registering_says_what_to_call(tmp_path):
-    run = _run_artifact(_export_artifact(tmp_path), register=False)
+def test_an_artifact_run_without_registering_names_the_target_and_deserialize_registers(tmp_path):
+    path = _export_artifact(tmp_path)
+    run = _run_artifact(path, register=False)
     assert run.returncode != 0
-    assert ("No FFI handler registered for jaxptx_cpu_v2 (call "
-            "jaxptx.jax.register_ffi_targets() first)") in run.stderr, run.stderr
-    assert _run_artifact(_export_artifact(tmp_path)).stdout.strip() == "OK"
+    assert "No FFI handler registered for jaxptx_cpu_v2" in run.stderr, run.stderr
+    loaded = _run_artifact(path, register=False, load="jaxptx.jax.deserialize")
+    assert loaded.stdout.strip() == "OK", loaded.stderr
+
+
+def test_lowered_calls_name_the_target_without_advice():
+    text = jax.jit(affine).lower(X).as_text()
+    assert "custom_call @jaxptx_cpu_v2(" in text and "register_ffi_targets" not in text
+
+
+def test_a_call_of_the_earlier_hinted_target_name_still_runs():
+    """Artifacts lowered before the targets lost their appended advice
+    name ``jaxptx_cpu_v2 (call jaxptx.jax.register_ffi_targets() first)``."""
+    ptx = affine.ptx(N=256)
+    call = raw_call(_lowering.CPU_TARGET + " (call jaxptx.jax.register_ffi_targets() first)",
+                    dict(kernel_id=np.int64(_id(ptx, "affine")), ptx=ptx, entry="affine",
+                         launch=_launch(), scalars=np.zeros(0, np.int64), tma=np.zeros(0, np.int64),
+                         may_write_inputs=np.int64(0), allow_unwritten=np.int64(0)), (256,))
+    np.testing.assert_allclose(call(X), X * 2 + 1, rtol=1e-6)
+
+
+@pytest.mark.parametrize("cut", [0, 7, 100, 1000])
+def test_a_truncated_artifact_is_refused_with_its_size(tmp_path, cut):
+    data = _export_artifact(tmp_path).read_bytes()[:cut]
+    with pytest.raises(ValueError, match=rf"^jaxptx\.jax\.deserialize: {cut} bytes that are not a "
+                                         r"complete jax\.export artifact \(truncated, or another "
+                                         r"file\?\): reading them failed with struct\.error: "):
+        jaxptx.jax.deserialize(data)
+
+
+def test_deserialize_takes_bytes():
+    with pytest.raises(TypeError, match=r"jaxptx\.jax\.deserialize: expected the bytes of "
+                                        r"Exported\.serialize\(\), got str"):
+        jaxptx.jax.deserialize("f.jax")
 
 
 _V1_CPU = "jaxptx_cpu_v1 (call jaxptx.jax.register_ffi_targets() first)"

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import jax_kernels
+import jaxptx.jax
 from jaxptx import Tile, kernel, ptx, smem
 from jaxptx.errors import SpecError
 from jaxptx.types import f32
@@ -31,7 +32,7 @@ def test_an_emulator_fault_names_class_kernel_ptx_line_and_python_line():
     with pytest.raises(jax.errors.JaxRuntimeError) as info:
         jax.block_until_ready(jax.jit(wild_load)(X))
     message = str(info.value).splitlines()[0]
-    assert message.startswith("INTERNAL: SimError: kernel wild_load: ld.global.f32: "
+    assert message.startswith("INTERNAL: SimFault: kernel wild_load: ld.global.f32: "
                               "address "), message
     assert "is not in any global buffer (CTA 0, thread 0)" in message
     assert "[PTX line 25: ld.global.f32 %f1, [%rd5];]" in message
@@ -84,3 +85,43 @@ def test_max_steps_from_the_environment_bounds_a_jax_cpu_launch(monkeypatch):
     monkeypatch.setenv("JAXPTX_SIM_MAX_STEPS", "five")
     with pytest.raises((RuntimeError, ValueError), match=r"JAXPTX_SIM_MAX_STEPS: expected an int >= 1"):
         jax.block_until_ready(jax.jit(affine)(X + 1))
+
+
+@kernel(arch="sm_80")
+def no_specs(x, y):
+    ptx.ret()
+
+
+@kernel(arch="sm_80", in_specs=(Tile("N", f32),))
+def inputs_only(x):
+    ptx.ret()
+
+
+@pytest.mark.parametrize("k, message", [
+    (no_specs, r"kernel no_specs: calling it on arrays needs in_specs and out_specs, a Tile \(shape "
+               r"and dtype\) for each tensor parameter \(x, y\), inputs then outputs; declare them, "
+               r"as in @kernel\(in_specs=\(Tile\('N', f32\),\), out_specs="),
+    (inputs_only, r"kernel inputs_only: calling it on arrays needs out_specs, a Tile \(shape and "
+                  r"dtype\) for each output; it declares in_specs for its inputs \(x\) and no output"),
+])
+def test_a_call_without_specs_says_which_are_missing(k, message):
+    with pytest.raises(SpecError, match=message) as info:
+        k(X)
+    assert "module=True" not in str(info.value)
+
+
+@pytest.mark.parametrize("value, message", [
+    ("garbage", r"kernels_in: expected StableHLO text \(a module with func\.func, as "
+                r"jax\.jit\(f\)\.lower\(\.\.\.\)\.as_text\(\) gives\), got the str 'garbage'"),
+    (42, r"kernels_in: expected a jax\.stages\.Lowered \(jax\.jit\(f\)\.lower\(\.\.\.\)\) or its "
+         r"StableHLO text \(\.as_text\(\)\), got int 42"),
+    (affine, r"kernels_in: expected a jax\.stages\.Lowered .*, got Kernel <jaxptx\.Kernel affine"),
+])
+def test_kernels_in_refuses_what_is_not_a_lowering(value, message):
+    with pytest.raises(TypeError, match=message):
+        jaxptx.jax.kernels_in(value)
+
+
+def test_kernels_in_of_stablehlo_without_kernels_is_empty():
+    assert jaxptx.jax.kernels_in(jax.jit(lambda x: x * 2).lower(X)) == {}
+    assert jaxptx.jax.kernels_in(jax.jit(lambda x: x * 2).lower(X).as_text()) == {}

@@ -96,7 +96,9 @@ def test_module_kernels_cannot_be_called():
     def mod():
         pass
 
-    with pytest.raises(SpecError, match="kernel mod: calling a kernel on arrays needs in_specs"):
+    with pytest.raises(SpecError, match=r"kernel mod: a module=True kernel builds a whole PTX "
+                                        r"module and cannot be called on arrays; call a @kernel "
+                                        r"with in_specs and out_specs"):
         mod()
 
 

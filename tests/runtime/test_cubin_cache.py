@@ -147,9 +147,21 @@ def test_the_bound_comes_from_the_environment(cache, monkeypatch):
     compile_cubin(noop.ptx(), "sm_90a", backend="ptxas")  # 0: nothing is kept
     assert _entries(cache) == []
     monkeypatch.setenv("JAXPTX_CACHE_MAX_BYTES", "lots")
-    with pytest.raises(ValueError, match=r"JAXPTX_CACHE_MAX_BYTES: expected a byte count "
-                                         r"such as 1000000, 512M or 2G, got 'lots'"):
+    with pytest.raises(ValueError, match=r"JAXPTX_CACHE_MAX_BYTES='lots': expected the cubin "
+                                         r"cache's size bound as a byte count >= 0 with an "
+                                         r"optional K, M or G suffix \(1000000, 512M, 2G; 0 keeps "
+                                         r"nothing\); unset it for the default 1G"):
         cache_max_bytes()
+
+
+@pytest.mark.parametrize("text", ["garbage", "1.5G", "-1", "10KB", "\u00b2"])
+def test_a_malformed_bound_fails_naming_the_variable_before_any_compile(cache, monkeypatch, text):
+    monkeypatch.setenv("JAXPTX_CACHE_MAX_BYTES", text)
+    compiled = []
+    with pytest.raises(ValueError, match=r"^JAXPTX_CACHE_MAX_BYTES=" + repr(text).replace(".", r"\.")
+                       + r": expected the cubin cache's size bound"):
+        _cache.cached(noop.ptx(), "sm_90a", "test", lambda: compiled.append(1) or b"cubin")
+    assert compiled == [] and _entries(cache) == []
 
 
 def test_the_directory_follows_the_environment(tmp_path, monkeypatch):

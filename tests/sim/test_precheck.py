@@ -72,9 +72,10 @@ def test_every_problem_is_listed_in_line_order() -> None:
         sim.launch(text, np.zeros(1, np.uint64))
     message = str(e.value)
     assert message.startswith("k: refused before running: 4 that ptxas would reject\n"
-                              "  module: .version 7.0 does not know .target sm_90a; it needs 8.0 or newer\n"
+                              "  PTX line 1: .version 7.0 does not know .target sm_90a; it needs 8.0 or newer\n"
+                              "      .version 7.0\n"
                               "  PTX line 8: add.f32 operand d"), message
-    assert [p.line for p in e.value.problems] == [0, 8, 9, 10]
+    assert [p.line for p in e.value.problems] == [1, 8, 9, 10]
     assert "PTX line 10: bra: undefined name NOWHERE\n      bra NOWHERE;" in message
 
 
