@@ -38,8 +38,15 @@ class PtxVersionError(PtxError, ValueError):
     """The instruction or feature needs a newer PTX ISA version."""
 
 
-class SpecError(PtxError, ValueError):
-    """A tensor spec (``Tile``), shape, dtype or symbolic dim is inconsistent."""
+class SpecError(PtxError, TypeError, ValueError):
+    """A tensor spec (``Tile``), shape, dtype or symbolic dim is inconsistent,
+    or an argument of a library op (:mod:`jaxptx.kernels`, :mod:`jaxptx.torch`)
+    has the wrong shape, dtype or value.
+
+    It is both a ``TypeError`` and a ``ValueError``: one class for every bad
+    argument, which ``except TypeError`` (the builtin for a wrong dtype) and
+    ``except ValueError`` (a wrong shape or value) both catch.
+    """
 
 
 class TraceError(PtxError, RuntimeError):

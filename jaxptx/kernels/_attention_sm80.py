@@ -8,8 +8,9 @@ with ``ldmatrix``) and walks the key/value sequence in blocks of 64:
   double-buffered: block ``j + 1`` loads while block ``j`` computes (one
   ``bar.sync`` per block).
 * S = Q·Kᵀ with ``mma.sync`` (K fragments from ``ldmatrix``), then the
-  online softmax in f32: running row max ``m`` and sum ``l`` in the log2
-  domain (``scale·log2(e)`` folded into one ``fma`` before ``ex2.approx``).
+  online softmax in f32: running row max ``m`` of the raw scores and sum
+  ``l``, each probability ``ex2.approx((s - m)·scale·log2(e))`` (the max
+  subtracted before scaling, so any finite scores work).
 * P is rounded to bf16/f16 in registers (the S accumulator layout is the A
   fragment layout) and O += P·V with V fragments from ``ldmatrix.trans``.
 
@@ -162,7 +163,7 @@ def _body(q: Any, k: Any, v: Any, o: Any, lse: Any, *, causal: bool, dtype: PtxT
     acc_o = reg.array(f32, D // 2)               # D/8 n-tiles x 4
     for r in acc_o:
         r.set(0.0)
-    m_run = [reg.scalar(f32, NEG_INF) for _ in range(2)]     # rows group, group + 8 (log2 domain)
+    m_run = [reg.scalar(f32, NEG_INF) for _ in range(2)]     # rows group, group + 8 (raw scores)
     l_run = [reg.scalar(f32, 0.0) for _ in range(2)]         # this lane's partial row sums
     scale_log2 = ptx.param("scale_log2")
     row_g = q0 + warp * 16 + group               # this lane's rows: row_g, row_g + 8
@@ -192,7 +193,7 @@ def _body(q: Any, k: Any, v: Any, o: Any, lse: Any, *, causal: bool, dtype: PtxT
         _online_softmax(acc_s, acc_o, m_run, l_run, scale_log2)
         _accumulate_pv(acc_o, acc_s, qv_tiles, v_lane, tile_bytes, mma, pack)
 
-    _epilogue(acc_o, m_run, l_run, row_g, o, op, lse, lp, b, h, bh, quad, Sq, H, D, pack)
+    _epilogue(acc_o, m_run, l_run, scale_log2, row_g, o, op, lse, lp, b, h, bh, quad, Sq, H, D, pack)
 
 
 def _scores(acc_s: Any, qf: list, k_tiles: _Tiles, k_lane: list, mma: Any) -> None:
@@ -239,8 +240,17 @@ def _accumulate_pv(acc_o: Any, acc_s: Any, qv_tiles: _Tiles, v_lane: list, tile_
 
 
 def _online_softmax(acc_s: Any, acc_o: Any, m_run: list, l_run: list, scale_log2: Any) -> None:
-    """Turn the scores in ``acc_s`` into unnormalised probabilities, rescaling
-    ``acc_o`` and the row sums by ``exp2(m_old - m_new)``."""
+    """Turn the scores in ``acc_s`` into unnormalised probabilities
+    ``exp2((s - m_new)·scale·log2 e)``, rescaling ``acc_o`` and the row sums by
+    ``exp2((m_old - m_new)·scale·log2 e)``.
+
+    The running max is kept unscaled and subtracted before scaling (exact
+    near the max): folding it as ``fma(s, scale_log2, -m·scale_log2)``
+    saves an instruction a score but keeps the rounding of
+    ``m·scale_log2`` (half an ulp: 2^7 from 2^31 on, reached with |q|, |k|
+    ~ 6e4), so ``ex2`` overflows or flushes every probability of the row:
+    NaN rows.
+    """
     n_tiles = len(acc_s) // 4
     for i in range(2):                            # row group (c0, c1), row group + 8 (c2, c3)
         vals = [acc_s[4 * j + 2 * i + e] for j in range(n_tiles) for e in range(2)]
@@ -249,15 +259,15 @@ def _online_softmax(acc_s: Any, acc_o: Any, m_run: list, l_run: list, scale_log2
             ptx.max.f32(mx, mx, x)
         for shift in (1, 2):                      # the 4 lanes of a quad share the row
             ptx.max.f32(mx, mx, ptx.shfl.sync.bfly.b32(mx, shift, 0x1F, 0xFFFFFFFF))
-        m_new = ptx.max.f32(m_run[i], mx * scale_log2)
+        m_new = ptx.max.f32(m_run[i], mx)
         # A row with every key masked so far keeps m = -inf; subtract 0 then (no NaN).
         m_use = ptx.selp.f32(0.0, m_new, m_new == NEG_INF)
-        alpha = ptx.ex2.approx.ftz.f32(m_run[i] - m_use)
+        alpha = ptx.ex2.approx.ftz.f32((m_run[i] - m_use) * scale_log2)
         m_run[i].set(m_new)
-        neg_m = -m_use
         total = None
         for x in vals:
-            ptx.fma.rn.f32(x, x, scale_log2, neg_m)
+            ptx.sub.f32(x, x, m_use)
+            ptx.mul.f32(x, x, scale_log2)
             ptx.ex2.approx.ftz.f32(x, x)
             total = x if total is None else total + x
         ptx.fma.rn.f32(l_run[i], l_run[i], alpha, total)
@@ -267,8 +277,9 @@ def _online_softmax(acc_s: Any, acc_o: Any, m_run: list, l_run: list, scale_log2
                 ptx.mul.f32(r, r, alpha)
 
 
-def _epilogue(acc_o: Any, m_run: list, l_run: list, row_g: Any, o: Any, op: Any, lse: Any,
-              lp: Any, b: Any, h: Any, bh: Any, quad: Any, Sq: int, H: int, D: int, pack: Any) -> None:
+def _epilogue(acc_o: Any, m_run: list, l_run: list, scale_log2: Any, row_g: Any, o: Any, op: Any,
+              lse: Any, lp: Any, b: Any, h: Any, bh: Any, quad: Any, Sq: int, H: int, D: int,
+              pack: Any) -> None:
     """Normalise O by the row sums, store it (rows < Sq) and the row's lse."""
     o_head = op + ptx.mul.wide.u32(b * (Sq * H) + h, D * 2)
     for i in range(2):
@@ -283,7 +294,7 @@ def _epilogue(acc_o: Any, m_run: list, l_run: list, row_g: Any, o: Any, op: Any,
             lo, hi = acc_o[4 * j + 2 * i], acc_o[4 * j + 2 * i + 1]
             word = pack(hi * inv, lo * inv)
             ptx.st.global_.b32(ptx.addr(row_addr, j * 16), word, pred=in_range)
-        lse_val = (m_run[i] + ptx.lg2.approx.ftz.f32(total)) * LN2
+        lse_val = ptx.fma.rn.f32(m_run[i], scale_log2, ptx.lg2.approx.ftz.f32(total)) * LN2
         lse_addr = lp + ptx.mul.wide.u32(bh * Sq + row, 4)
         ptx.st.global_.f32(lse_addr, lse_val, pred=ptx.and_.pred(in_range, quad == 0))
 

@@ -10,8 +10,9 @@ warpgroups:
   V-full and an empty mbarrier. It gives registers back (``setmaxnreg.dec``).
 * warpgroups 1 and 2 are the consumers (``setmaxnreg.inc``), 64 query rows
   each: ``S = Q Kᵀ`` with ``wgmma.mma_async`` from two shared-memory
-  descriptors, an online softmax in f32 on the accumulator fragment (scores
-  scaled by ``scale * log2 e`` and exponentiated with ``ex2.approx``), then
+  descriptors, an online softmax in f32 on the accumulator fragment (the
+  running max subtracted from the raw scores, then scaled by
+  ``scale * log2 e`` and exponentiated with ``ex2.approx``), then
   ``O += P V`` with P from registers and V through an MN-major descriptor.
   Block j's ``Q Kᵀ`` and block j-1's ``P V`` are issued together, and j's
   softmax runs while ``P V`` is still in flight (``wgmma.wait_group 1``);
@@ -35,6 +36,7 @@ import jax
 
 from .. import Layout, Tile, kernel, ptx, reg, smem
 from ..dsl._kernel import Kernel
+from ..errors import SpecError
 from ..types import b32, bf16, f16, f32, s32, u32
 
 __all__ = ["attention_sm90", "attention_kernel", "BM", "BN"]
@@ -119,7 +121,7 @@ class _Consumer:
         self.o = reg.array(f32, D // 2)
         for r in self.o:
             r.set(0.0)
-        self.m = [reg.scalar(f32, float("-inf")) for _ in range(2)]   # running max (log2 units)
+        self.m = [reg.scalar(f32, float("-inf")) for _ in range(2)]   # running max (raw scores)
         self.l = [reg.scalar(f32, 0.0) for _ in range(2)]             # this lane's partial sums
         self.alpha = [reg.scalar(f32) for _ in range(2)]              # O's pending rescale
 
@@ -159,20 +161,28 @@ class _Consumer:
 
     def softmax(self) -> None:
         """Update the running max and sums, exponentiate S in place and keep
-        the factor O must be rescaled by in ``alpha`` (O may still be in flight)."""
+        the factor O must be rescaled by in ``alpha`` (O may still be in flight).
+
+        Each probability is ``ex2((s - m)·scale·log2 e)``: the max comes off
+        before scaling, exactly near the max. The one-``fma`` form
+        ``s·scale_log2 - m·scale_log2`` keeps the rounding of ``m·scale_log2``
+        (half an ulp: 2^7 from 2^31 on, reached with |q|, |k| ~ 6e4): rows of
+        inf or 0 probabilities, NaN outputs.
+        """
         for half in range(2):
             mine = [r for i, r in enumerate(self.s) if (i // 2) % 2 == half]
             top = mine[0]
             for r in mine[1:]:
                 top = ptx.max.f32(top, r)
             top = _row_reduce(top, "max")
-            m_new = ptx.max.f32(self.m[half], top * self.scale2)
-            ptx.ex2.approx.ftz.f32(self.alpha[half], self.m[half] - m_new)
+            m_new = ptx.max.f32(self.m[half], top)
+            # The first block holds key 0, which every row sees: m_new is finite
+            # for finite scores (the old m is -inf only then: alpha = 0).
+            ptx.ex2.approx.ftz.f32(self.alpha[half], (self.m[half] - m_new) * self.scale2)
             self.m[half].set(m_new)
-            neg = -m_new
             self.l[half] *= self.alpha[half]
             for r in mine:
-                ptx.ex2.approx.ftz.f32(r, ptx.fma.rn.f32(r, self.scale2, neg))
+                ptx.ex2.approx.ftz.f32(r, (r - m_new) * self.scale2)
                 self.l[half] += r
 
     def rescale_and_pack(self) -> None:
@@ -197,7 +207,7 @@ class _Consumer:
                 lo, hi = self.o[4 * j + 2 * half], self.o[4 * j + 2 * half + 1]
                 word = pack(hi * inv, lo * inv)
                 ptx.st.global_.b32(at + j * 16, word, pred=valid)
-            value = (self.m[half] + ptx.lg2.approx.ftz.f32(total)) * LN2
+            value = ptx.fma.rn.f32(self.m[half], self.scale2, ptx.lg2.approx.ftz.f32(total)) * LN2
             with ptx.if_(self.quad == 0):
                 ptx.st.global_.f32(lse.ptr + ptx.mul.wide.u32((b * H + h) * S + row, 4), value, pred=valid)
 
@@ -321,19 +331,19 @@ def attention_sm90(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool,
         the natural-log log-sum-exp of each row of scaled scores.
 
     Raises:
-        ValueError: unsupported dtype, head dim, shapes or scale.
+        SpecError: unsupported dtype, head dim, shapes or scale.
     """
     names = {"bfloat16": "bf16", "float16": "f16"}
     dtype = names.get(str(q.dtype))
     if dtype is None or str(k.dtype) != str(q.dtype) or str(v.dtype) != str(q.dtype):
-        raise ValueError(f"attention_sm90: q, k, v must all be bf16 or all f16, got "
-                         f"{q.dtype}, {k.dtype}, {v.dtype}")
+        raise SpecError(f"attention_sm90: q, k, v must all be bf16 or all f16, got "
+                        f"{q.dtype}, {k.dtype}, {v.dtype}")
     if q.ndim != 4 or k.shape != v.shape or k.ndim != 4 or (q.shape[0], q.shape[2], q.shape[3]) != (
             k.shape[0], k.shape[2], k.shape[3]):
-        raise ValueError(f"attention_sm90: expected q (B, Sq, H, D) and k, v (B, Skv, H, D), got "
-                         f"{q.shape}, {k.shape}, {v.shape}")
+        raise SpecError(f"attention_sm90: expected q (B, Sq, H, D) and k, v (B, Skv, H, D), got "
+                        f"{q.shape}, {k.shape}, {v.shape}")
     if q.shape[3] not in (64, 128):
-        raise ValueError(f"attention_sm90: head dim must be 64 or 128, got {q.shape[3]}")
+        raise SpecError(f"attention_sm90: head dim must be 64 or 128, got {q.shape[3]}")
     if not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"attention_sm90: scale must be a positive finite number, got {scale!r}")
+        raise SpecError(f"attention_sm90: scale must be a positive finite number, got {scale!r}")
     return attention_kernel(dtype)(q, k, v, causal=bool(causal), scale_log2=float(scale) * LOG2E)

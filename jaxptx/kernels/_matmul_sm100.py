@@ -39,6 +39,7 @@ import functools
 
 from jaxptx import Layout, Tile, kernel, ptx, reg, smem
 from jaxptx.dsl import Kernel, tcgen05
+from jaxptx.errors import SpecError
 from jaxptx.types import b16, b32, bf16, f16, f32, u32
 
 __all__ = ["matmul_sm100", "build", "BM", "BN", "BK", "STAGES"]
@@ -270,21 +271,21 @@ def matmul_sm100(a, b, *, cta_group: int = 1):
         (G, M, N) float32.
 
     Raises:
-        ValueError: shapes or dtypes that do not match, K or N not a
+        SpecError: shapes or dtypes that do not match, K or N not a
             multiple of 8 (TMA needs 16-byte row strides), or a bad
             ``cta_group``.
     """
     import numpy as np
 
     if cta_group not in (1, 2):
-        raise ValueError(f"matmul_sm100: cta_group must be 1 or 2, got {cta_group!r}")
+        raise SpecError(f"matmul_sm100: cta_group must be 1 or 2, got {cta_group!r}")
     if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
-        raise ValueError(f"matmul_sm100: expected a (G, M, K) and b (G, K, N), got {a.shape} and {b.shape}")
+        raise SpecError(f"matmul_sm100: expected a (G, M, K) and b (G, K, N), got {a.shape} and {b.shape}")
     name = np.dtype(a.dtype).name
     if name not in _DTYPES or np.dtype(b.dtype).name != name:
-        raise ValueError(f"matmul_sm100: a and b must both be bfloat16 or both float16, got "
-                         f"{a.dtype} and {b.dtype}")
+        raise SpecError(f"matmul_sm100: a and b must both be bfloat16 or both float16, got "
+                        f"{a.dtype} and {b.dtype}")
     if a.shape[2] % 8 or b.shape[2] % 8:
-        raise ValueError(f"matmul_sm100: K and N must be multiples of 8 (16-byte TMA row strides), "
-                         f"got K={a.shape[2]}, N={b.shape[2]}")
+        raise SpecError(f"matmul_sm100: K and N must be multiples of 8 (16-byte TMA row strides), "
+                        f"got K={a.shape[2]}, N={b.shape[2]}")
     return build(name, cta_group)(a, b)

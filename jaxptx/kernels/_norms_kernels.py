@@ -132,6 +132,24 @@ def _layer_norm_body(x, w, b, y, *, eps: float, threads: int, cached: bool, max_
     _each_row(x, (xp, yp), p, row)
 
 
+def _exp_below(v: Reg, peak: Reg) -> Reg:
+    """``exp(v - peak)`` for ``v <= peak``, as ``2^((v - peak) * log2e)``.
+
+    The difference comes first: exact when ``v`` is within a factor 2 of
+    ``peak`` (Sterbenz), else rounded by 2^-24 relative (harmless where the
+    exponential is not 0) or, for ``v - peak < -FLT_MAX``, -inf (giving 0), so
+    any finite row is right. Folding the shift into one
+    ``fma(v, log2e, -peak*log2e)`` saves an instruction a value but keeps the
+    rounding of ``peak*log2e``: a factor common to the row, which cancels in
+    the normalisation until it overflows ``ex2`` (half an ulp is 2^9 at
+    ``peak = 1e10``: inf/inf or 0/0 = NaN); ``peak*log2e`` itself overflows
+    for ``|peak| > FLT_MAX / log2e``. Non-finite rows follow
+    ``jax.nn.softmax``: a +inf or NaN entry, or a row of -inf, makes
+    ``inf - inf`` or NaN here and NaN for the whole row; -inf entries give 0.
+    """
+    return ptx.ex2.approx.f32((v - peak) * LOG2E)
+
+
 def _softmax_body(x, y, *, threads: int, cached: bool, max_cached: int) -> None:
     p = _row_plan(x, threads, cached, max_cached)
     xp, yp = ptx.batch_ptrs(x, y)
@@ -144,12 +162,11 @@ def _softmax_body(x, y, *, threads: int, cached: bool, max_cached: int) -> None:
             values = cache[k] = load(p, x_row, i, m)
             for v in values:
                 ptx.max.f32(peak, peak, v, pred=m)
-        # exp(v - peak) = 2^(v*log2e - peak*log2e): one fma and one ex2 per value.
-        shift = reduce(peak, "max") * -LOG2E
+        peak = reduce(peak, "max")
         total = reg.scalar(f32, 0.0)
         for k, i, m in chunks(p, lane):
             values = cache[k] if k is not None else load(p, x_row, i, m)
-            exps = [ptx.ex2.approx.f32(ptx.fma.rn.f32(v, LOG2E, shift)) for v in values]
+            exps = [_exp_below(v, peak) for v in values]
             if k is not None:
                 cache[k] = exps
             for e in exps:
@@ -159,8 +176,7 @@ def _softmax_body(x, y, *, threads: int, cached: bool, max_cached: int) -> None:
             if k is not None:
                 exps = cache[k]
             else:
-                exps = [ptx.ex2.approx.f32(ptx.fma.rn.f32(v, LOG2E, shift))
-                        for v in load(p, x_row, i, m)]
+                exps = [_exp_below(v, peak) for v in load(p, x_row, i, m)]
             store(p, y_row, i, [e * inv for e in exps], m)
 
     _each_row(x, (xp, yp), p, row)

@@ -15,7 +15,7 @@ Variants (``arch``, resolved by :func:`jaxptx.kernels._arch.variant`):
   ``tcgen05`` variant yet); ``"auto"`` on a Blackwell GPU picks it.
 
 The backward is plain JAX (see :func:`attention_backward`): it recomputes
-the probabilities from the logsumexp the forward saved.
+the probabilities with a max-subtracted softmax of the scores.
 """
 
 from __future__ import annotations
@@ -85,29 +85,38 @@ def attention_forward(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool,
 def attention_backward(q: jax.Array, k: jax.Array, v: jax.Array, o: jax.Array, lse: jax.Array,
                        do: jax.Array, dlse: jax.Array, *, causal: bool,
                        scale: float) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """The VJP of ``(o, lse)`` in f32 JAX, from the saved ``lse``.
+    """The VJP of ``(o, lse)`` in f32 JAX.
 
-    With S = Q·Kᵀ (per batch and head) and P = exp(S·scale − lse) (the
+    With S = Q·Kᵀ (per batch and head) and P = softmax(S·scale) (the
     forward's probabilities, recomputed; masked entries 0):
 
     * dV = Pᵀ·dO, dP = dO·Vᵀ
-    * dS = P ∘ (dP − rowsum(dO ∘ O) + dlse)   (softmax's Jacobian; dlse is
+    * dS = P ∘ (dP − rowsum(P ∘ dP) + dlse)   (softmax's Jacobian; dlse is
       the cotangent of lse itself, since ∂lse/∂S = P·scale)
     * dQ = scale·dS·K, dK = scale·dSᵀ·Q
+
+    The residuals ``o`` and ``lse`` are not used, for large scores' sake:
+    P = exp(S·scale − lse) would save a reduction, but in f32 lse is only
+    good to half an ulp of its magnitude, a visible error in P for |q|, |k|
+    ~ 300 in bf16 and an exponent past f32's range (inf, NaN) from ~1e4;
+    rowsum(dO ∘ O) (flash attention's ``delta``) equals rowsum(P ∘ dP) but
+    rounds apart from dP (O is 16-bit), and dS, which cancels to 0 in a
+    one-hot row, would keep that error times |K|·scale in dQ.
 
     Returns:
         ``(dq, dk, dv)`` in the dtypes of ``q``, ``k``, ``v``.
     """
+    del o, lse
     f32 = jnp.float32
     qf, kf, vf = q.astype(f32), k.astype(f32), v.astype(f32)
-    dof, of = do.astype(f32), o.astype(f32)
+    dof = do.astype(f32)
     s = jnp.einsum("bqhd,bkhd->bhqk", qf, kf) * scale
-    p = jnp.exp(s - lse[..., None])
-    if causal:
-        p = jnp.where(jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool)), p, 0.0)
+    if causal:     # every row sees key 0 (top-left alignment): no row is all -inf
+        s = jnp.where(jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool)), s, -jnp.inf)
+    p = jax.nn.softmax(s, axis=-1)
     dv = jnp.einsum("bhqk,bqhd->bkhd", p, dof)
     dp = jnp.einsum("bqhd,bkhd->bhqk", dof, vf)
-    delta = jnp.einsum("bqhd,bqhd->bhq", dof, of)
+    delta = jnp.sum(p * dp, axis=-1)
     ds = p * (dp - delta[..., None] + dlse.astype(f32)[..., None])
     dq = jnp.einsum("bhqk,bkhd->bqhd", ds, kf) * scale
     dk = jnp.einsum("bhqk,bqhd->bkhd", ds, qf) * scale

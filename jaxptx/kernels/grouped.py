@@ -16,6 +16,12 @@ accumulator only the rows it owns; a tile that straddles a group boundary
 simply runs the main loop once per group it touches. The walk stops at the
 first group past the tile. The epilogue then stores the tile once (rows past
 the groups hold zeros).
+
+``group_sizes`` must be integers. Concrete sizes (not traced) are checked:
+each ``>= 0`` and their sum ``<= M``. Traced sizes cannot be checked; the
+kernel then counts a negative size as 0 and stops every group at row M
+(``jax.lax.ragged_dot`` also drops rows past M, but gives rows of no
+meaning for negative sizes).
 """
 
 from __future__ import annotations
@@ -62,7 +68,10 @@ def grouped_kernel(dtype: str, arch: str = "sm_80") -> Any:
         start = reg.scalar(u32, 0)
         sizes = group_sizes.ptr
         for g in ptx.range_(0, G, dtype=u32):
-            size = ptx.ld.global_.u32(sizes + ptx.mul.wide.u32(g, 4))
+            # Traced sizes are unchecked: a negative one counts as 0 (as a u32 it
+            # would wrap the running start back); start + size < 2^32 then.
+            size = ptx.ld.global_.s32(sizes + ptx.mul.wide.u32(g, 4))
+            size = ptx.cvt.u32.s32(ptx.max.s32(size, 0))
             end = (start + size).min(M)
             touches = ptx.and_.pred(ptx.and_.pred(start < tile_end, end > m0), end > start)
             with ptx.if_(touches):
@@ -106,8 +115,10 @@ def grouped_matmul(lhs: Any, rhs: Any, group_sizes: Any, *, arch: str = "auto") 
     Args:
         lhs: (M, K) bf16 or f16, rows grouped consecutively.
         rhs: (G, K, N), the same dtype; K and N multiples of 8.
-        group_sizes: (G,) int32, non-negative, summing to at most M (empty
-            groups allowed).
+        group_sizes: (G,) integers (any integer dtype; used as int32),
+            non-negative, summing to at most M (empty groups allowed). Checked
+            when concrete; traced sizes are not: a negative size then counts
+            as 0 and groups stop at row M.
         arch: ``"auto"``, ``"sm_80"``, ``"sm_90a"`` or ``"sm_100a"``; every
             variant is the Ampere ``mma.sync`` kernel traced for that target.
 
@@ -120,14 +131,36 @@ def grouped_matmul(lhs: Any, rhs: Any, group_sizes: Any, *, arch: str = "auto") 
     dtypes; ``group_sizes`` gets no gradient.
 
     Raises:
-        SpecError: bad shapes or dtypes.
+        SpecError: bad shapes or dtypes, a ``group_sizes`` of a non-integer
+            dtype, or concrete sizes that are negative or sum past M.
     """
     if lhs.ndim != 2 or rhs.ndim != 3 or rhs.shape[1] != lhs.shape[1]:
         raise SpecError(f"grouped_matmul: expected lhs (M, K) and rhs (G, K, N), got "
                         f"{lhs.shape} and {rhs.shape}")
+    if not hasattr(group_sizes, "dtype"):
+        group_sizes = np.asarray(group_sizes)
     if group_sizes.shape != (rhs.shape[0],):
         raise SpecError(f"grouped_matmul: group_sizes must be ({rhs.shape[0]},), got {group_sizes.shape}")
+    _check_sizes(group_sizes, lhs.shape[0])
     if np.dtype(group_sizes.dtype) != np.int32:
         group_sizes = jnp.asarray(group_sizes, jnp.int32)
     variant(arch, "grouped_matmul")
     return _differentiable(lhs, rhs, group_sizes, arch=arch)
+
+
+def _check_sizes(group_sizes: Any, m: int) -> None:
+    """Integer sizes; when concrete, each >= 0 and summing to at most ``m``."""
+    dtype = np.dtype(group_sizes.dtype)
+    if not np.issubdtype(dtype, np.integer):
+        raise SpecError(f"grouped_matmul: group_sizes: expected an integer dtype (int32), got {dtype}")
+    if isinstance(group_sizes, jax.core.Tracer):
+        return                                    # the kernel's rule: module docstring
+    sizes = [int(v) for v in np.asarray(group_sizes)]
+    negative = [i for i, v in enumerate(sizes) if v < 0]
+    if negative:
+        i = negative[0]
+        raise SpecError(f"grouped_matmul: group_sizes: expected sizes >= 0, got "
+                        f"group_sizes[{i}] = {sizes[i]}")
+    if sum(sizes) > m:
+        raise SpecError(f"grouped_matmul: group_sizes: expected a sum of at most M = {m} "
+                        f"(lhs rows), got {sum(sizes)}")

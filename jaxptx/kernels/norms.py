@@ -65,9 +65,10 @@ def rms_norm(x: Any, w: Any, eps: float = 1e-6, *, arch: str = "auto") -> jax.Ar
         ``y``, ``x``'s shape and dtype.
 
     Raises:
-        TypeError: ``x`` or ``w`` of a dtype other than f32/bf16/f16, or ``w``'s
-            dtype not ``x``'s.
-        SpecError: ``x`` with no axis, ``w`` not of shape ``(N,)``, a bad ``arch``.
+        SpecError: (a ``TypeError`` and a ``ValueError``) ``x`` or ``w`` of a
+            dtype other than f32/bf16/f16, ``w``'s dtype not ``x``'s, ``x``
+            with no axis, ``w`` not of shape ``(N,)``, ``eps`` not a Python
+            float or negative, a bad ``arch``.
 
     Example::
 
@@ -95,8 +96,9 @@ def layer_norm(x: Any, w: Any, b: Any, eps: float = 1e-5, *, arch: str = "auto")
         ``y``, ``x``'s shape and dtype.
 
     Raises:
-        TypeError: a dtype other than f32/bf16/f16, or ``w``/``b`` not of ``x``'s.
-        SpecError: ``x`` with no axis, ``w`` or ``b`` not of shape ``(N,)``, a bad ``arch``.
+        SpecError: (a ``TypeError`` and a ``ValueError``) a dtype other than
+            f32/bf16/f16, ``w``/``b`` not of ``x``'s dtype, ``x`` with no axis,
+            ``w`` or ``b`` not of shape ``(N,)``, a bad ``eps`` or ``arch``.
 
     Example::
 
@@ -123,8 +125,8 @@ def softmax(x: Any, axis: int = -1, *, arch: str = "auto") -> jax.Array:
         the probabilities, ``x``'s shape and dtype.
 
     Raises:
-        TypeError: a dtype other than f32/bf16/f16.
-        SpecError: ``x`` with no axis, ``axis`` out of range, a bad ``arch``.
+        SpecError: (a ``TypeError`` and a ``ValueError``) a dtype other than
+            f32/bf16/f16, ``x`` with no axis, ``axis`` out of range, a bad ``arch``.
 
     Example::
 
@@ -157,8 +159,8 @@ def swiglu(gate: Any, up: Any, *, arch: str = "auto") -> jax.Array:
         the product, ``gate``'s shape and dtype.
 
     Raises:
-        TypeError: a dtype other than f32/bf16/f16, or ``up``'s dtype not ``gate``'s.
-        SpecError: ``up``'s shape not ``gate``'s, a bad ``arch``.
+        SpecError: (a ``TypeError`` and a ``ValueError``) a dtype other than
+            f32/bf16/f16, ``up``'s dtype or shape not ``gate``'s, a bad ``arch``.
 
     Example::
 
@@ -169,7 +171,7 @@ def swiglu(gate: Any, up: Any, *, arch: str = "auto") -> jax.Array:
     if up.shape != gate.shape:
         raise SpecError(f"swiglu: up must have gate's shape {tuple(gate.shape)}, got {tuple(up.shape)}")
     if up.dtype != gate.dtype:
-        raise TypeError(f"swiglu: up must have gate's dtype {gate.dtype}, got {up.dtype}")
+        raise SpecError(f"swiglu: up must have gate's dtype {gate.dtype}, got {up.dtype}")
     return _SWIGLU(gate, up, arch=variant(arch, "swiglu"))
 
 
@@ -259,7 +261,7 @@ def _operand(op: str, name: str, value: Any, *, min_ndim: int = 1) -> tuple[jax.
         value = jnp.asarray(value)
     dtype = _DTYPES.get(np.dtype(value.dtype))
     if dtype is None:
-        raise TypeError(f"{op}: {name} must be float32, bfloat16 or float16, got {value.dtype}")
+        raise SpecError(f"{op}: {name} must be float32, bfloat16 or float16, got {value.dtype}")
     if value.ndim < min_ndim:
         raise SpecError(f"{op}: {name} must have at least one axis (..., N), got a scalar")
     return value, dtype
@@ -269,7 +271,7 @@ def _vector(op: str, name: str, value: Any, x: jax.Array, dtype: str) -> jax.Arr
     """A per-column parameter: shape ``(N,)`` and ``x``'s dtype."""
     value, vdtype = _operand(op, name, value, min_ndim=0)
     if vdtype != dtype:
-        raise TypeError(f"{op}: {name} must have x's dtype {x.dtype}, got {value.dtype}")
+        raise SpecError(f"{op}: {name} must have x's dtype {x.dtype}, got {value.dtype}")
     if tuple(value.shape) != (x.shape[-1],):
         raise SpecError(f"{op}: {name} must have shape ({x.shape[-1]},) (x's last axis), "
                         f"got {tuple(value.shape)}")
@@ -280,7 +282,7 @@ def _eps(op: str, eps: Any) -> float:
     try:
         value = float(eps)
     except (TypeError, jax.errors.ConcretizationTypeError):
-        raise TypeError(f"{op}: eps must be a Python float (it is compiled into the kernel), "
+        raise SpecError(f"{op}: eps must be a Python float (it is compiled into the kernel), "
                         f"got {eps!r}") from None
     if not value >= 0:
         raise SpecError(f"{op}: eps must be >= 0, got {value}")

@@ -10,6 +10,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from ..errors import SpecError
+
 __all__ = ["numpy_dtype", "torch_dtype", "to_numpy", "from_numpy"]
 
 # torch dtype name -> numpy dtype. Only these reach a kernel.
@@ -30,17 +32,21 @@ def numpy_dtype(dtype: Any) -> np.dtype:
     """The numpy dtype of a torch dtype.
 
     Raises:
-        TypeError: a dtype no kernel takes (complex, quantized...).
+        SpecError: a dtype no kernel takes (complex, quantized...).
     """
     name = _name(dtype)
     if name not in _NUMPY:
-        raise TypeError(f"jaxptx.torch: tensors of {dtype} cannot reach a kernel; "
+        raise SpecError(f"jaxptx.torch: tensors of {dtype} cannot reach a kernel; "
                         f"use one of {', '.join(sorted(_NUMPY))}")
     return np.dtype(_NUMPY[name])
 
 
 def torch_dtype(dtype: Any) -> Any:
-    """The torch dtype of a numpy (or JAX) dtype."""
+    """The torch dtype of a numpy (or JAX) dtype.
+
+    Raises:
+        SpecError: torch has no such dtype.
+    """
     import torch
 
     name = np.dtype(dtype).name
@@ -48,7 +54,7 @@ def torch_dtype(dtype: Any) -> Any:
         return torch.bool
     found = getattr(torch, name, None)
     if not isinstance(found, torch.dtype):
-        raise TypeError(f"jaxptx.torch: torch has no dtype for {name}")
+        raise SpecError(f"jaxptx.torch: torch has no dtype for {name}")
     return found
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 
@@ -16,3 +17,19 @@ def reference(q, k, v, causal: bool, scale: float) -> tuple[np.ndarray, np.ndarr
     p = np.exp(s - m)
     total = p.sum(-1, keepdims=True)
     return np.einsum("bhqk,bkhd->bqhd", p / total, v), (m + np.log(total))[..., 0]
+
+
+def large_qkv(B: int, Sq: int, Skv: int, H: int, D: int, magnitude: float, block: int | None = None,
+              seed: int = 0):
+    """bf16 q and k of ``magnitude`` (for 6e4, scores ~1e10: one-hot rows but
+    for ties), v of 1. With ``block``, keys ``block..2·block`` repeat keys
+    ``0..block`` (the next key block): every top score is tied across two
+    blocks, so each row averages two rows of v. Regression inputs for the
+    rounding of ``m·scale·log2e``."""
+    rng = np.random.default_rng(seed)
+    q = (rng.standard_normal((B, Sq, H, D)) * magnitude).astype(ml_dtypes.bfloat16)
+    k = (rng.standard_normal((B, Skv, H, D)) * magnitude).astype(ml_dtypes.bfloat16)
+    if block is not None:
+        k[:, block:2 * block] = k[:, :block]
+    v = rng.standard_normal((B, Skv, H, D)).astype(ml_dtypes.bfloat16)
+    return q, k, v

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from attention_reference import reference
+from attention_reference import large_qkv, reference
 
 from jaxptx import sim
 from jaxptx.errors import SpecError
@@ -66,6 +66,24 @@ def test_emulator_matches_float64(dtype, B, Sq, Skv, H, D, causal) -> None:
     scale = 1 / np.sqrt(D)
     sim.launch(attention_kernel(PTX_T[dtype], D), q, k, v, o, lse, scale * LOG2E, causal=causal)
     check(o, lse, q, k, v, causal, scale)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_large_scores_give_no_nan_rows(causal) -> None:
+    # Regression: exponents as fma(s, scale_log2, -m·scale_log2) kept the rounding
+    # of m·scale_log2 (over 2^7 here): about half the rows came out NaN.
+    q, k, v = large_qkv(1, 32, 128, 1, 64, 6e4, block=64)
+    o = np.full(q.shape, np.nan, NP["bf16"])
+    lse = np.full((1, 1, 32), np.nan, np.float32)
+    sim.launch(attention_kernel(bf16, 64), q, k, v, o, lse, 0.125 * LOG2E, causal=causal)
+    want_o, want_lse = reference(q, k, v, causal, 0.125)
+    assert np.abs(want_lse).min() > 1e8                      # the scale of the problem
+    np.testing.assert_allclose(np.asarray(o, np.float64), want_o, rtol=1.5e-2, atol=1.5e-2)
+    np.testing.assert_allclose(np.asarray(lse, np.float64), want_lse, rtol=1e-6)
+    if not causal:                                           # and through jit, as jax's own op
+        got = jax.jit(functools.partial(flash_attention, arch="sm_80"))(q, k, v)
+        np.testing.assert_allclose(np.asarray(got, np.float32), _dpa(q, k, v, False),
+                                   rtol=1.5e-2, atol=1.5e-2)
 
 
 def test_sanitizer_finds_no_race_or_uninitialised_read() -> None:
@@ -120,6 +138,21 @@ def test_grad_matches_dot_product_attention(Sq, Skv, D, causal) -> None:
         assert g.dtype == x.dtype and g.shape == x.shape
         scale = float(jnp.abs(w).max())
         np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(w), atol=2e-2 * scale, rtol=3e-2)
+
+
+def test_grad_of_large_scores_is_finite_and_matches() -> None:
+    # Regression: the backward took P = exp(S·scale - lse), and lse in f32 is off by
+    # half an ulp of ~1e9 here: inf and NaN gradients; and rowsum(dO * O) for
+    # rowsum(P * dP) left rounding times |K|·scale in dQ, which is 0 for one-hot rows.
+    q, k, v = (jnp.asarray(x) for x in large_qkv(1, 32, 80, 1, 64, 6e4, seed=1))
+    ours = jax.jit(jax.grad(_loss(lambda q, k, v: flash_attention(q, k, v, arch="sm_80")),
+                            argnums=(0, 1, 2)))(q, k, v)
+    want = jax.jit(jax.grad(_loss(lambda q, k, v: _dpa(q, k, v, False)), argnums=(0, 1, 2)))(q, k, v)
+    for g, w in zip(ours, want):
+        assert np.isfinite(np.asarray(g, np.float32)).all()
+        scale = float(jnp.abs(w).max())
+        np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(w), atol=2e-2 * scale + 1e-6,
+                                   rtol=3e-2)
 
 
 def test_backward_with_a_cotangent_on_lse() -> None:

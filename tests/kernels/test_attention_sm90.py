@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from attention_reference import reference
+from attention_reference import large_qkv, reference
 
 from jaxptx.kernels._attention_sm90 import BN, attention_kernel, attention_sm90
 
@@ -95,6 +95,18 @@ def test_causal_skips_key_blocks_after_the_last_query():
     want_o, want_lse = reference(q, k[:, :2 * BN], v[:, :2 * BN], True, 0.125)
     np.testing.assert_allclose(np.asarray(o, np.float64), want_o, rtol=2e-2, atol=1.5e-2)
     np.testing.assert_allclose(np.asarray(lse, np.float64), want_lse, atol=1e-4)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_large_scores_give_no_nan_rows(causal):
+    """Regression: exponents as fma(s, scale_log2, -m·scale_log2) kept the
+    rounding of m·scale_log2 (over 2^7 here): about half the rows were NaN."""
+    q, k, v = (jnp.asarray(x) for x in large_qkv(1, 64, 2 * BN, 1, 64, 6e4, block=BN))
+    o, lse = attention_sm90(q, k, v, causal=causal, scale=0.125)
+    want_o, want_lse = reference(q, k, v, causal, 0.125)
+    assert np.abs(want_lse).min() > 1e8
+    np.testing.assert_allclose(np.asarray(o, np.float64), want_o, rtol=2e-2, atol=1.5e-2)
+    np.testing.assert_allclose(np.asarray(lse, np.float64), want_lse, rtol=1e-6)
 
 
 DIMS = dict(B=2, S=200, T=300, H=2)

@@ -112,3 +112,32 @@ def test_sanitizer_finds_nothing() -> None:
     sizes = np.asarray(SIZES, np.int32)
     sim.launch(grouped_kernel("bf16"), lhs, rhs, sizes, out, check=True)
     close(out, ragged(jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(sizes)), 72)
+
+
+@pytest.mark.parametrize("sizes,match", [
+    (np.asarray([10.0, 6.0]), r"group_sizes: expected an integer dtype \(int32\), got float64"),
+    (jnp.asarray([10.0, 6.0], jnp.float32), r"group_sizes: expected an integer dtype \(int32\), got float32"),
+    (np.asarray([True, False]), r"group_sizes: expected an integer dtype \(int32\), got bool"),
+    (jnp.asarray([40, -8], jnp.int32), r"group_sizes: expected sizes >= 0, got group_sizes\[1\] = -8"),
+    ([20, 13], r"group_sizes: expected a sum of at most M = 32 \(lhs rows\), got 33"),
+])
+def test_bad_group_sizes_name_the_argument(sizes, match) -> None:
+    lhs, rhs = operands(32, 16, 8, 2)
+    with pytest.raises(SpecError, match="grouped_matmul: " + match):
+        grouped_matmul(lhs, rhs, sizes)
+
+
+def test_traced_group_sizes_of_a_float_dtype_are_refused_too() -> None:
+    lhs, rhs = operands(32, 16, 8, 2)
+    with pytest.raises(SpecError, match=r"grouped_matmul: group_sizes: expected an integer dtype "
+                                        r"\(int32\), got float32"):
+        jax.jit(lambda s: grouped_matmul(lhs, rhs, s))(jnp.asarray([10.0, 6.0], jnp.float32))
+
+
+def test_traced_sizes_negative_count_as_empty_and_stop_at_m() -> None:
+    lhs, rhs = operands(160, 16, 8, 3, seed=7)
+    f = jax.jit(grouped_matmul)
+    got = f(lhs, rhs, jnp.asarray([100, -5, 40], jnp.int32))
+    close(got, ragged(lhs, rhs, jnp.asarray([100, 0, 40], jnp.int32)), 16)
+    sizes = jnp.asarray([100, 50, 90], jnp.int32)                 # sums past M = 160
+    close(f(lhs, rhs, sizes), ragged(lhs, rhs, sizes), 16)

@@ -150,6 +150,68 @@ def test_softmax_along_another_axis():
     _check(jax.jit(functools.partial(softmax, axis=1))(x), want, "f32", "softmax")
 
 
+def _huge_logits(n: int) -> np.ndarray:
+    """Rows a few ulps below peaks from 1e6 to FLT_MAX (both signs), and a row
+    spanning -FLT_MAX..FLT_MAX: the differences to the peak are exact in f32."""
+    peaks = np.array([1e6, 1e7, 1e9, 1e10, 1e11, 1e20, 3e38, -1e10, -3e38], np.float32)
+    steps = RNG.integers(0, 40, (len(peaks), n)).astype(np.float32)
+    ulps = np.spacing(np.abs(peaks))[:, None]
+    rows = peaks[:, None] - np.sign(peaks)[:, None] * steps * ulps
+    rows[:, 0] = peaks                                   # the peak itself is in the row
+    wide = np.linspace(-3e38, 3e38, n, dtype=np.float32)
+    return np.concatenate([rows, wide[None]]).astype(np.float32)
+
+
+def _nonfinite_logits(n: int) -> np.ndarray:
+    """Rows 0-3 hold +inf, NaN, +inf beside -inf, all -inf (NaN rows in
+    ``jax.nn.softmax``); rows 4-7 hold -inf entries, a FLT_MAX peak or none."""
+    inf = np.inf
+    rows = np.tile(RNG.standard_normal(n).astype(np.float32), (8, 1))
+    rows[0, [1, 4]] = inf
+    rows[1, 3] = np.nan
+    rows[2, 1], rows[2, 4] = inf, -inf
+    rows[3, :] = -inf
+    rows[4, [2, 5]] = -inf
+    rows[5, ::2] = -inf
+    rows[6, 1], rows[6, 2] = 3e38, -inf
+    return rows
+
+
+@pytest.mark.parametrize("n", [40, 1000])
+@pytest.mark.parametrize("looping", [False, True])
+def test_softmax_of_huge_and_nonfinite_logits_matches_jax(n, looping):
+    # Regression: exp(v - peak) as ex2(fma(v, log2e, -peak*log2e)) kept the rounding
+    # of peak*log2e, which overflows ex2 from peaks of ~1e9 up: NaN rows.
+    if looping:
+        p = plan(n, "f32", max_cached=2)
+        assert not p.cached
+        f = jax.jit(row_kernel("softmax", "f32", "sm_80", p.threads, False, 2))
+    else:
+        f = jax.jit(functools.partial(softmax, arch="sm_80"))
+    x = _huge_logits(n)
+    _check(f(x), _reference("softmax", x), "f32", "softmax")
+    # +inf or NaN anywhere, or a row of -inf: NaN rows; -inf entries: 0 (as jax.nn.softmax).
+    x = _nonfinite_logits(n)
+    got, want = np.asarray(f(x)), np.asarray(jax.nn.softmax(x))
+    assert np.isnan(want[:4]).all() and not np.isnan(want[4:]).any()
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 / n)
+
+
+@pytest.mark.parametrize("scale", [1e19, 1e37, 3e38])
+def test_norms_of_huge_inputs_overflow_as_the_jnp_reference_does(scale):
+    # Sums of squares past FLT_MAX overflow to inf in f32, in jnp as in the kernels:
+    # rms_norm gives 0 (x * rsqrt(inf)), layer_norm gives b; inf - inf rows are NaN in both.
+    x = (RNG.uniform(-1, 1, (4, 64)) * scale).astype(np.float32)
+    w, b = RNG.standard_normal((2, 64)).astype(np.float32)
+    with np.errstate(over="ignore"):
+        cases = [(rms_norm, norms.rms_norm_reference, (x, w)),
+                 (layer_norm, norms.layer_norm_reference, (x, w, b)),
+                 (swiglu, norms.swiglu_reference, (x, np.broadcast_to(w, x.shape)))]
+        for op, reference, args in cases:
+            np.testing.assert_allclose(np.asarray(op(*args)), np.asarray(reference(*args)),
+                                       rtol=2e-5, atol=1e-30, err_msg=op.__name__)
+
+
 def test_swiglu_of_any_shape():
     gate, up = _inputs("swiglu", "f16", (3, 5, 7))
     _check(swiglu(gate, up), _reference("swiglu", gate, up), "f16", "swiglu")

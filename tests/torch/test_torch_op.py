@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from torch_kernels import add_one_in_place, axpy_index, negate_bf16, scale_rows  # noqa: E402
+from torch_kernels import (add_one_in_place, axpy_index, increment_s32, negate_bf16,  # noqa: E402
+                           scale_rows)
 
 
 def test_importing_jaxptx_never_imports_torch():
@@ -30,7 +31,7 @@ if getattr(torch, "__file__", None) is None:  # tests/torch itself, as a namespa
     pytest.skip("torch is not installed", allow_module_level=True)
 
 import jaxptx.torch as jt  # noqa: E402
-from jaxptx import _ffi, kernel  # noqa: E402
+from jaxptx import _ffi, kernel, kernels  # noqa: E402
 from jaxptx.errors import SpecError  # noqa: E402
 from jaxptx.runtime import _compat, standin  # noqa: E402
 from jaxptx.torch import _cuda  # noqa: E402
@@ -156,6 +157,23 @@ def test_bad_inputs_are_refused_with_jaxptx_messages(args, kwargs, error, messag
         SCALE(*args, **kwargs)
 
 
+@pytest.mark.parametrize("op, tensor, message", [
+    (scale_rows, torch.ones(2, 8, dtype=torch.float64),
+     r"kernel scale_rows: argument 'x': expected dtype f32 for Tile\('B', 'N', f32.*got float64"),
+    (increment_s32, torch.arange(32, dtype=torch.int64) + 2 ** 33,
+     r"kernel increment_s32: argument 'x': expected dtype s32 for Tile\('N', s32.*got int64"),
+    (increment_s32, torch.arange(32, dtype=torch.int16),
+     r"kernel increment_s32: argument 'x': expected dtype s32 .*got int16"),
+])
+def test_a_tensor_of_another_dtype_is_refused_never_converted(op, tensor, message):
+    # Regression: JAX (x64 off) narrowed float64 and int64 tensors to the kernel's
+    # f32 and s32 before the spec check saw them (2**33 + i came back as i + 1).
+    with pytest.raises(SpecError, match=message):
+        jt.op(op)(tensor)
+    np.testing.assert_array_equal(jt.op(increment_s32)(torch.arange(32, dtype=torch.int32)).numpy(),
+                                  np.arange(1, 33))
+
+
 def test_bad_inputs_fail_in_torch_compile_too():
     compiled = torch.compile(lambda x: SCALE(x), fullgraph=True, backend="aot_eager")
     with pytest.raises(Exception, match="expected rank 2"):
@@ -170,8 +188,9 @@ def test_inputs_on_two_devices_are_refused():
 def test_a_missing_raw_param_and_a_non_kernel():
     with pytest.raises(SpecError, match="raw param alpha"):
         AXPY(torch.ones(32))
-    with pytest.raises(TypeError, match="expected a jaxptx kernel"):
-        jt.op(lambda x: x)
+    with pytest.raises(TypeError, match="expected a jaxptx kernel or a function of arrays "
+                                        "calling kernels, got int"):
+        jt.op(3)
 
     @kernel(module=True, arch="sm_80")
     def module_only():
@@ -179,6 +198,57 @@ def test_a_missing_raw_param_and_a_non_kernel():
 
     with pytest.raises(SpecError, match="no out_specs"):
         jt.op(module_only)
+
+
+# functions of arrays: the library's ops -----------------------------------------------------
+
+F = torch.nn.functional
+
+
+def _torch_reference(name, *args):
+    """The op in torch, with the library's default eps."""
+    x, n = args[0], (args[0].shape[-1],)
+    if name == "rms_norm":
+        return F.rms_norm(x, n, args[1], eps=1e-6)
+    if name == "layer_norm":
+        return F.layer_norm(x, n, args[1], args[2], eps=1e-5)
+    if name == "softmax":
+        return torch.softmax(x, dim=-1)
+    return F.silu(x) * args[1]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm", "softmax", "swiglu"])
+def test_library_ops_run_on_cpu_tensors(name, dtype):
+    x, y, z = _rand(3, 40, seed=1), _rand(40, seed=2), _rand(40, seed=3)
+    if name == "swiglu":
+        y = _rand(3, 40, seed=2)
+    args = {"rms_norm": (x, y), "layer_norm": (x, y, z), "softmax": (x,), "swiglu": (x, y)}[name]
+    args = [a.to(dtype) for a in args]
+    got = jt.op(getattr(kernels, name))(*args)
+    want = _torch_reference(name, *[a.float() for a in args])
+    assert got.dtype == dtype and got.shape == args[0].shape
+    tol = 2e-5 if dtype == torch.float32 else 1e-2
+    np.testing.assert_allclose(got.float().numpy(), want.numpy(), rtol=tol, atol=tol)
+
+
+def test_a_library_op_takes_keywords_and_compiles():
+    rms_norm = jt.op(kernels.rms_norm)
+    assert rms_norm.qualname == "jaxptx::rms_norm" and jt.op(kernels.rms_norm) is rms_norm
+    x, w = _rand(2, 24), _rand(24, seed=1)
+    want = F.rms_norm(x, (24,), w, eps=0.5)
+    np.testing.assert_allclose(rms_norm(x, w, eps=0.5).numpy(), want.numpy(), rtol=2e-5, atol=2e-5)
+    compiled = torch.compile(lambda x: rms_norm(x, w, eps=0.5) * 2, fullgraph=True, backend="aot_eager")
+    np.testing.assert_allclose(compiled(x).numpy(), want.numpy() * 2, rtol=2e-5, atol=2e-5)
+
+
+def test_a_library_op_refuses_what_jax_would_narrow_and_keeps_its_own_checks():
+    rms_norm = jt.op(kernels.rms_norm)
+    with pytest.raises(SpecError, match=r"function rms_norm: argument 'x': expected a dtype JAX "
+                                        r"keeps, got float64 \(JAX would narrow it to float32"):
+        rms_norm(_rand(2, 8).double(), _rand(8).double())
+    with pytest.raises(SpecError, match=r"rms_norm: w must have x's dtype float16, got float32"):
+        rms_norm(_rand(2, 8).half(), _rand(8))
 
 
 # the CUDA path, on the stand-in driver ---------------------------------------------------
@@ -251,3 +321,19 @@ def test_cuda_tensors_on_a_gpu():
     compiled = torch.compile(lambda x: SCALE(x, factor=2.0) + 1, fullgraph=True)
     x = _rand(2, 40).cuda()
     np.testing.assert_allclose(compiled(x).cpu().numpy(), x.cpu().numpy() * 2 + 1, rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_a_library_op_on_cuda_tensors():
+    if not torch.cuda.is_available():
+        pytest.skip("this torch has no CUDA device")
+    import jax
+    try:
+        jax.devices("cuda")
+    except RuntimeError:
+        pytest.skip("this jax has no CUDA backend")
+    x, w = _rand(4, 256).cuda(), _rand(256, seed=1).cuda()
+    y = jt.op(kernels.rms_norm)(x, w)
+    assert y.device == x.device
+    want = F.rms_norm(x, (256,), w, eps=1e-6)
+    np.testing.assert_allclose(y.cpu().numpy(), want.cpu().numpy(), rtol=1e-5, atol=1e-5)

@@ -52,4 +52,12 @@ def add_one_in_place(x, y):
     ptx.st.global_.f32(y.ptr + off, ptx.ld.global_.f32(y.ptr + off) + 1.0)
 
 
-__all__ = ["scale_rows", "axpy_index", "negate_bf16", "add_one_in_place"]
+@kernel(in_specs=(Tile("N", s32),), out_specs=(Tile("N", s32),),
+        grid=lambda N: (N // BLOCK, 1, 1), block=(BLOCK, 1, 1), arch="sm_80")
+def increment_s32(x, y):
+    """``y = x + 1`` on .s32 values; N a multiple of 32."""
+    off = ptx.mul.wide.u32(ptx.special.ctaid.x() * BLOCK + ptx.special.tid.x(), 4)
+    ptx.st.global_.s32(y.ptr + off, ptx.ld.global_.s32(x.ptr + off) + 1)
+
+
+__all__ = ["scale_rows", "axpy_index", "negate_bf16", "add_one_in_place", "increment_s32"]
