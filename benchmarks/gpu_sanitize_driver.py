@@ -194,27 +194,15 @@ def run_predict(arch: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """
     import jax
 
-    from jaxptx import sim
-    from jaxptx.emit import emit
-    from jaxptx.profile.api import attach_resources
+    from jaxptx import profile
 
-    captured: list[tuple[Any, Any]] = []
-    plain = sim.Device.launch
-
-    def launch(self: Any, source: Any, params: Any, **kw: Any) -> Any:
-        p = plain(self, source, params, profile=True, **kw)
-        captured.append((source, p))
-        return p.findings
-
-    sim.Device.launch = launch
     inp = _inputs()
     rows: list[dict[str, Any]] = []
     launches: list[dict[str, Any]] = []
     seen: set[str] = set()
     cpu = jax.devices("cpu")[0]
-    try:
-        for op, fn, names in jax_calls(arch):
-            del captured[:]
+    for op, fn, names in jax_calls(arch):
+        with profile.profiling() as collected:      # every emulator launch of the call, profiled
             try:
                 args = [jax.device_put(inp[n], cpu) for n in names]
                 got = jax.block_until_ready(jax.jit(fn)(*args))
@@ -223,17 +211,13 @@ def run_predict(arch: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                 rows.append({"op": op, "ok": False, "error": f"{type(e).__name__}: {e}"[:2000]})
                 traceback.print_exc()
                 continue
-            for source, p in captured:
-                # The CPU path may launch a kernel twice (to find outputs it
-                # never writes); the counts are the same, so one entry each.
-                if p.name in seen:
-                    continue
-                seen.add(p.name)
-                attach_resources(p, source if isinstance(source, str) else emit(source), p.arch)
-                launches.append({"op": op, "kernel": p.name, "arch": p.arch, **p.launch,
-                                 "predicted": prediction(p)})
-    finally:
-        sim.Device.launch = plain
+        collected.attach_resources()                # ptxas: registers, occupancy
+        for p in collected.profiles:
+            if p.name in seen:                      # one entry per kernel
+                continue
+            seen.add(p.name)
+            launches.append({"op": op, "kernel": p.name, "arch": p.arch, **p.launch,
+                             "predicted": prediction(p)})
     return rows, launches
 
 

@@ -2,9 +2,9 @@
 
 1. Every op of :mod:`jaxptx.kernels`, every variant (sm_80, sm_90a,
    sm_100a), called through ``jax.jit`` on the CPU at a small shape: each
-   launch the op makes runs the emulator with the profiler on (the JAX CPU
-   path's ``Device.launch`` is wrapped for this script), and ptxas gives the
-   launched PTX's resources. One row per launch: global sectors per request
+   launch the op makes runs the emulator with the profiler on
+   (``jaxptx.profile.profiling()``), and ptxas gives the launched PTX's
+   resources. One row per launch: global sectors per request
    (and the ideal), LSU shared-memory bank conflicts, the tensor-core
    operand-read model's extra wavefronts, registers, spills, occupancy on
    the variant's own GPU, and the roofline *estimate* (a lower bound from
@@ -17,7 +17,10 @@
    through ``jax.jit`` with and without ``sim.checking()``, best of N.
 
     python benchmarks/profile_kernels.py [--repeat 3] [--shapes 256x256x512 512x512x512]
-        [--skip-library] [--skip-overhead] [--skip-library-check]
+        [--only OP] [--skip-library] [--skip-overhead] [--skip-library-check]
+
+``--only rms_norm`` keeps the library ops whose name contains the text
+(parts 1 and 3).
 """
 
 from __future__ import annotations
@@ -33,23 +36,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def _capture() -> list:
-    """Profile every ``sim.Device.launch`` from here on; returns the list
-    the profiles go to (``(module, profile)``)."""
-    from jaxptx import sim
-    captured: list = []
-    plain = sim.Device.launch
-
-    def launch(self: Any, source: Any, params: Any, **kw: Any) -> Any:
-        p = plain(self, source, params, profile=True, **kw)
-        captured.append((source, p))
-        return p.findings
-    sim.Device.launch = launch
-    return captured
-
-
-def library_cases() -> list[tuple[str, str, Any, tuple]]:
-    """(op, arch, jitted call, inputs) for every op and variant."""
+def library_cases(only: str | None = None) -> list[tuple[str, str, Any, tuple]]:
+    """(op, arch, jitted call, inputs) for every op and variant (``only``:
+    the ops whose name contains it)."""
     import jax
     import jax.numpy as jnp
 
@@ -79,39 +68,31 @@ def library_cases() -> list[tuple[str, str, Any, tuple]]:
                      lambda x, w, b, arch=arch: kernels.layer_norm(x, w, b, arch=arch), (x, w, bias)))
         rows.append(("softmax 64x1024", arch, lambda x, arch=arch: kernels.softmax(x, arch=arch), (x,)))
         rows.append(("swiglu 64x1024", arch, lambda g, u, arch=arch: kernels.swiglu(g, u, arch=arch), (g, u)))
-    return [(op, arch, jax.jit(fn), inputs) for op, arch, fn, inputs in rows]
+    return [(op, arch, jax.jit(fn), inputs) for op, arch, fn, inputs in rows if only is None or only in op]
 
 
 def _us(seconds: float) -> str:
     return f"{seconds * 1e6:.2f}"
 
 
-def profile_library() -> None:
+def profile_library(only: str | None = None) -> None:
     """Part 1: one row per launch of every op and variant."""
     import jax
 
-    from jaxptx.emit import emit
-    from jaxptx.profile.api import attach_resources
-    captured = _capture()
+    from jaxptx import profile
     print("| op | variant | kernel | sectors/req (ideal) | LSU bank conflicts (wavefronts/req) | "
           "tensor-operand extra wavefronts | regs | spills (B) | occupancy | H100 est. (us, bound) | "
           "B200 est. (us, bound) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for op, arch, fn, inputs in library_cases():
-        del captured[:]
-        try:
-            jax.block_until_ready(fn(*inputs))
-        except Exception as e:                  # report and go on with the others
-            print(f"| {op} | {arch} | failed: {type(e).__name__}: {str(e)[:80]} | | | | | | | | |")
-            continue
-        seen: set[int] = set()
-        for module, p in captured:
-            # The JAX CPU path may launch a kernel twice (to find outputs it
-            # never writes); the counts are the same, so one row each.
-            if id(module) in seen:
+    for op, arch, fn, inputs in library_cases(only):
+        with profile.profiling() as collected:      # every emulator launch of the call, profiled
+            try:
+                jax.block_until_ready(fn(*inputs))
+            except Exception as e:                  # report and go on with the others
+                print(f"| {op} | {arch} | failed: {type(e).__name__}: {str(e)[:80]} | | | | | | | | |")
                 continue
-            seen.add(id(module))
-            attach_resources(p, emit(module) if not isinstance(module, str) else module, p.arch)
+        collected.attach_resources()                # ptxas: registers, spills, occupancy
+        for p in collected.profiles:
             k = p.kernel
             r = p.resources or {}
             occ = next(iter((p.occupancy or {}).values()), None)
@@ -168,7 +149,7 @@ def overhead(shapes: list[tuple[int, int, int]], repeat: int) -> None:
             print(f"| {k.name} | {m}×{n}×{kk} | {p:.3f} | {q:.3f} | {q / p:.2f} | {c:.3f} | {c / p:.2f} |")
 
 
-def check_cost_library(repeat: int) -> None:
+def check_cost_library(repeat: int, only: str | None = None) -> None:
     """Part 3: every op and variant through ``jax.jit`` with and without
     ``sim.checking()`` (the sanitizer), interleaved, best of ``repeat``."""
     import jax
@@ -176,7 +157,7 @@ def check_cost_library(repeat: int) -> None:
     from jaxptx import sim
     print("\n| op | variant | plain s | checked s | ratio |")
     print("|---|---|---:|---:|---:|")
-    for op, arch, fn, inputs in library_cases():
+    for op, arch, fn, inputs in library_cases(only):
         def run(check: bool, fn: Any = fn, inputs: tuple = inputs) -> float:
             t = time.perf_counter()
             if check:
@@ -206,16 +187,18 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--shapes", type=_shape, nargs="*", default=[(256, 256, 512), (512, 512, 512)],
                     help="GEMM shapes MxNxK for part 2")
+    ap.add_argument("--only", default=None, metavar="OP",
+                    help="library ops whose name contains OP (parts 1 and 3), e.g. rms_norm")
     ap.add_argument("--skip-overhead", action="store_true")
     ap.add_argument("--skip-library", action="store_true")
     ap.add_argument("--skip-library-check", action="store_true")
     args = ap.parse_args()
     if not args.skip_library:
-        profile_library()
+        profile_library(args.only)
     if not args.skip_overhead:
         overhead(args.shapes, args.repeat)
     if not args.skip_library_check:
-        check_cost_library(args.repeat)
+        check_cost_library(args.repeat, args.only)
 
 
 if __name__ == "__main__":

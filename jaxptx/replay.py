@@ -40,6 +40,7 @@ import numpy as np
 
 from . import sim
 from .capture import Buffer, Capture, CaptureError, load
+from .sim.memory.spaces import GLOBAL_SHIFT
 
 __all__ = ["load", "run", "Replay", "Mismatch", "APPROX_ULPS", "main", "CaptureError"]
 
@@ -187,29 +188,27 @@ def run(capture: Capture | str | Path, *, check: bool = False, profile: bool = F
 
 def _place(device: sim.Device, capture: Capture) -> list[int]:
     """Each buffer's contents on the device; at its recorded address when
-    it has one (a device capture), else wherever the device puts it."""
+    it has one (a device capture), else wherever the device puts it. A
+    fresh device gives allocation k the address ``(k + 1) << GLOBAL_SHIFT``,
+    so the slots below the highest recorded one that no buffer takes are
+    filled with spacers, freed once every buffer is placed."""
     if not any(b.address is not None for b in capture.buffers):
         return [device.to_device(np.frombuffer(b.before, np.uint8)) for b in capture.buffers]
     wanted = {b.address: b for b in capture.buffers}
-    addresses, spare = [], []
-    top = max(wanted)
-    while True:
-        address = device.alloc(1)
-        if address > top:
-            device.free(address)
-            break
-        if address in wanted:
-            device.free(address)
-            placed = device.to_device(np.frombuffer(wanted[address].before, np.uint8))
-            if placed != address:
-                raise CaptureError(f"replay: cannot place buffer at {address:#x} (got {placed:#x})")
-        else:
-            spare.append(address)
-    for address in spare:
+    spacers = []
+    for k in range((max(wanted) >> GLOBAL_SHIFT)):
+        address = (k + 1) << GLOBAL_SHIFT
+        buffer = wanted.get(address)
+        placed = device.alloc(1) if buffer is None else \
+            device.to_device(np.frombuffer(buffer.before, np.uint8))
+        if placed != address:
+            raise CaptureError(f"replay: cannot place buffer {buffer.name if buffer else k} at "
+                               f"{address:#x}: the device gave {placed:#x}")
+        if buffer is None:
+            spacers.append(placed)
+    for address in spacers:
         device.free(address)
-    for b in capture.buffers:
-        addresses.append(b.address)
-    return addresses
+    return [b.address for b in capture.buffers]
 
 
 def _params(capture: Capture, addresses: list[int]) -> list[Any]:

@@ -16,7 +16,7 @@ from jaxptx.dsl import ptx, reg, smem
 import jaxptx.codegen  # noqa: E402
 import jaxptx.launch  # noqa: E402
 import jaxptx.jax  # noqa: E402
-import jaxptx.jax._declare  # noqa: E402
+import jaxptx.dsl.declarations  # noqa: E402
 import jaxptx.parse  # noqa: E402
 import jaxptx.specs  # noqa: E402
 import jaxptx.kernels  # noqa: E402
@@ -55,7 +55,7 @@ def test_import_needs_no_gpu_and_arch_auto_is_lazy() -> None:
 
 
 @pytest.mark.parametrize("module", [jaxptx, types, emit, reg, smem, jaxptx.dsl._kernel, check,
-                                    jaxptx.specs, jaxptx.launch, jaxptx.jax, jaxptx.jax._declare,
+                                    jaxptx.specs, jaxptx.launch, jaxptx.jax, jaxptx.dsl.declarations,
                                     jaxptx.kernels, sys.modules["jaxptx.kernels.matmul"], reduce, tcgen05],
                          ids=lambda m: m.__name__)
 def test_docstring_examples_run(module) -> None:

@@ -38,6 +38,28 @@ def _gemm_timeline(arch: str) -> Any:
     return viz.pipeline_timeline(trace, cta=0, names=names, title=f"{arch} GEMM, 1 tile, K = 8 x {BK}")
 
 
+def _transpose_profile(pad: int) -> Any:
+    """The profile of the profiling guide's kernel: a 32 x 32 f32 transpose
+    through shared memory whose rows hold ``32 + pad`` floats (pad 0: every
+    column read is a 32-way bank conflict)."""
+    from jaxptx import Tile, kernel, profile, ptx, smem
+    from jaxptx.types import f32
+
+    @kernel(in_specs=(Tile(32, 32, f32),), out_specs=(Tile(32, 32, f32),),
+            grid=(1, 1, 1), block=(32, 32, 1), arch="sm_90a")
+    def transpose(x, y, *, pad=0):
+        stride = 32 + pad
+        tile = smem.alloc(f32, 32 * stride)
+        c, r = ptx.special.tid.x(), ptx.special.tid.y()
+        ptx.st.shared.f32(tile[r * stride + c], ptx.ld.global_.f32(x.ptr + ptx.mul.wide.u32(r * 32 + c, 4)))
+        ptx.bar.sync(0)
+        v = ptx.ld.shared.f32(tile[c * stride + r])
+        ptx.st.global_.f32(y.ptr + ptx.mul.wide.u32(r * 32 + c, 4), v)
+
+    x = np.arange(32 * 32, dtype=np.float32).reshape(32, 32)
+    return profile(transpose, x, np.zeros_like(x), pad=pad, resources=False)
+
+
 FIGURES: dict[str, Callable[[], Any]] = {
     "images/mma_m16n8k16_a.png": lambda: viz.mma_fragment("m16n8k16", "a", "f16"),
     "images/mma_m16n8k16_b.png": lambda: viz.mma_fragment("m16n8k16", "b", "f16"),
@@ -53,4 +75,7 @@ FIGURES: dict[str, Callable[[], Any]] = {
     "images/tma_box.png": lambda: viz.tma_box((12, 40), (8, 32), (6, 16), "f32", 128),
     "images/pipeline_sm90.png": lambda: _gemm_timeline("sm_90a"),
     "images/pipeline_sm100.png": lambda: _gemm_timeline("sm_100a"),
+    "images/profile_heatmap.png": lambda: _transpose_profile(0).heatmap(),
+    "images/profile_bank_map.png": lambda: _transpose_profile(0).bank_map("ld.shared"),
+    "images/profile_bank_map_padded.png": lambda: _transpose_profile(1).bank_map("ld.shared"),
 }

@@ -38,8 +38,8 @@ from typing import Any
 from ..dsl import Kernel
 from ..dsl._kernel import set_call_hook
 
-from ._declare import allow_unwritten as allow_unwritten
-from ._declare import in_place as in_place
+from ..dsl.declarations import allow_unwritten as allow_unwritten
+from ..dsl.declarations import in_place as in_place
 
 __all__ = ["custom_vjp", "primitive", "kernels_in", "register_ffi_targets", "disabled_checks",
            "deserialize", "allow_unwritten", "in_place"]

@@ -12,12 +12,17 @@ in this process the message adds the kernel's Python line.
 * **Inputs** are copied onto the emulated device: XLA's inputs never change.
   An output that is the same buffer as an input (an in-place output,
   ``input_output_aliases``) is one device buffer for both parameters.
-* **Unwritten outputs.** Outputs start filled with a sentinel byte; bytes
-  that still hold it after the launch are run again under a second
-  sentinel, and bytes that hold both were never written: an
-  :class:`UnwrittenOutputError` naming the output and its first unwritten
-  index. Outputs a kernel may leave partly unwritten
-  (:func:`jaxptx.jax.allow_unwritten`) start zero-filled and are not checked.
+* **Unwritten outputs.** Outputs start filled with a sentinel byte (on a
+  GPU they hold garbage, so an atomic into an output the kernel never
+  initialised gives garbage here too); bytes no store, copy or atomic of
+  the launch wrote are an :class:`UnwrittenOutputError` naming the output
+  and its first unwritten index (:mod:`jaxptx.sim.unwritten`, shared with
+  ``sim.launch`` and ``jaxptx.profile``). Outputs a kernel may leave partly
+  unwritten (:func:`jaxptx.jax.allow_unwritten`) start zero-filled and are
+  not checked.
+* **Faults** come back as the emulator reports them everywhere
+  (:mod:`jaxptx.sim.faults`): kernel, access, buffer, CTA and thread, PTX
+  line and text, and the kernel's Python line.
 * **Sanitizer.** ``with jaxptx.sim.checking():`` (or ``JAXPTX_SIM_CHECK=1``,
   ``strict`` or ``all``) runs every launch under the emulator's sanitizer;
   findings are raised as ``SanitizerError`` naming the kernel.
@@ -25,6 +30,7 @@ in this process the message adds the kernel's Python line.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 from collections.abc import Sequence
@@ -37,6 +43,8 @@ import numpy as np
 from .. import capture, ir, sim
 from ..launch import Launch
 from ..parse import parse
+from ..sim.faults import Fault, python_line
+from ..sim.unwritten import UnwrittenOutputError, message as unwritten_message, unwritten
 from ..types import TYPES
 from . import _registry, _tma
 
@@ -52,17 +60,12 @@ _LAUNCH_LOCK = threading.Lock()
 # call's PTX is its id's; the text is kept so that a direct call of run()
 # with other PTX under the same id never gets this module.
 _PARSED: dict[int, tuple[bytes, ir.Module]] = {}
-# The two sentinels an output starts with: a byte equal to both after two
-# launches was never written.
-SENTINELS = (0xA5, 0x5A)
+# The byte an output starts with: garbage a kernel may not read as zeros.
+SENTINEL = 0xA5
 
 # How emulator errors cite a PTX line: "[PTX line N]" (faults) or "at PTX
 # line N (opcode)" (sanitizer findings).
 _PTX_LINE = re.compile(r"\[?PTX line (\d+)\]?")
-
-
-class UnwrittenOutputError(RuntimeError):
-    """A kernel left bytes of an output unwritten (garbage on a GPU)."""
 
 
 BufferType = tuple[str, tuple[int, ...]]
@@ -95,7 +98,9 @@ def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryvi
         function = _entry_function(module, entry)
         values = _scalar_values(function, len(inputs) + len(outputs), scalars)
         launch = _Launch(module, entry, shape, values, _tma.sim_maps(tma))
-        ran = _run_checked(launch, inputs, outputs, output_types, allow_unwritten)
+        names = _output_names(registered, len(outputs))
+        ran = _run_checked(launch, inputs, outputs, output_types, allow_unwritten,
+                           registered.kernel.name if registered is not None else entry, names)
         where = capture.directory()
         if where is not None:
             _record(where, kernel_id, bytes(ptx).decode(), launch, ran, len(inputs), tma,
@@ -127,8 +132,8 @@ class _Launch:
     def run(self, buffers: list[np.ndarray], params: list[int]) -> tuple[list[bytes], list[np.ndarray]]:
         """Launch on a fresh device holding ``buffers`` (one per distinct
         XLA buffer; ``params[i]`` is the buffer of pointer parameter i);
-        return each buffer's bytes afterwards, and which of them plain
-        stores wrote."""
+        return each buffer's bytes afterwards, and which of them the
+        launch wrote (stores, copies and atomics)."""
         device = sim.Device()
         addresses = [device.to_device(b) for b in buffers]
         device.track_stores()
@@ -143,7 +148,7 @@ class _Launch:
             raise sim.SanitizerError(f"{len(findings)} sanitizer findings:\n" +
                                      "\n".join(f.message for f in findings), findings)
         return ([device.read(a, b.nbytes) for a, b in zip(addresses, buffers)],
-                [device.stored(a, b.nbytes) for a, b in zip(addresses, buffers)])
+                [device.written(a, b.nbytes) for a, b in zip(addresses, buffers)])
 
 
 class _Ran(NamedTuple):
@@ -156,33 +161,32 @@ class _Ran(NamedTuple):
 
 
 def _run_checked(launch: _Launch, inputs: Sequence[memoryview], outputs: Sequence[memoryview],
-                 output_types: Sequence[BufferType], allow_unwritten: int) -> _Ran:
+                 output_types: Sequence[BufferType], allow_unwritten: int, kernel: str,
+                 names: Sequence[str | None]) -> _Ran:
     """Run the launch, write the outputs in place, and report unwritten bytes."""
     buffers, params, aliased = _buffers(inputs, outputs)
     checked = [j for j in range(len(outputs))
                if not (allow_unwritten >> j) & 1 and j not in aliased and outputs[j].nbytes]
-    unwritten = {j: np.ones(outputs[j].nbytes, bool) for j in checked}
-    # The buffers as XLA gave them: an in-place output is written during the
-    # first launch, and a second launch must start from the same contents.
-    initial = [np.frombuffer(b, np.uint8).copy() for b in buffers]
-    # A byte a plain store wrote is written; one that holds the sentinel and
-    # that no plain store wrote is unwritten or was written by an atomic
-    # (not recorded): only those need a second launch with another sentinel.
-    for sentinel in SENTINELS:
-        fresh = _fill(initial, params, len(inputs), len(outputs), aliased, allow_unwritten,
-                      sentinel)
-        result, stored = launch.run(fresh, params)
-        written = [np.frombuffer(result[params[len(inputs) + j]], np.uint8)
-                   for j in range(len(outputs))]
-        for mv, data in zip(outputs, written):
-            np.frombuffer(mv, np.uint8)[:] = data
-        for j in unwritten:
-            unwritten[j] &= (written[j] == sentinel) & ~stored[params[len(inputs) + j]]
-        unwritten = {j: mask for j, mask in unwritten.items() if mask.any()}
-        if not unwritten:
-            return _Ran(fresh, result, params)
-    j = min(unwritten)
-    raise UnwrittenOutputError(_unwritten_message(j, unwritten[j], output_types))
+    fresh = _fill([np.frombuffer(b, np.uint8).copy() for b in buffers], params, len(inputs), len(outputs),
+                  aliased, allow_unwritten, SENTINEL)
+    result, written = launch.run(fresh, params)
+    for j, mv in enumerate(outputs):
+        np.frombuffer(mv, np.uint8)[:] = np.frombuffer(result[params[len(inputs) + j]], np.uint8)
+    for j in checked:
+        b = params[len(inputs) + j]
+        mask = unwritten(fresh[b], np.frombuffer(result[b], np.uint8), written[b])
+        if mask.any():
+            dtype, shape = output_types[j] if j < len(output_types) and output_types[j][0] else (None, None)
+            raise UnwrittenOutputError(unwritten_message(kernel, j, names[j], mask, dtype, shape))
+    return _Ran(fresh, result, params)
+
+
+def _output_names(registered: _registry.Entry | None, n: int) -> list[str | None]:
+    """The outputs' names in the kernel, where the call is a known kernel's."""
+    if registered is None:
+        return [None] * n
+    names = list(registered.kernel._tensors[len(registered.inputs):])
+    return [names[j] if j < len(names) else None for j in range(n)]
 
 
 def _record(where: Path, kernel_id: int, ptx: str, launch: _Launch, ran: _Ran, n_in: int,
@@ -236,22 +240,6 @@ def _fill(initial: list[np.ndarray], params: list[int], n_in: int, n_out: int,
     return fresh
 
 
-def _unwritten_message(j: int, mask: np.ndarray, output_types: Sequence[BufferType]) -> str:
-    first = int(np.flatnonzero(mask)[0])
-    what, index = f"output {j}", f"byte {first}"
-    if j < len(output_types) and output_types[j][0]:
-        dtype, shape = np.dtype(output_types[j][0]), tuple(output_types[j][1])
-        element = first // dtype.itemsize
-        index = f"index {tuple(int(i) for i in np.unravel_index(element, shape)) if shape else ()}"
-        count = int(mask.reshape(-1, dtype.itemsize).any(axis=1).sum())
-        what = f"output {j} ({dtype}{list(shape)}) has {count} of {int(np.prod(shape))} elements"
-    else:
-        what = f"output {j} has {int(mask.sum())} of {mask.size} bytes"
-    return (f"{what} the kernel never wrote, the first at {index} (garbage on a GPU): "
-            "make the grid cover the whole output, or, if the kernel leaves padding on "
-            "purpose, declare it with jaxptx.jax.allow_unwritten")
-
-
 def _check_sizes(registered: _registry.Entry, inputs: Sequence[memoryview],
                  outputs: Sequence[memoryview]) -> None:
     if len(inputs) != len(registered.inputs) or len(outputs) != len(registered.outputs):
@@ -298,33 +286,40 @@ def _scalar_values(function: ir.Function, buffers: int, scalars: Sequence[int]) 
 def _message(e: BaseException, kernel_id: int, entry: str, registered: _registry.Entry | None,
              ptx: str) -> str:
     """``ErrorClass: kernel NAME: what went wrong [PTX line N: text], at the
-    kernel's Python line (jaxptx_cpu_v2, kernel id K)``."""
+    kernel's Python line (jaxptx_cpu_v2, kernel id K)``: a fault as the
+    emulator reports it everywhere, with the Python line of a known kernel."""
     name = registered.kernel.name if registered is not None else entry
-    text = str(e)
-    where = ""
+    fault = getattr(e, "fault", None)
+    if isinstance(fault, Fault):
+        python = fault.python
+        if python is None and registered is not None and fault.ptx_line is not None:
+            python = _python_line(registered, kernel_id, fault.ptx_line)
+        text = str(dataclasses.replace(fault, kernel=name, python=python))
+    else:
+        text = _cited(str(e), kernel_id, registered, ptx)
+        if not text.startswith("kernel "):
+            text = f"kernel {name}: {text}"
+    return f"{type(e).__name__}: {text} ({LABEL}, kernel id {kernel_id})"
+
+
+def _cited(text: str, kernel_id: int, registered: _registry.Entry | None, ptx: str) -> str:
+    """An emulator message (a sanitizer finding, a hang...) with its first
+    PTX line's text, the kernel's Python line, and the Python lines of the
+    other PTX lines it cites."""
     m = _PTX_LINE.search(text)
-    if m:
-        line = int(m.group(1))
-        lines = ptx.splitlines()
-        if 0 < line <= len(lines) and m.group(0).startswith("["):
-            text = text.replace(m.group(0), f"[PTX line {line}: {lines[line - 1].strip()}]")
-        py = _python_line(registered, kernel_id, line) if registered is not None else None
-        if py is not None:
-            where = f", at {py[0]}:{py[1]} in the kernel"
-        if registered is not None:      # the other lines cited (a sanitizer's other access) too
-            head, _, tail = text.partition(m.group(0))
-            text = head + m.group(0) + _OTHER_LINE.sub(lambda o: _cite(o, registered, kernel_id), tail)
-    if isinstance(e, UnwrittenOutputError) and registered is not None:
-        text = _name_outputs(text, registered)
-    return (f"{type(e).__name__}: kernel {name}: {text}{where} "
-            f"({LABEL}, kernel id {kernel_id})")
-
-
-def _name_outputs(text: str, registered: _registry.Entry) -> str:
-    names = registered.kernel._tensors[len(registered.inputs):]
-    return re.sub(r"^output (\d+)",
-                  lambda m: f"output {m.group(1)} {names[int(m.group(1))]!r}"
-                  if int(m.group(1)) < len(names) else m.group(0), text)
+    if not m:
+        return text
+    line = int(m.group(1))
+    cited = m.group(0)
+    lines = ptx.splitlines()
+    if 0 < line <= len(lines) and cited.startswith("["):
+        cited = f"[PTX line {line}: {lines[line - 1].strip()}]"
+    head, tail = text[:m.start()], text[m.end():]
+    if registered is None:
+        return head + cited + tail
+    tail = _OTHER_LINE.sub(lambda o: _cite(o, registered, kernel_id), tail)
+    py = _python_line(registered, kernel_id, line)
+    return head + cited + tail + (f", at {py[0]}:{py[1]} in the kernel" if py is not None else "")
 
 
 _OTHER_LINE = re.compile(r"(?<!\[)PTX line (\d+)(?! \[)")
@@ -341,14 +336,4 @@ def _python_line(registered: _registry.Entry, kernel_id: int, ptx_line: int) -> 
     known = _PARSED.get(kernel_id)
     if known is None:
         return None
-    parsed = known[1]
-    traced = [s for f in registered.spec.module.functions for s in ir.walk(f.body or [])
-              if isinstance(s, ir.Instruction)]
-    found = [s for f in parsed.functions for s in ir.walk(f.body or [])
-             if isinstance(s, ir.Instruction)]
-    if len(traced) != len(found):
-        return None
-    for t, p in zip(traced, found):
-        if p.loc and len(p.loc) == 3 and p.loc[1] == ptx_line:
-            return t.loc if t.loc and len(t.loc) == 2 else None
-    return None
+    return python_line(registered.spec.module, known[1], ptx_line)

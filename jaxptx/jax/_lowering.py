@@ -47,7 +47,8 @@ from ..dsl import Kernel
 from ..errors import SpecError
 from ..launch import Launch
 from ..runtime import arch_from_capability, module_image
-from . import _cpu, _declare, _partition, _registry, _tma, _writes
+from ..dsl import declarations
+from . import _cpu, _partition, _registry, _tma, _writes
 
 __all__ = ["register", "cuda_target", "arch_for_devices", "CPU_TARGET", "CUDA_TARGET",
            "CPU_LABEL", "CUDA_LABEL", "RETIRED_TARGETS", "launch_attribute"]
@@ -90,7 +91,7 @@ def _register_targets() -> None:
 
 def _call(target: str, kernel: Kernel, ctx: Any, args: tuple, attributes: dict) -> Any:
     """The custom call, with the kernel's in-place outputs as aliases."""
-    aliases = _declare.aliases_of(kernel)
+    aliases = declarations.aliases_of(kernel)
     for i, j in aliases.items():
         given, made = ctx.avals_in[i], ctx.avals_out[j]
         if (given.shape, given.dtype) != (made.shape, made.dtype):
@@ -166,7 +167,7 @@ def _attributes(entry: _registry.Entry, scalars: tuple) -> dict[str, Any]:
                 launch=launch_attribute(entry.launch),
                 scalars=scalar_records(entry.kernel, scalars), tma=tma,
                 may_write_inputs=np.int64(_writes.may_write_inputs(entry)),
-                allow_unwritten=np.int64(_declare.unwritten_mask(entry.kernel)))
+                allow_unwritten=np.int64(declarations.unwritten_mask(entry.kernel)))
 
 
 def launch_attribute(launch: Launch) -> dict[str, np.ndarray]:

@@ -28,12 +28,13 @@ import types
 from typing import Any
 
 from .api import attach_resources, occupancy_table, profile
+from .collect import Profiling, profiling
 from .occupancy import LIMITS, occupancy
 from .report import Profile
 from .roofline import GPUS, estimate
 
 __all__ = ["profile", "Profile", "occupancy", "occupancy_table", "LIMITS", "GPUS", "estimate",
-           "attach_resources"]
+           "attach_resources", "profiling", "Profiling"]
 
 
 class _CallableModule(types.ModuleType):

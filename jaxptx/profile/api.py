@@ -16,7 +16,8 @@ __all__ = ["profile", "attach_resources"]
 
 def profile(source: Any, *args: Any, kernel: str | None = None, grid: Any = None, block: Any = None,
             cluster: Any = None, smem: int = 0, check: Any = None, max_steps: int | None = None,
-            arch: str | None = None, resources: bool = True, **template: Any) -> Profile:
+            arch: str | None = None, resources: bool = True, allow_unwritten: Any = False,
+            **template: Any) -> Profile:
     """Run one kernel on the CPU emulator and count what it does.
 
     Takes the arguments of :func:`jaxptx.sim.launch` (arrays are read and
@@ -26,15 +27,22 @@ def profile(source: Any, *args: Any, kernel: str | None = None, grid: Any = None
 
     Args:
         source: a jaxptx ``Kernel``, PTX text or a parsed module.
-        *args, kernel, grid, block, cluster, smem, check, max_steps,
-            **template: as :func:`jaxptx.sim.launch`.
+        *args, kernel, grid, block, cluster, smem, check, max_steps, **template: as :func:`jaxptx.sim.launch`.
         arch: the target for ptxas's resources and the occupancy (default:
             the kernel's own ``.target``).
         resources: run ptxas for registers, shared memory and spills (and
             the occupancy they give); skipped quietly where ptxas is missing.
+        allow_unwritten: outputs of a traced kernel it may leave partly
+            unwritten, as :func:`jaxptx.sim.launch` takes them.
 
     Returns:
         The :class:`Profile`.
+
+    Raises:
+        SimError: as :func:`jaxptx.sim.launch`: a fault (``SimFault``) names
+            the kernel, access, buffer, CTA and thread, PTX and Python line;
+            an output a traced kernel leaves partly unwritten is an
+            ``UnwrittenOutputError``.
 
     Example:
         >>> import numpy as np, jaxptx
@@ -59,7 +67,7 @@ def profile(source: Any, *args: Any, kernel: str | None = None, grid: Any = None
     from ..dsl import Kernel
     from ..sim import launch
     result = launch(source, *args, kernel=kernel, grid=grid, block=block, cluster=cluster, smem=smem,
-                    check=check, max_steps=max_steps, profile=True, **template)
+                    check=check, max_steps=max_steps, profile=True, allow_unwritten=allow_unwritten, **template)
     if resources:
         text = _ptx_text(source, args, template)
         attach_resources(result, text, arch or result.arch, entry=kernel if not isinstance(source, Kernel) else None)

@@ -6,6 +6,10 @@ kernel; numpy arrays passed for pointer parameters are updated in place.
 between launches, parameters as bytes or numbers (``cuLaunchKernelEx``).
 Both refuse, before running, PTX that ptxas would reject or that the
 emulator cannot run (:class:`PrecheckError`).
+A fault while running (:class:`SimFault`) names the kernel, the access,
+the buffer, the CTA and thread, the PTX line and the Python line, the same
+way everywhere (:mod:`.faults`); output bytes a traced kernel never writes
+are an :class:`UnwrittenOutputError` (:mod:`.unwritten`).
 """
 
 from .launch import launch as launch
@@ -18,6 +22,8 @@ from .precheck import PrecheckError as PrecheckError
 from .precheck import Problem as Problem
 from .errors import SimError as SimError
 from .errors import SimLaunchError as SimLaunchError
+from .errors import SimFault as SimFault
+from .unwritten import UnwrittenOutputError as UnwrittenOutputError
 from .core.sanitizer import Finding as Finding
 from .core.sanitizer import SanitizerError as SanitizerError
 from .checking import checking as checking

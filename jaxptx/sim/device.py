@@ -22,6 +22,14 @@ starts at ``(k + 1) << 36`` (:mod:`.memory.spaces`), so any address inside
 an allocation may be passed to a kernel, packed into a struct parameter or
 put in a tensor map (:func:`jaxptx.sim.tensor_map`).
 
+Never silently stale: a freed allocation's addresses are not handed out
+again, so a pointer kept after ``free`` faults in a kernel (a use after free)
+and is refused by ``read``/``write``, until the device has made
+``_MAX_ALLOCATIONS`` (1791) allocations: the address space holds no more, and
+from then on the slot freed longest ago is reused. ``leaks()`` lists the
+live allocations; ``close(report_leaks=True)`` (or ``with
+Device(report_leaks=True) as dev:``) raises if any remain.
+
 Never silently wrong: before a kernel first runs, its module is checked
 against the target as :func:`jaxptx.check` checks it, and every instruction
 the emulator cannot run is listed (:mod:`.precheck`); either refuses the
@@ -33,7 +41,6 @@ from __future__ import annotations
 
 import collections
 import os
-import heapq
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -46,8 +53,10 @@ from ..parse import parse
 from ..types import TYPES
 from .core.host import tune_allocator
 from .core.machine import Machine
+from .core.progress import max_seconds_option
 from .core.program import Program, prepare
-from .errors import SimError, SimLaunchError
+from .errors import SimError, SimFault, SimLaunchError
+from .faults import located
 from .memory.spaces import GLOBAL_SHIFT, SHARED_WINDOW, Memory
 from .numerics.values import to_bits
 from .params import pack_params
@@ -62,6 +71,11 @@ __all__ = ["Device", "ParamInfo"]
 _OFFSET_MASK = (1 << GLOBAL_SHIFT) - 1
 _MAX_ALLOCATIONS = (SHARED_WINDOW >> GLOBAL_SHIFT) - 1      # addresses stay below the shared window
 _CACHE_SIZE = 32
+# While a jaxptx.profile.profiling() block is open, in any thread (XLA runs
+# CPU custom calls on threads of its own), PROFILING[0] is the function the
+# profile layer registers to take each launch's Profile and its module;
+# None otherwise, and a launch pays this one lookup.
+PROFILING: list[Any] = [None]
 
 
 class ParamInfo(NamedTuple):
@@ -112,7 +126,7 @@ class Device:
         array([ 0., 20., 40., 60.], dtype=float32)
     """
 
-    def __init__(self, arch: str | None = None) -> None:
+    def __init__(self, arch: str | None = None, *, report_leaks: bool = False) -> None:
         if arch is not None:
             try:
                 isa.parse_target(arch)
@@ -122,9 +136,12 @@ class Device:
         self._buffers: list[np.ndarray] = []
         self._sizes: list[int] = []
         self._owners: list[str | None] = []       # "alloc", "module" or None (freed)
-        self._free_slots: list[int] = []
+        self._free_slots: collections.deque[int] = collections.deque()     # freed, oldest first
         self._modules: dict[int, tuple[ir.Module, dict[str, int]]] = {}
         self._stored: dict[int, np.ndarray] | None = None      # allocation -> bytes plain stores wrote
+        self._updated: dict[int, np.ndarray] = {}               # ... and read-modify-writes (atomics)
+        self._report_leaks = bool(report_leaks)
+        self._closed = False
 
     # memory --------------------------------------------------------------------
     def alloc(self, nbytes: int) -> int:
@@ -133,27 +150,32 @@ class Device:
         Returns:
             The device address of the first byte (16-byte aligned).
 
+        Addresses are not reused: a freed allocation's range stays unused,
+        so that a stale pointer faults, until the device has made 1791
+        allocations (the ranges below the shared window); then the range
+        freed longest ago is handed out again.
+
         Raises:
             SimError: ``nbytes`` is not an int in ``0 .. 2**36``, or the
-                device has no address range left (1791 live allocations).
+                device has no address range left (1791 live allocations),
+                or it is closed.
         """
         if not _is_int(nbytes) or not 0 <= int(nbytes) <= 1 << GLOBAL_SHIFT:
             raise SimError(f"alloc: nbytes must be an int in 0..2**{GLOBAL_SHIFT}, got {nbytes!r}")
         return self._allocate(int(nbytes), "alloc")
 
     def _allocate(self, nbytes: int, owner: str) -> int:
-        if self._stored is not None:
-            self._stored.pop(self._free_slots[0] if self._free_slots else len(self._buffers), None)
-        if self._free_slots:
-            k = heapq.heappop(self._free_slots)
-            self._buffers[k], self._sizes[k], self._owners[k] = _padded(nbytes), nbytes, owner
-        else:
-            k = len(self._buffers)
-            if k >= _MAX_ALLOCATIONS:
-                raise SimError(f"alloc: the device has {k} live allocations, the most it can address")
+        self._check_open("alloc")
+        k = len(self._buffers)
+        if k < _MAX_ALLOCATIONS:          # a fresh range: freed ones stay unused while any is left
             self._buffers.append(_padded(nbytes))
             self._sizes.append(nbytes)
             self._owners.append(owner)
+        elif self._free_slots:
+            k = self._free_slots.popleft()
+            self._buffers[k], self._sizes[k], self._owners[k] = _padded(nbytes), nbytes, owner
+        else:
+            raise SimError(f"alloc: the device has {k} live allocations, the most it can address")
         return (k + 1) << GLOBAL_SHIFT
 
     def free(self, address: int) -> None:
@@ -171,16 +193,23 @@ class Device:
             raise SimError(f"free: {int(address):#x} holds a module's global variables; it is not freed "
                            "by free()")
         self._buffers[k], self._sizes[k], self._owners[k] = _padded(0), 0, None
-        heapq.heappush(self._free_slots, k)
+        self._free_slots.append(k)
+        if self._stored is not None:
+            self._stored.pop(k, None)
+        self._updated.pop(k, None)
 
     def _locate(self, address: Any, nbytes: int, what: str) -> tuple[int, int]:
         """``(allocation index, offset)`` of ``nbytes`` at ``address``."""
         if not _is_int(address):
             raise SimError(f"{what}: expected a device address (an int), got {type(address).__name__} "
                            f"{address!r:.60}")
+        self._check_open(what)
         address = int(address)
         k, offset = (address >> GLOBAL_SHIFT) - 1, address & _OFFSET_MASK
-        if address < 0 or not 0 <= k < len(self._owners) or self._owners[k] is None:
+        if address >= 0 and 0 <= k < len(self._owners) and self._owners[k] is None:
+            raise SimError(f"{what}: {address:#x} is in the allocation at {(k + 1) << GLOBAL_SHIFT:#x}, "
+                           "which was freed (a use after free)")
+        if address < 0 or not 0 <= k < len(self._owners):
             raise SimError(f"{what}: {address:#x} is not an address on this device (it is in no live "
                            "allocation)")
         if offset + nbytes > self._sizes[k]:
@@ -232,8 +261,26 @@ class Device:
     def track_stores(self) -> None:
         """From now on, record which bytes of device memory the plain stores
         of every launch write (``st``, vector stores, bulk and TMA stores to
-        global memory; not atomics): see :meth:`stored`."""
+        global memory; not atomics): see :meth:`stored`; and which bytes any
+        write reaches, atomics included: see :meth:`written`."""
         self._stored = {}
+        self._updated = {}
+
+    def written(self, address: int, nbytes: int) -> np.ndarray:
+        """Per byte of the ``nbytes`` at ``address``: whether a store, a
+        bulk or tensor copy or an atomic of a launch since
+        :meth:`track_stores` wrote it (every way a kernel writes global
+        memory; what the unwritten-output check reads).
+
+        Raises:
+            SimError: the range is not inside one allocation.
+        """
+        k, offset = self._locate(address, int(nbytes), "written")
+        out = self.stored(address, nbytes)
+        mask = self._updated.get(k)
+        if mask is not None:
+            out |= mask[offset:offset + int(nbytes)].astype(bool)
+        return out
 
     def stored(self, address: int, nbytes: int) -> np.ndarray:
         """Per byte of the ``nbytes`` at ``address``: whether a plain store
@@ -249,12 +296,11 @@ class Device:
             return np.zeros(int(nbytes), dtype=bool)
         return mask[offset:offset + int(nbytes)].astype(bool)
 
-    def _store_recorder(self) -> Any:
-        """The memory's ``stored`` hook for a launch: it marks the bytes of
-        each store in a per-allocation mask (one scatter of ``width``-byte
-        words of 0x01 bytes per store)."""
+    def _store_recorder(self, stored: dict[int, np.ndarray]) -> Any:
+        """The memory's ``stored`` (or ``updated``) hook for a launch: it
+        marks the bytes of each store in a per-allocation mask of ``stored``
+        (one scatter of ``width``-byte words of 0x01 bytes per store)."""
         index = {id(b): k for k, b in enumerate(self._buffers)}
-        stored = self._stored
 
         def record(buf: np.ndarray, off: np.ndarray, width: int) -> None:
             k = index.get(id(buf))
@@ -299,6 +345,54 @@ class Device:
         out.reshape(-1).view(np.uint8)[:] = self._bytes(address, out.nbytes, "from_device")
         return out
 
+    def leaks(self) -> list[tuple[int, int]]:
+        """``(address, nbytes)`` of every live allocation made by
+        :meth:`alloc` or :meth:`to_device` (not a module's global
+        variables), in the order they were made."""
+        return [((k + 1) << GLOBAL_SHIFT, self._sizes[k]) for k, owner in enumerate(self._owners)
+                if owner == "alloc"]
+
+    def close(self, report_leaks: bool | None = None) -> None:
+        """Release all device memory and modules (``cuCtxDestroy``); any
+        later use of the device is an error. Closing twice does nothing.
+
+        Args:
+            report_leaks: raise if allocations are still live (they are
+                released all the same); default: the ``report_leaks`` the
+                device was made with.
+
+        Raises:
+            SimError: ``report_leaks`` and :meth:`leaks` is not empty,
+                naming each allocation.
+        """
+        if self._closed:
+            return
+        leaks = self.leaks()
+        self._closed = True
+        self._buffers, self._sizes, self._owners = [], [], []
+        self._free_slots.clear()
+        self._modules.clear()
+        self._stored, self._updated = None, {}
+        if leaks and (self._report_leaks if report_leaks is None else report_leaks):
+            listed = ", ".join(f"{a:#x} ({n} bytes)" for a, n in leaks[:8])
+            more = f" and {len(leaks) - 8} more" if len(leaks) > 8 else ""
+            raise SimError(f"Device.close: {len(leaks)} allocation{'s' if len(leaks) != 1 else ''} never "
+                           f"freed: {listed}{more}")
+
+    def __enter__(self) -> "Device":
+        """``with sim.Device(report_leaks=True) as dev:`` closes the device
+        at the end of the block, reporting leaks when asked."""
+        return self
+
+    def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
+        """Close the device; leaks are not reported while another error
+        propagates (it is the one to see)."""
+        self.close(report_leaks=None if kind is None else False)
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            raise SimError(f"{what}: the device is closed")
+
     # modules -------------------------------------------------------------------
     def load(self, source: str | ir.Module) -> ir.Module:
         """Parse PTX text (once per text) and check it against the target
@@ -321,6 +415,7 @@ class Device:
     def _entry(self, source: str | ir.Module, kernel: str | None) -> tuple[ir.Module, Program, dict[str, int]]:
         """The checked module, its prepared kernel and the addresses of the
         global variables it uses (allocated on this device on first use)."""
+        self._check_open("launch")
         module = _module(source)
         problems = module_problems(module, self.arch)
         try:
@@ -373,7 +468,7 @@ class Device:
     def launch(self, source: str | ir.Module, params: Sequence[Any], *, grid: Any = (1, 1, 1),
                block: Any = (1, 1, 1), cluster: Any = (1, 1, 1), smem: int = 0, kernel: str | None = None,
                check: Any = None, max_steps: int | None = None, profile: bool = False,
-               fidelity: bool = False) -> Any:
+               fidelity: bool = False, max_seconds: float | None = None) -> Any:
         """Run a kernel on the device's memory (``cuLaunchKernelEx``).
 
         Args:
@@ -403,6 +498,10 @@ class Device:
                 the last two kinds reached an address, a branch or a barrier
                 (the findings of ``check="all"`` in its ``findings``, the
                 profile of ``profile=True`` in its ``profile``).
+            max_seconds: a bound on the launch's wall time, in seconds
+                (default: ``JAXPTX_SIM_TIMEOUT``, else none; ``math.inf``:
+                none). A launch that runs longer than a few seconds reports
+                its progress (``JAXPTX_SIM_PROGRESS_SECONDS``).
 
         Raises:
             PrecheckError: PTX that ptxas would reject, or instructions the
@@ -419,7 +518,8 @@ class Device:
             except capturing.TooLarge:
                 pass
         result = self._run(program, bases, params, grid, block, cluster, smem, check, max_steps,
-                           profile=module if profile else None, fidelity=fidelity)
+                           profile=module if profile else None, fidelity=fidelity, max_seconds=max_seconds,
+                           module=module)
         if was is not None:
             capturing.record(self, source, module, program, bases,
                              pack_params(program.name, program.params, params),
@@ -428,8 +528,9 @@ class Device:
 
     def _run(self, program: Program, bases: dict[str, int], params: Sequence[Any], grid: Any, block: Any,
              cluster: Any, smem: Any, check: Any, max_steps: int | None, profile: Any = None,
-             fidelity: bool = False) -> Any:
-        """:meth:`launch` once the kernel is prepared and checked."""
+             fidelity: bool = False, max_seconds: float | None = None, module: ir.Module | None = None) -> Any:
+        """:meth:`launch` once the kernel is prepared and checked (``module``:
+        the one ``program`` came from, for the PTX and Python lines of a fault)."""
         grid, block, cluster = _launch_shape(program, grid, block, cluster, smem)
         raw = pack_params(program.name, program.params, params)
         options: dict[str, Any] = {}
@@ -437,6 +538,8 @@ class Device:
             if not _is_int(max_steps) or int(max_steps) < 1:
                 raise SimError(f"launch max_steps: expected an int >= 1, got {max_steps!r}")
             options["max_steps"] = int(max_steps)
+        if max_seconds is not None:
+            options["max_seconds"] = max_seconds_option(max_seconds)
         nctas = grid[0] * grid[1] * grid[2]
         ntid = block[0] * block[1] * block[2]
         # Each CTA's shared memory starts 16-aligned (8-byte mbarriers of every CTA stay aligned).
@@ -453,25 +556,47 @@ class Device:
                 data = _initial_bytes(v.type, [_address(program, bases, x) for x in v.init], v.size)
                 memory.const[v.offset:v.offset + len(data)] = data
         if self._stored is not None:
-            memory.stored = self._store_recorder()
+            memory.stored = self._store_recorder(self._stored)
+            memory.updated = self._store_recorder(self._updated)
+        memory.names = self._buffer_names(program, bases, params)
+        memory.freed = frozenset(k for k, owner in enumerate(self._owners) if owner is None)
         tune_allocator()
         check = check_mode() if check is None else valid_mode(check)
         machine = Machine(program, grid, block, memory, SEMANTICS, cluster=cluster, dynamic_smem=smem,
                           global_bases=bases, check=check, **options)
+        hook = PROFILING[0]
+        counted = profile if profile is not None else module if hook is not None else None
         counter = None
-        if profile is not None:         # the module: jaxptx.profile counts this launch
+        if counted is not None:         # the module: jaxptx.profile counts this launch
             from ..profile.counters import attach
-            counter = attach(machine, profile)
+            counter = attach(machine, counted)
         tracker = track_fidelity(machine) if fidelity else None
         try:
             machine.run()
             findings = machine.sanitizer.findings if check == "all" else None
             report = counter.result(findings) if counter is not None else None
+            if hook is not None and report is not None:
+                hook(report, counted)   # a profiling() block's copy; the caller gets what it asked for
+                report = report if profile is not None else None
             if tracker is not None:
                 return tracker.result(findings, report)
-            return report if counter is not None else findings
+            return report if report is not None else findings
+        except SimFault as e:
+            raise located(e, module, program, machine.current_pc) from None
         finally:
             machine.close()
+
+    def _buffer_names(self, program: Program, bases: dict[str, int], params: Sequence[Any]) -> dict[int, str]:
+        """Allocation index -> what a fault calls it: the first pointer
+        parameter whose value is inside it (``parameter 'x'``), or the
+        global variable it holds."""
+        names = {(a >> GLOBAL_SHIFT) - 1: f"global variable '{name}'" for name, a in bases.items()}
+        for p, value in zip(program.params, params):
+            if _is_int(value) and p.size == 8:
+                k = (int(value) >> GLOBAL_SHIFT) - 1
+                if 0 <= k < len(self._owners) and self._owners[k] == "alloc":
+                    names.setdefault(k, f"parameter '{p.name}'")
+        return names
 
 
 # A store's bytes in a :meth:`Device.track_stores` mask: a word of 0x01 bytes per width.

@@ -1,10 +1,12 @@
-"""The emulator's error class, below every other module of ``jaxptx.sim``."""
+"""The emulator's error classes, below every other module of ``jaxptx.sim``."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import LaunchError, PtxError
 
-__all__ = ["SimError", "SimLaunchError"]
+__all__ = ["SimError", "SimLaunchError", "SimFault"]
 
 
 class SimError(PtxError, RuntimeError):
@@ -16,3 +18,20 @@ class SimLaunchError(SimError, LaunchError):
     """A launch the emulator refuses: outside CUDA's limits for the target
     (a :class:`~jaxptx.errors.LaunchError`), or too large for this host's
     memory."""
+
+
+class SimFault(SimError):
+    """A fault at one instruction, as a GPU would raise it: an access out of
+    bounds, misaligned, into freed memory or writing constant memory; a
+    barrier that part of a warp reaches, or with a thread count that is not
+    whole warps; ``trap``.
+
+    Raised out of a launch, the message names the kernel, the access and
+    the buffer (the parameter that points into it), the CTA and thread, the
+    PTX line with its text and, for a traced kernel, the Python line; the
+    same parts are in ``fault`` (a :class:`jaxptx.sim.faults.Fault`).
+    """
+
+    def __init__(self, message: str, fault: Any = None) -> None:
+        super().__init__(message)
+        self.fault = fault

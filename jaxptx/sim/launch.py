@@ -8,6 +8,7 @@ they are read and written in place). Numbers fill scalar parameters.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from ..dsl._specs import bind_specs
 from .core.program import Variable
 from .device import Device
 from .errors import SimError
+from .unwritten import UnwrittenOutputError, exempt_outputs, message, unwritten
 from .memory.tensormap import SIZE as TENSOR_MAP_SIZE
 from .memory.tensormap import ArgTensorMap
 
@@ -28,7 +30,9 @@ _POINTER_TYPES = ("u64", "s64", "b64")
 
 def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = None,
            grid: Any = None, block: Any = None, cluster: Any = None, smem: int = 0,
-           check: Any = None, max_steps: int | None = None, profile: bool = False, **template: Any) -> Any:
+           check: Any = None, max_steps: int | None = None, profile: bool = False,
+           max_seconds: float | None = None, allow_unwritten: bool | Sequence[str] = False,
+           **template: Any) -> Any:
     """Run one kernel on the CPU emulator.
 
     Args:
@@ -53,27 +57,70 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
         max_steps: a bound on the emulator's steps (default: the machine's).
         profile: return a :class:`jaxptx.profile.Profile` of the launch
             (see :func:`jaxptx.profile.profile`).
+        max_seconds: a bound on the launch's wall time, in seconds (default:
+            ``JAXPTX_SIM_TIMEOUT``, else none; ``math.inf``: none).
+        allow_unwritten: outputs of a traced kernel it may leave partly
+            unwritten (names, or True for all), besides those declared with
+            :func:`jaxptx.jax.allow_unwritten`; every other output (not an
+            in-place one, nor an array also passed as an input) must be
+            written in full (:mod:`jaxptx.sim.unwritten`).
 
     Raises:
         PrecheckError: PTX that ptxas would reject, or that the emulator
             cannot run, each listed with its line, before anything runs.
         SimError: a bad launch (wrong argument count or types, block not
-            matching ``.reqntid``) before anything runs; a fault while running.
+            matching ``.reqntid``) before anything runs; a fault, a hang or
+            a bound (``max_steps``, ``max_seconds``) reached while running
+            (a fault as :class:`~jaxptx.sim.SimFault`).
+        UnwrittenOutputError: a traced kernel left bytes of an output
+            unwritten (the arrays are updated first).
     """
-    if isinstance(source, Kernel):
+    traced = source if isinstance(source, Kernel) else None
+    if traced is not None:
         source, grid, block, cluster, smem = _from_kernel(source, args, grid, block, cluster, smem, template)
     elif template:
         raise SimError(f"launch: unexpected keyword arguments {sorted(template)}")
+    elif allow_unwritten:
+        raise SimError("launch: allow_unwritten names outputs of a traced kernel; PTX text has none")
     device = Device()
     # Placing the kernel first allocates the module's global variables, so
     # the arrays get the addresses they always had (after the globals).
     module, program, bases = device._entry(source, kernel)
     params, outputs = _params(device, program.name, program.params, args)
+    checked = _checked_outputs(traced, args, allow_unwritten) if traced is not None else []
+    if checked:
+        device.track_stores()
     findings = device._run(program, bases, params, grid or (1, 1, 1), block or (1, 1, 1),
-                           cluster or (1, 1, 1), smem, check, max_steps, profile=module if profile else None)
-    for array, address in outputs:
+                           cluster or (1, 1, 1), smem, check, max_steps, profile=module if profile else None,
+                           max_seconds=max_seconds, module=module)
+    before = {i: args[i].reshape(-1).view(np.uint8).copy() for _, i in checked}
+    for _, array, address in outputs:
         array.reshape(-1).view(np.uint8)[:] = np.frombuffer(device.read(address, array.nbytes), np.uint8)
+    address = {i: a for i, _, a in outputs}
+    for j, i in checked:
+        a = args[i]
+        mask = unwritten(before[i], a.reshape(-1).view(np.uint8), device.written(address[i], a.nbytes))
+        if mask.any():
+            raise UnwrittenOutputError(message(traced.name, j, traced._tensors[i], mask, a.dtype, a.shape))
     return findings
+
+
+def _checked_outputs(k: Kernel, args: tuple, allow: bool | Sequence[str]) -> list[tuple[int, int]]:
+    """``(output index, argument index)`` of the outputs to check for
+    unwritten bytes: arrays not exempt (:func:`.unwritten.exempt_outputs`)
+    and sharing no memory with another argument (an in-place update)."""
+    exempt = exempt_outputs(k, allow)
+    n_in = len(k.in_specs)
+    arrays = [(i, a) for i, a in enumerate(args) if isinstance(a, np.ndarray)]
+    out = []
+    for j in range(len(k.out_specs)):
+        i = n_in + j
+        a = args[i] if i < len(args) else None
+        if j in exempt or not isinstance(a, np.ndarray) or a.nbytes == 0:
+            continue
+        if not any(h != i and np.shares_memory(a, b) for h, b in arrays):
+            out.append((j, i))
+    return out
 
 
 def _from_kernel(k: Kernel, args: tuple, grid: Any, block: Any, cluster: Any, smem: int, template: dict):
@@ -90,8 +137,10 @@ def _from_kernel(k: Kernel, args: tuple, grid: Any, block: Any, cluster: Any, sm
             smem or launch.smem)
 
 
-def _params(device: Device, name: str, info: list[Variable], args: tuple) -> tuple[list, list[tuple[np.ndarray, int]]]:
-    """The device launch's params for ``args``, and the arrays to copy back."""
+def _params(device: Device, name: str, info: list[Variable],
+            args: tuple) -> tuple[list, list[tuple[int, np.ndarray, int]]]:
+    """The device launch's params for ``args``, and the arrays to copy back
+    (``(argument index, array, device address)``)."""
     if len(args) != len(info):
         names = ", ".join(f".{p.type} {p.name}" for p in info) or "none"
         raise SimError(f"{name} takes {len(info)} parameters ({names}), got {len(args)} arguments")
@@ -109,7 +158,7 @@ def _params(device: Device, name: str, info: list[Variable], args: tuple) -> tup
                 raise SimError(f"{name} parameter {p.name}: the array must be C-contiguous "
                                "and writeable (it is written in place)")
             placed[i] = device.to_device(a)
-            outputs.append((a, placed[i]))
+            outputs.append((i, a, placed[i]))
             params.append(placed[i])
         elif isinstance(a, np.ndarray):
             if p.size != a.nbytes:

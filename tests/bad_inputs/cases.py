@@ -133,7 +133,7 @@ _JAX = [
     ("inputs whose shared dim disagrees", "from jax_kernels import axpy_index\njax.jit(axpy_index)(np.zeros(256, np.float32), np.zeros(128, np.float32))", "SpecError", r"argument 'w' dim 0 \('N'\): expected 256 \(bound by argument 'x' dim 0\), got 128"),
     ("a raw scalar out of range under jit", "@kernel(in_specs=(Tile('N', f32),), out_specs=(Tile('N', f32),), raw_params=[('u32', 'n')], grid=lambda N: (N // 128, 1, 1), block=(128, 1, 1), arch='sm_90a')\ndef k(x, y):\n    ptx.ret()\njax.jit(lambda x: k(x, n=-1))(np.zeros(128, np.float32))", "SpecError", r"raw param n \(\.u32\): -1 is outside 0\.\.4294967295"),
     ("output the grid does not cover", "from unwritten_kernels import short_grid\njax.block_until_ready(jax.jit(short_grid)(np.arange(200, dtype=np.float32)))", "JaxRuntimeError|ValueError", r"INTERNAL: UnwrittenOutputError: kernel short_grid: output 0 'y'"),
-    ("emulator fault under jit names the kernel line", "from jax_kernels import wild_load\njax.block_until_ready(jax.jit(wild_load)(np.arange(256, dtype=np.float32)))", "JaxRuntimeError|ValueError", r"SimError: kernel wild_load: ld\.global\.f32"),
+    ("emulator fault under jit names the kernel line", "from jax_kernels import wild_load\njax.block_until_ready(jax.jit(wild_load)(np.arange(256, dtype=np.float32)))", "JaxRuntimeError|ValueError", r"SimFault: kernel wild_load: ld\.global\.f32"),
     ("edited PTX under a known kernel id", "from jaxptx import _ffi\nfrom jax_kernels import affine\nraise RuntimeError(_ffi.check_call('jaxptx_cpu_v2', 1, affine.ptx(N=256).encode(), 'affine', [2,1,1], [128,1,1], [1,1,1], 0, [1024], [1024], []))", "RuntimeError", r"the call's PTX, entry or launch does not match its kernel id"),
 ]
 

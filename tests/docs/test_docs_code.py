@@ -43,6 +43,8 @@ def test_page_code_runs(page: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> 
     text = page.read_text()
     if "viz" in text:
         pytest.importorskip("matplotlib")
+    if "\nimport torch\n" in text:
+        pytest.importorskip("torch", reason="the torch guide needs torch (pip install -e '.[torch]')")
     try:
         import matplotlib
         matplotlib.use("Agg")

@@ -435,7 +435,8 @@ LOCAL_DECLS = ".shared .align 16 .b8 sbuf[64];\n.local .align 16 .b8 lbuf[32];"
 
 
 @pytest.mark.parametrize("body,message", [
-    ("ld.global.b128 %q0, [%rd2+8];", r"misaligned 16-byte global access at 0x[0-9a-f]+8 \(CTA 0, thread 0\)"),
+    ("ld.global.b128 %q0, [%rd2+8];",
+     r"misaligned 16-byte global access at 0x[0-9a-f]+8 \(offset 0x8 of parameter 'inp'; CTA 0, thread 0\)"),
     ("add.s64 %rd6, %rd2, 8; ld.b128 %q0, [%rd6];", "misaligned 16-byte global access"),
     ("mov.b128 %q0, {%rd1, %rd2}; st.shared.b128 [sbuf+8], %q0;", "misaligned 16-byte shared access"),
     ("mov.b128 %q0, {%rd1, %rd2}; st.local.b128 [lbuf+8], %q0;", "misaligned 16-byte local access"),
@@ -452,10 +453,10 @@ def test_misaligned_sixteen_byte_accesses_fault(body: str, message: str) -> None
 @pytest.mark.parametrize("body,message", [
     # inp has 24 bytes: the second 16-byte value runs 8 bytes past its end.
     ("ld.global.b128 %q0, [%rd2+16];",
-     r"global access of 16 bytes at offset 0x10 is out of bounds \(the global buffer has 24 bytes"),
+     r"global access of 16 bytes at offset 0x10 of parameter 'inp' is out of bounds \(its buffer has 24 bytes"),
     ("mov.u32 %r5, 64; ld.shared.b128 %q0, [%r5];", "shared access of 16 bytes at offset 0x40 is out of bounds"),
     ("mov.b128 %q1, {%rd1, %rd2}; atom.global.exch.b128 %q0, [%rd2+16], %q1;",
-     "global access of 16 bytes at offset 0x10 is out of bounds"),
+     "global access of 16 bytes at offset 0x10 of parameter 'inp' is out of bounds"),
 ])
 def test_out_of_bounds_sixteen_byte_accesses_fault(body: str, message: str, check: bool) -> None:
     with pytest.raises(SimError, match=message):

@@ -79,7 +79,8 @@ SKIP:
 
 def test_trap_is_a_fault_naming_the_line_and_the_thread():
     ptxas(_TRAP, "sm_90a")
-    with pytest.raises(SimError, match=r"trap executed by thread \(5, 0, 0\) of CTA \(1, 0, 0\) \[PTX line 13\]"):
+    with pytest.raises(sim.SimFault, match=r"^kernel k: trap executed by thread \(5, 0, 0\) of CTA \(1, 0, 0\) "
+                                           r"\[PTX line 13: @%p1 trap;\]$"):
         sim.launch(_TRAP, np.zeros(1, np.uint32), grid=(2, 1, 1), block=(32, 1, 1))
 
 

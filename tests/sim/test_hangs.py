@@ -398,7 +398,8 @@ def test_traced_kernel_spin_names_the_python_line() -> None:
 
 def test_a_bar_warp_sync_waiting_on_lanes_held_at_a_barrier_is_a_deadlock_naming_both() -> None:
     """bar.warp.sync waits for its mask's lanes (they need not be converged);
-    here they wait at a bar.sync the first half never reaches."""
+    here they wait at a barrier.sync the first half never reaches (not
+    .aligned: half a warp at bar.sync would be a fault of its own)."""
     text = """.version 8.5
 .target sm_90a
 .address_size 64
@@ -408,12 +409,12 @@ def test_a_bar_warp_sync_waiting_on_lanes_held_at_a_barrier_is_a_deadlock_naming
     mov.u32 %r1, %tid.x;
     setp.lt.u32 %p1, %r1, 16;
     @%p1 bra LOW;
-    bar.sync 0;
+    barrier.sync 0;
     ret;
 LOW:
     bar.warp.sync -1;
     ret;
 }"""
     with pytest.raises(SimError, match=r"deadlock: bar.warp.sync at bar.warp.sync \(PTX line 13\) reached by 16 "
-                                       r"threads \(CTA 0 threads 0-15\).*\n  barrier 0 at bar.sync"):
+                                       r"threads \(CTA 0 threads 0-15\).*\n  barrier 0 at barrier.sync"):
         sim.launch(text, np.zeros(4, np.uint32), block=(32, 1, 1))

@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...types import TYPES
+from ..errors import SimFault
 from .step import Step
 
 if TYPE_CHECKING:
     from ..core.machine import Machine
 
 __all__ = ["RUNNING", "WAITING", "EXITED", "PARKED", "SPINNING", "CLUSTER_BARRIER", "WARP_SYNC", "everyone",
-           "arrive", "warp_sync", "lanes_among", "live_lanes", "release"]
+           "arrive", "warp_sync", "whole_warps", "lanes_among", "live_lanes", "release"]
 
 RUNNING, WAITING, EXITED, PARKED, SPINNING = 0, 1, 2, 3, 4
 CLUSTER_BARRIER = 99          # the barrier id of a thread in barrier.cluster.wait
@@ -50,9 +51,13 @@ def arrive(m: "Machine", s: Step, pc: int) -> None:
     ops = s.ins.operands[1:-1] if red else s.ins.operands   # bar.red d, a{, b}, c
     ident = s.value(ops[0], TYPES["u32"]).astype(np.int64)
     count = s.value(ops[1], TYPES["u32"]).astype(np.int64) if len(ops) > 1 else np.zeros(s.n, np.int64)
+    _check_operands(m, s, ident, count, len(ops) > 1)
     san = m.sanitizer
-    if san is not None and (s.ins.opcode == "bar" or "aligned" in s.ins.modifiers):
-        san.aligned_barrier(s.threads)
+    if s.ins.opcode == "bar" or "aligned" in s.ins.modifiers:
+        if san is not None:
+            san.aligned_barrier(s.threads)      # a finding (check="all" goes on)
+        else:
+            whole_warps(m, s)
     if sim == "bar_arrive":
         np.add.at(m.arrived, (s.threads // m.ntid) * 16 + ident, 1)
         if san is not None:
@@ -64,6 +69,56 @@ def arrive(m: "Machine", s: Step, pc: int) -> None:
     m.barrier_pc[s.threads] = pc if red else -1
     if red:
         m.barrier_pred[s.threads] = s.pred(len(s.ins.operands) - 1)
+
+
+def _check_operands(m: "Machine", s: Step, ident: np.ndarray, count: np.ndarray, counted: bool) -> None:
+    """Fault on a barrier id outside 0..15 or a thread count that is not
+    whole warps (PTX ISA, bar: "When specifying a thread count, the value
+    must be a multiple of the warp size"; bar.arrive needs a non-zero one).
+    Immediates are checked before running; these are register values."""
+    bad = ident > 15
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise SimFault(f"{s.ins.name}: barrier {int(ident[k])} does not exist (a CTA has barriers 0..15; "
+                       f"{_who(m, int(s.threads[k]))})")
+    if counted:
+        bad = (count % 32 != 0) | ((count == 0) & (s.r.inst.sim == "bar_arrive"))
+        if bad.any():
+            k = int(np.argmax(bad))
+            why = "is not a multiple of the warp size (32)" if count[k] % 32 else "must not be 0 for an arrive"
+            raise SimFault(f"{s.ins.name}: thread count {int(count[k])} {why}: barriers count whole warps "
+                           f"({_who(m, int(s.threads[k]))})")
+
+
+def whole_warps(m: "Machine", s: Step) -> None:
+    """Fault when part of a warp executes an ``.aligned`` barrier (``bar``
+    is ``barrier.aligned``) while other non-exited lanes of that warp do
+    not: PTX ISA, bar: with ``.aligned`` "all threads in CTA will execute
+    the same barrier instruction", and barriers are executed per warp.
+    Cheap when every warp is whole (one ``np.unique``); the sanitizer's
+    ``aligned_barrier`` reports the same as a finding when it runs."""
+    threads = s.threads
+    lane0 = threads - threads % m.ntid % 32               # each thread's warp's lane 0 (warps are CTA-local)
+    first, counts = np.unique(lane0, return_counts=True)
+    partial = first[counts < 32]
+    if len(partial) == 0:
+        return
+    lanes = partial[:, None] + np.arange(32)
+    real = lanes < (partial // m.ntid * m.ntid + m.ntid)[:, None]
+    lanes = np.where(real, lanes, partial[:, None])
+    away = real & (m.state[lanes] != EXITED) & ~np.isin(lanes, threads)
+    if away.any():
+        w = int(np.argmax(away.any(axis=1)))
+        t = int(threads[np.argmax(lane0 == partial[w])])
+        gone = int(lanes[w][np.argmax(away[w])]) % m.ntid
+        raise SimFault(f"{s.ins.name}: {_who(m, t)} reaches this .aligned barrier without thread {gone} of its "
+                       "warp, which has not exited (every thread of a warp must execute an aligned barrier "
+                       "together; bar.sync is barrier.sync.aligned)")
+
+
+def _who(m: "Machine", thread: int) -> str:
+    cta, tid = divmod(thread, m.ntid)
+    return f"CTA {cta}, thread {tid}"
 
 
 def warp_sync(m: "Machine", s: Step, pc: int) -> np.ndarray:

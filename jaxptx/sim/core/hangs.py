@@ -41,10 +41,14 @@ parked on a full barrier, are woken by the producer's arrive or the copy's
 complete-tx; its producer, parked on an empty barrier, by the consumers'
 arrivals; a point where nothing is ready is reached only when nothing that
 could run is left. A loop that changes memory and changes it back within
-one turn counts as changing nothing. ``max_steps`` bounds everything else
-(a loop whose state keeps changing, like a counter that never reaches its
-bound, or a loop that reads ``%clock``: the emulator's clocks count steps);
-its error names the threads still running and their lines.
+one turn counts as changing nothing. A loop whose condition is constant
+for its type is stopped when a thread first takes its backward branch
+(:mod:`.endless`). ``max_steps`` bounds everything else (a loop whose
+state keeps changing, like a counter that never reaches its bound, or a
+loop that reads ``%clock``: the emulator's clocks count steps); its error
+names the threads still running and their lines. ``max_seconds`` bounds
+a launch's wall time, and a long launch reports its progress
+(:mod:`.progress`).
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ if TYPE_CHECKING:
     from ..core.machine import Machine
 
 __all__ = ["MAX_STEPS_ENV", "CycleWatch", "Spinners", "default_max_steps", "first_thread", "hang_message",
-           "located", "running_message", "shared_state", "thread_ranges", "where"]
+           "located", "running_message", "shared_state", "source_lines", "thread_ranges", "where"]
 
 MAX_STEPS_ENV = "JAXPTX_SIM_MAX_STEPS"
 """The environment variable that sets ``max_steps`` when a launch passes none."""
@@ -113,7 +117,7 @@ def thread_ranges(m: "Machine", threads: np.ndarray) -> str:
     return f"{len(threads)} thread{'s' if len(threads) > 1 else ''} ({'; '.join(parts)})"
 
 
-def _lines(m: "Machine", pcs: Any) -> str:
+def source_lines(m: "Machine", pcs: Any) -> str:
     """The source lines of ``pcs`` (a loop's instructions) as ranges."""
     ptx, py = [], []
     for pc in sorted(set(int(p) for p in pcs)):
@@ -403,7 +407,7 @@ def hang_message(m: "Machine", steps: int) -> str:
     m.sync_pcs()
     groups = _barrier_groups(m, np.flatnonzero(m.state == WAITING)) + _parked_groups(m)
     for threads, _, pcs in m.spinners.loops:
-        groups.append(f"{thread_ranges(m, threads)} spin in the loop at {_lines(m, pcs)} without changing "
+        groups.append(f"{thread_ranges(m, threads)} spin in the loop at {source_lines(m, pcs)} without changing "
                       f"anything{_reads(m, pcs, threads)}")
     more = len(groups) - _MAX_GROUPS
     groups = groups[:_MAX_GROUPS] + ([f"... and {more} more groups"] if more > 0 else [])

@@ -11,10 +11,16 @@ threads until the mbarrier's phase changes; loops that change nothing are
 found and put aside. When no thread can make progress the launch stops with
 an error naming what each thread waits on (:mod:`.hangs` has the rule).
 
+A loop whose condition is constant for its type (``setp.ge.u32 p, r, 0``
+guarding its backward branch) stops the launch the first time a thread
+takes that branch (:mod:`.endless` has the proof).
+
 ``max_steps`` bounds the steps of a launch (``sim.launch(max_steps=...)``,
 ``Device.launch(max_steps=...)``); when a launch does not pass one, the
 environment variable ``JAXPTX_SIM_MAX_STEPS`` sets it (the JAX CPU path
-reads it this way), else 50,000,000.
+reads it this way), else 50,000,000. ``max_seconds`` (``JAXPTX_SIM_TIMEOUT``)
+bounds its wall time, and a launch that runs longer than a few seconds
+reports its progress (:mod:`.progress`).
 """
 
 from __future__ import annotations
@@ -27,11 +33,13 @@ from ... import ir, isa
 from .barriers import (CLUSTER_BARRIER, EXITED, PARKED, RUNNING, SPINNING, WAITING, arrive, everyone, release,
                        warp_sync)
 from .calls import call, return_
+from .endless import endless_loop
 from .hangs import (MAX_STEPS_ENV, CycleWatch, Spinners, default_max_steps, first_thread, hang_message,
-                    located, running_message, shared_state, where)
+                    located, running_message, shared_state, source_lines, thread_ranges, where)
 from ..memory.spaces import Memory
+from .progress import Clock, default_max_seconds, instruction_text, progress_seconds
 from .program import Program, Variable
-from ..errors import SimError
+from ..errors import SimError, SimFault
 from .sanitizer import Sanitizer
 from .step import Step
 from .registers import RegisterFile, SpecialRegisters
@@ -64,6 +72,12 @@ class Machine:
             does not depend on the instruction families).
         grid, block: launch dims; ``ntid`` threads per CTA, ``nthreads`` in all.
         max_steps: a bound on executed steps (``None``: :func:`default_max_steps`).
+        max_seconds: a bound on :meth:`run`'s wall time in seconds (``None``
+            passed: :func:`.progress.default_max_seconds`; ``None`` here: no bound).
+        progress_every: seconds between progress reports (``None``: none;
+            :func:`.progress.progress_seconds` says).
+        clock: the running launch's :class:`.progress.Clock` (``None``
+            before :meth:`run`).
         groups: PC → the running threads at that PC (ascending); ``pc`` holds
             the PC of every other thread (:meth:`sync_pcs` brings it up to date).
         parked: mbarrier word → ``(threads, mark, describe)`` of the threads
@@ -77,7 +91,7 @@ class Machine:
     def __init__(self, program: Program, grid: tuple[int, int, int], block: tuple[int, int, int],
                  memory: Memory, semantics: Mapping[str, Callable], *, cluster: tuple[int, int, int] = (1, 1, 1),
                  dynamic_smem: int = 0, global_bases: dict[str, int] | None = None, max_steps: int | None = None,
-                 check: bool = False) -> None:
+                 check: bool = False, max_seconds: float | None = None) -> None:
         self.program = program
         self.semantics = semantics
         self.grid = grid
@@ -91,6 +105,10 @@ class Machine:
         self.nthreads = self.ntid * self.nctas
         self.warps_per_cta = -(-self.ntid // 32)
         self.max_steps = default_max_steps() if max_steps is None else max_steps
+        self.max_seconds = default_max_seconds() if max_seconds is None else max_seconds
+        self.progress_every = progress_seconds()
+        self.clock: Clock | None = None
+        self._exits: set[int] = set()       # PCs of backward branches whose loops may be left
         self.regs = RegisterFile(program.registers, self.nthreads)
         self.pc = np.zeros(self.nthreads, dtype=np.int64)
         self.state = np.zeros(self.nthreads, dtype=np.int8)
@@ -144,6 +162,7 @@ class Machine:
         self.regs = None
         self.frames = {}
         self.watch = None
+        self.clock = None
         self.parked = {}
         self.groups = {}
 
@@ -330,17 +349,32 @@ class Machine:
 
     # execution -----------------------------------------------------------------
     def run(self) -> None:
-        """Run until every thread has exited.
+        """Run until every thread has exited, reporting progress when it
+        takes long (:mod:`.progress`).
 
         Raises:
             SimError: a fault, an unsupported instruction, a hang (no thread
-                can make progress), or more than ``max_steps`` steps.
+                can make progress), a loop that cannot be left, more than
+                ``max_steps`` steps, or more than ``max_seconds`` of wall time.
         """
+        self.clock = Clock(self, self.max_seconds, self.progress_every)
+        ok = False
+        try:
+            self._run()
+            ok = True
+        finally:
+            self.clock.finish(ok)
+
+    def _run(self) -> None:
+        """:meth:`run`'s loop."""
         code = self.program.code
         plain = self._plain
         groups = self.groups
         watch = self.watch
         limit = self.max_steps
+        clock = self.clock
+        # One comparison a step serves both max_steps and the clock's next look.
+        stop = min(limit + 1, clock.next)
         steps = thread_steps = 0
         prof = self.profiler
         fid = self.fidelity
@@ -360,9 +394,12 @@ class Machine:
             steps += 1
             self.steps = steps          # what %clock reads
             thread_steps += len(threads)
-            if steps > limit:
-                groups[pc] = threads
-                raise SimError(running_message(self, limit))
+            if steps >= stop:
+                groups[pc] = threads        # where the report and the errors see them
+                if steps > limit:
+                    raise SimError(running_message(self, limit))
+                stop = min(limit + 1, clock.look(steps, thread_steps))
+                del groups[pc]
             if pc >= len(code):
                 raise SimError(f"{self.program.name}: ran past the end of the kernel (missing ret?)")
             self.current_pc = pc
@@ -414,6 +451,8 @@ class Machine:
                 return
             if sim == "bra":
                 target = self._label(ins.operands[0])
+                if target <= pc and pc not in self._exits:
+                    self._check_loop(pc, target, taken)
             elif sim == "brx_idx":
                 target = self._indexed_target(Step(self, ins, r, taken))
             else:
@@ -426,7 +465,7 @@ class Machine:
                 self._place(target, taken)
         elif sim == "trap":
             if len(taken):
-                raise SimError(f"{self.program.name}: trap executed by {first_thread(self, taken)}{where(ins)}")
+                raise SimFault(f"{self.program.name}: trap executed by {first_thread(self, taken)}{where(ins)}")
             self._place(pc + 1, threads)
         elif sim == "ret" and self.program.function_of[pc]:
             if len(taken):
@@ -496,6 +535,18 @@ class Machine:
         self._place(pc + 1, threads[self.state[threads] == RUNNING])
         if len(go) != len(taken) or (self.state == WAITING).any():
             self._release()
+
+    def _check_loop(self, pc: int, target: int, taken: np.ndarray) -> None:
+        """Stop the launch when ``taken`` threads take the backward branch at
+        ``pc`` of a loop that can never be left (:mod:`.endless`)."""
+        why = endless_loop(self.program, pc, target)
+        if why is None:
+            self._exits.add(pc)
+        else:
+            code = self.program.code
+            raise SimError(f"{self.program.name}: endless loop: {thread_ranges(self, taken)} took "
+                           f"`{instruction_text(code[pc])}`{where(code[pc])}, the backward branch of the loop at "
+                           f"{source_lines(self, range(target, pc + 1))}, and can never leave it: {why}")
 
     def _release(self) -> None:
         """Run the threads whose barriers completed."""

@@ -6,7 +6,9 @@ generic window of shared memory starts at ``SHARED_WINDOW`` and that of local
 memory at ``LOCAL_WINDOW`` (each thread sees its own CTA's shared memory and
 its own local memory there). State-space addresses (``ld.shared``) are
 offsets within the space. Accesses are gathers and scatters over all the
-executing threads at once; misaligned or out-of-bounds ones raise.
+executing threads at once; misaligned or out-of-bounds ones, those into a
+freed allocation and stores to the const window fault (:class:`SimFault`,
+naming the buffer where the launch named it: :attr:`Memory.names`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..numerics.b128 import B128
-from ..errors import SimError
+from ..errors import SimFault
 
 __all__ = ["Memory", "GLOBAL_SHIFT", "SHARED_WINDOW", "LOCAL_WINDOW", "CONST_WINDOW", "PARAM_WINDOW",
            "CLUSTER_TAG"]
@@ -87,8 +89,14 @@ class Memory:
         # True for a store and "update" for locations() (which may read and write).
         self.counter = None
         # Called as stored(buffer, element byte offsets, width) for every
-        # plain store when the device records them (Device.track_stores).
+        # plain store when the device records them (Device.track_stores),
+        # and updated(...) likewise for every read-modify-write (atomics).
         self.stored = None
+        self.updated = None
+        # Global buffer index -> what it is, for messages ("parameter 'x'");
+        # and the indices of freed allocations (an access is a use after free).
+        self.names: dict[int, str] = {}
+        self.freed: frozenset[int] = frozenset()
         # (CTA index, rank) -> index of that rank's CTA in its cluster (set by the machine).
         self.cluster_cta = lambda cta, rank: cta
 
@@ -100,12 +108,12 @@ class Memory:
 
     # address translation -------------------------------------------------------
     def _resolve(self, space: str, addr: np.ndarray, threads: np.ndarray, width: int,
-                 what: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+                 what: str, write: bool = False) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
         """Split an access into ``(buffer, byte offsets, positions)`` groups
         (offsets int64; positions ``None`` when the group is every thread)."""
         addr = addr.astype(np.uint64, copy=False)
         if space == "generic":
-            return self._generic(addr, threads, width, what)
+            return self._generic(addr, threads, width, what, write)
         if space == "global":
             return self._global(addr, None, threads, width, what)
         if space == "shared":
@@ -130,7 +138,7 @@ class Memory:
         owner = np.where(tagged, self.cluster_cta(owner, rank), owner)
         return owner, addr & np.uint64(0xFFFFFF)
 
-    def _generic(self, addr: np.ndarray, threads: np.ndarray, width: int, what: str):
+    def _generic(self, addr: np.ndarray, threads: np.ndarray, width: int, what: str, write: bool = False):
         if len(addr) and int(addr.max()) < SHARED_WINDOW:      # the usual case: all global
             return self._global(addr, None, threads, width, what)
         groups = []
@@ -154,6 +162,8 @@ class Memory:
                     groups.append(self._window(self.local, self.local_size, owner, offsets, pos, threads,
                                                width, space, what))
                 else:
+                    if write and space == "const":
+                        self._read_only(addr, inside, threads, what)
                     buf = self.param if space == "param" else self.const
                     groups.append(self._window(buf, len(buf), 0, offsets, pos, threads, width, space, what))
         if rest.all():
@@ -183,8 +193,12 @@ class Memory:
             sel = ids == k
             if k < 0 or k >= len(self.globals):
                 bad = int(addr[sel][0])
-                raise SimError(f"{what}: address {bad:#x} is not in any global buffer "
+                raise SimFault(f"{what}: address {bad:#x} is not in any global buffer "
                                f"({self._who(threads[every[sel][0]])})")
+            if k in self.freed:
+                bad = int(addr[sel][0])
+                raise SimFault(f"{what}: address {bad:#x} is in the allocation at {(k + 1) << GLOBAL_SHIFT:#x}, "
+                               f"which was freed (a use after free; {self._who(threads[every[sel][0]])})")
             off = offsets[sel]
             self._check(off, width, self.sizes[k], "global", what, (k + 1) << GLOBAL_SHIFT,
                         threads[every[sel]])
@@ -222,18 +236,39 @@ class Memory:
         cta, tid = divmod(int(thread), self.ntid)
         return f"CTA {cta}, thread {tid}"
 
+    def describe(self, address: int) -> str:
+        """`` (offset 0x10 of parameter 'x')`` for a generic or global
+        address in a named global buffer, else ``""``."""
+        k = (int(address) >> GLOBAL_SHIFT) - 1
+        if address >= SHARED_WINDOW or k not in self.names:
+            return ""
+        return f" (offset {int(address) & ((1 << GLOBAL_SHIFT) - 1):#x} of {self.names[k]})"
+
+    def _read_only(self, addr: np.ndarray, inside: np.ndarray, threads: np.ndarray, what: str) -> None:
+        """A store through a generic address into the const window: constant
+        memory is read-only (PTX ISA, "Constant State Space"), so it faults."""
+        k = int(np.flatnonzero(inside)[0])
+        raise SimFault(f"{what}: store to constant memory at generic address {int(addr[k]):#x} (offset "
+                       f"{int(addr[k]) - CONST_WINDOW:#x} of the const space, which is read-only; "
+                       f"{self._who(threads[k])})")
+
     def _check(self, off: np.ndarray, width: int, size: int, space: str, what: str, base: int,
                threads: np.ndarray) -> None:
         if len(off) == 0:
             return
         off = off.astype(np.uint64, copy=False)
+        name = self.names.get((base >> GLOBAL_SHIFT) - 1) if space == "global" else None
         if width > 1 and (off % np.uint64(width)).any():
             k = int(np.nonzero((off % np.uint64(width)) != 0)[0][0])
-            raise SimError(f"{what}: misaligned {width}-byte {space} access at {base + int(off[k]):#x} "
-                           f"({self._who(threads[k])})")
+            where = f"offset {int(off[k]):#x} of {name}; " if name else ""
+            raise SimFault(f"{what}: misaligned {width}-byte {space} access at {base + int(off[k]):#x} "
+                           f"({where}{self._who(threads[k])})")
         if int(off.max()) + width > size:
             k = int(np.nonzero(off + np.uint64(width) > np.uint64(size))[0][0])
-            raise SimError(f"{what}: {space} access of {width} bytes at offset {int(off[k]):#x} is out of "
+            if name:
+                raise SimFault(f"{what}: {space} access of {width} bytes at offset {int(off[k]):#x} of {name} "
+                               f"is out of bounds (its buffer has {size} bytes; {self._who(threads[k])})")
+            raise SimFault(f"{what}: {space} access of {width} bytes at offset {int(off[k]):#x} is out of "
                            f"bounds (the {space} buffer has {size} bytes; {self._who(threads[k])})")
 
     # access ----------------------------------------------------------------------
@@ -263,7 +298,7 @@ class Memory:
         """Store ``width``-byte unsigned ``values`` at ``addr`` (later threads win)."""
         values = np.asarray(values).astype(_UINT[width], copy=False)
         shift = _LOG2[width]
-        for buf, off, pos in self._resolve(space, addr, threads, width, what):
+        for buf, off, pos in self._resolve(space, addr, threads, width, what, write=True):
             if self.watch is not None:
                 self.watch(buf, off, threads if pos is None else threads[pos], width, True,
                            values=values if pos is None or len(pos) == len(values) else values[pos])
@@ -281,11 +316,13 @@ class Memory:
         ``atomic`` (mbarrier words and async-proxy copies keep their own
         rules)."""
         groups = []
-        for buf, off, pos in self._resolve(space, addr, threads, width, what):
+        for buf, off, pos in self._resolve(space, addr, threads, width, what, write=True):
             if atomic and self.watch is not None:
                 self.watch(buf, off, threads if pos is None else threads[pos], width, True, atomic=True)
             if self.counter is not None:
                 self.counter(buf, off, threads if pos is None else threads[pos], width, "update")
+            if self.updated is not None:
+                self.updated(buf, off, width)
             groups.append((buf.view(_UINT[width]), off // width,
                            np.arange(len(addr)) if pos is None else pos))
         return groups

@@ -31,7 +31,7 @@ import numpy as np
 
 from ... import ir
 from ...types import PtxType
-from ..errors import SimError
+from ..errors import SimError, SimFault
 from ..core.step import Step
 from .registry import semantics
 from ..numerics.values import UINT, from_bits, to_bits
@@ -225,8 +225,11 @@ def _run(s: Step, d: int | None, a: int, srcs: tuple[int, ...]) -> None:
         old = _rmw(s, space, addr, t, op, values)
     else:
         total = count * t.nbytes
-        if ((addr % np.uint64(total)) != 0).any():
-            raise SimError(f"{s.ins.name}: misaligned {total}-byte vector atomic")
+        bad = np.flatnonzero((addr % np.uint64(total)) != 0)
+        if len(bad):
+            at, (cta, tid) = int(addr[bad[0]]), divmod(int(s.threads[bad[0]]), s.m.ntid)
+            raise SimFault(f"{s.ins.name}: misaligned {total}-byte vector atomic at {at:#x}"
+                           f"{s.m.memory.describe(at)} (CTA {cta}, thread {tid})")
         old = np.stack([_rmw(s, space, addr + np.uint64(i * t.nbytes), t, op,
                              tuple(v[..., i] for v in values)) for i in range(count)], axis=-1)
     if d is not None:

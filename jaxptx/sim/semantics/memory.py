@@ -19,7 +19,7 @@ import numpy as np
 
 from ... import ir, isa
 from ...types import TYPES
-from ..errors import SimError
+from ..errors import SimError, SimFault
 from ..core.step import Step
 from .registry import semantics
 
@@ -44,7 +44,8 @@ def check_alignment(s: Step, addr: np.ndarray, size: int, what: str) -> None:
         m = s.m
         cta, tid = divmod(int(s.threads[bad][0]), m.ntid)
         (bx, by, _), (gx, gy, _) = m.block, m.grid
-        raise SimError(f"{s.ins.name}: misaligned {size}-byte {what} at {int(addr[bad][0]):#x} by CTA "
+        at = int(addr[bad][0])
+        raise SimFault(f"{s.ins.name}: misaligned {size}-byte {what} at {at:#x}{m.memory.describe(at)} by CTA "
                        f"({cta % gx}, {cta // gx % gy}, {cta // (gx * gy)}) thread "
                        f"({tid % bx}, {tid // bx % by}, {tid // (bx * by)})")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 
-from ..dsl import Kernel
+from ._kernel import Kernel
 from ..errors import SpecError
 
 __all__ = ["in_place", "allow_unwritten", "aliases_of", "unwritten_mask"]
