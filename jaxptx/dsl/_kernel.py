@@ -476,7 +476,7 @@ def _build_module(k: Kernel, trace: Trace, target: isa.Target, version: tuple[in
               ir.Directive.listing("target", target.name, *k._target_options)]
     if k._address_size is not None:
         header.append(ir.Directive("address_size", (str(k._address_size),)))
-    return ir.Module([*header, *shared, func])
+    return ir.Module([*header, *trace.declarations, *shared, func])
 
 
 def _dim_directive(name: str, dims: tuple[int, int, int]) -> ir.Directive:

@@ -91,6 +91,9 @@ class Trace:
         body: the statement list being appended to (nested blocks swap it).
         params: entry parameters in order.
         shared: module-level shared-memory declarations.
+        declarations: other module-level items the body asked for (the
+            ``vprintf`` prototype and format strings of ``ptx.printf``),
+            emitted before the shared memory and the entry.
         extern_smem: name of the dynamic shared-memory symbol, or ``None``.
         smem_offset: bytes of dynamic shared memory carved so far.
         tma: the TMA descriptors the body asked for, in parameter order.
@@ -111,6 +114,7 @@ class Trace:
         self.params: list[ir.VarDecl] = []
         self.tma: list[TmaDescriptor] = []
         self.shared: list[ir.VarDecl] = []
+        self.declarations: list[ir.Item] = []
         self.extern_smem = extern_smem
         self.smem_offset = 0
         self.reg_types: dict[str, PtxType] = {}
@@ -246,6 +250,15 @@ class Trace:
         return self.new_symbol(f"{hint}_{i}")
 
     # statements ----------------------------------------------------------
+    def declare_in_module(self, item: ir.Item) -> None:
+        """Add a module-level item: in a ``module=True`` kernel before the
+        function being built, else to :attr:`declarations`."""
+        if self.module_mode:
+            at = next((k for k, x in enumerate(self.items) if x is self.function), len(self.items))
+            self.items.insert(at, item)
+        else:
+            self.declarations.append(item)
+
     def append(self, stmt: ir.Statement) -> None:
         """Append a statement to the current block."""
         self.body.append(stmt)

@@ -15,8 +15,8 @@ A PtxType as the first argument is taken as the type modifier
 (``ptx.add(f32, d, a, b)``). Every call takes ``pred=`` for a guard.
 Beyond instructions: ``special`` registers, structured control flow
 (``if_``, ``else_``, ``range_``, ``while_``, ``break_``, ``continue_``),
-``label``/``new_label``, ``addr``, ``comment``, ``param``, ``global_ptrs`` and
-``batch_ptrs``.
+``label``/``new_label``, ``addr``, ``comment``, ``param``, ``global_ptrs``,
+``batch_ptrs`` and ``printf`` (device printf, as nvcc writes it).
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ from ._special import special
 from ._module import (args, block, decl, declare, directive, function, imm, negate, pair, section,
                       sym, unparsed)
 from ._params import batch_ptrs, comment, global_ptrs, param
+from ._printf import printf
 from .smem import SmemArray
 
 __all__ = ["inst", "special", "if_", "else_", "range_", "while_", "break_", "continue_",
-           "label", "new_label", "addr", "comment", "param", "global_ptrs", "batch_ptrs",
+           "label", "new_label", "addr", "comment", "param", "global_ptrs", "batch_ptrs", "printf",
            "SINK", "Instr",
            "function", "section", "block", "decl", "declare", "directive", "unparsed",
            "imm", "sym", "args", "pair", "negate", "loop"]

@@ -10,6 +10,7 @@ from typing import Any, Callable
 from ..dsl import ptx as _ptx
 from ..errors import TraceError
 from ._regs import adopt
+from .smem import operand
 
 __all__ = ["emit", "Chain", "SPECIAL"]
 
@@ -17,7 +18,7 @@ __all__ = ["emit", "Chain", "SPECIAL"]
 def emit(dotted: str, *args: Any, pred: Any = None) -> Any:
     """Emit the instruction spelled ``dotted`` in PTX (``"wgmma.fence.sync.aligned"``)
     with ``args``; returns its (allocated) destination, if any."""
-    return adopt(_ptx.Instr(tuple(dotted.split(".")))(*args, pred=pred))
+    return adopt(_ptx.Instr(tuple(dotted.split(".")))(*map(operand, args), pred=pred))
 
 
 #: pyptx's hand-written wrappers, by the Python spelling of their chain
@@ -51,7 +52,7 @@ class Chain:
         native = _ptx.inst
         for p in self._parts:
             native = getattr(native, p)
-        return adopt(native(*args, pred=pred))
+        return adopt(native(*map(operand, args), pred=pred))
 
     def __repr__(self) -> str:
         return f"ptx.{'.'.join(self._parts)}"

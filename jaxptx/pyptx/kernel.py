@@ -8,9 +8,12 @@ The options are pyptx's; what differs:
 * ``arch="auto"`` is resolved when the kernel is traced (the GPU present,
   else ``JAXPTX_ARCH``, else ``sm_90a``), not at decoration.
 * ``extern_smem=True`` names the dynamic shared array ``global_smem`` (as
-  pyptx); ``smem`` above 48 KB without ``extern_smem`` carves every
-  ``smem.alloc`` from an extern array ``dyn_smem`` (pyptx decides this
-  after a first trace; we decide it from ``smem``).
+  pyptx). Without ``extern_smem``, as pyptx: ``smem`` above 48 KB carves
+  every ``smem.alloc``/``smem.mbarrier`` from an extern array ``dyn_smem``
+  (``.extern .shared .align 1024 .b8 dyn_smem[]``); so does a kernel whose
+  static buffers come to more than 48 KB (CUDA's static limit), found by a
+  first trace and traced again, the launch asking for the carved size as
+  dynamic shared memory.
 * A raw scalar param named like a symbolic dim of the specs (``("u32",
   "K")`` with ``Tile("M", "K", ...)``) takes that dim's size when the call
   does not pass it, as pyptx does.
@@ -18,11 +21,14 @@ The options are pyptx's; what differs:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..dsl._kernel import Kernel
+from .. import ir, isa
+from ..dsl._kernel import Kernel, Specialization, _static_shared_bytes
 from ..dsl._params import TensorArg
+from ..launch import Launch
 
 __all__ = ["Kernel", "PyptxKernel", "TensorSpec", "kernel"]
 
@@ -32,9 +38,32 @@ TensorSpec = TensorArg
 _STATIC_SMEM_LIMIT = 48 * 1024
 
 
+class _StaticSmemTooLarge(Exception):
+    """A first trace's static shared buffers pass 48 KB: trace again with
+    every buffer carved from ``dyn_smem`` (pyptx's rule)."""
+
+
 class PyptxKernel(Kernel):
-    """A jaxptx :class:`~jaxptx.Kernel` whose call fills raw params named
-    after a symbolic dim from the arguments' shapes (pyptx's rule)."""
+    """A jaxptx :class:`~jaxptx.Kernel` with pyptx's rules: a call fills raw
+    params named after a symbolic dim from the arguments' shapes, and
+    static shared buffers past 48 KB move to dynamic shared memory."""
+
+    def _trace(self, target: isa.Target, template: tuple, dims: tuple,
+               shared: frozenset[str] = frozenset()) -> Specialization:
+        try:
+            return super()._trace(target, template, dims, shared)
+        except _StaticSmemTooLarge:
+            pass
+        # The same kernel, carving from `dyn_smem` for this trace only (a
+        # smaller specialisation keeps its static buffers).
+        dynamic = copy.copy(self)
+        dynamic._extern = "dyn_smem"
+        return Kernel._trace(dynamic, target, template, dims, shared)
+
+    def _launch_for(self, target: isa.Target, smem: int, module: ir.Module, env: dict[str, Any]) -> Launch:
+        if self._extern is None and self._validate and _static_shared_bytes(module) > _STATIC_SMEM_LIMIT:
+            raise _StaticSmemTooLarge()
+        return super()._launch_for(target, smem, module, env)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         names = {name for _, name in self._raw_params} - set(kwargs)

@@ -29,6 +29,7 @@ from ._emit import Chain, emit, lookup, register
 from ._escape import expr, pipe, raw
 from ._pipeline import PipelineState, pipeline
 from ._regs import Reg, adopt
+from .smem import CarvedName
 
 __all__ = ["inst", "special", "sreg", "addr", "global_ptrs", "if_", "else_", "loop", "scope", "label",
            "bra", "ret", "range_", "kloop", "warp", "param", "intrinsic", "setmaxnreg", "named_barrier",
@@ -44,6 +45,8 @@ comment = _ptx.comment
 def addr(base: Any, offset: Any = None, *, coords: tuple[Any, ...] = ()) -> Any:
     """A memory operand ``[base]`` / ``[base+offset]`` (base: register, symbol
     name, tensor, shared array, slice or mbarrier)."""
+    if isinstance(base, CarvedName):        # a carved array's name: its own start
+        base, offset = str.__str__(base), base.offset + (offset or 0)
     return _ptx.addr(base, offset, coords=coords)
 
 

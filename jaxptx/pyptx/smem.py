@@ -11,6 +11,11 @@ module-level ``.shared`` array, or carved from the kernel's
 * ``sA[row, col]`` on a 2-d array *loads* the element (``ld.shared``) and
   returns the register; ``sA[row, col] = v`` stores it (``st.shared``).
 * ``bar = smem.mbarrier(n)``; ``bar[i]`` is the i-th 8-byte barrier.
+* ``sA.name`` of an array carved from the extern array at a non-zero
+  offset is a :class:`CarvedName`: it compares equal to the extern
+  symbol (``"dyn_smem"``, as in pyptx) but as an operand of ``ptx.*`` it
+  is ``dyn_smem+offset`` (``mov.b32 r, sA.name`` gives the array's
+  address; pyptx writes ``dyn_smem`` alone, the extern array's start).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .. import ir
 from ..dsl import smem as _smem
 from ..dsl._core import Addr, emit_instruction, new_reg
 from ..dsl._core import Reg as _CoreReg
@@ -26,7 +32,7 @@ from ..errors import TraceError
 from ..types import PtxType, from_dtype, u32
 from ._regs import Reg, adopt
 
-__all__ = ["SharedAlloc", "SharedSlice", "MbarrierArray", "MbarrierRef", "alloc", "wgmma_tile",
+__all__ = ["CarvedName", "SharedAlloc", "SharedSlice", "MbarrierArray", "MbarrierRef", "alloc", "wgmma_tile",
            "alloc_with_layout", "mbarrier", "base", "load", "store", "apply_swizzle", "GmmaLayout",
            "gmma_layout"]
 
@@ -76,6 +82,27 @@ def gmma_layout(dtype: PtxType, shape: tuple[int, int], major: str) -> GmmaLayou
     return GmmaLayout(16, 8 * row, row, major)
 
 
+class CarvedName(str):
+    """The name of a shared array carved from the extern array at
+    ``offset``: the extern symbol as a string, ``symbol+offset`` as an
+    operand (see :func:`operand`)."""
+
+    offset: int
+
+    def __new__(cls, symbol: str, offset: int) -> "CarvedName":
+        name = super().__new__(cls, symbol)
+        name.offset = offset
+        return name
+
+
+def operand(value: Any) -> Any:
+    """``value`` as an instruction operand: a :class:`CarvedName` becomes
+    the symbol plus its offset (``dyn_smem+12288``); anything else as is."""
+    if isinstance(value, CarvedName):
+        return ir.Symbol(str.__str__(value), value.offset)
+    return value
+
+
 class SharedAlloc:
     """A pyptx shared allocation (see the module docstring).
 
@@ -91,7 +118,13 @@ class SharedAlloc:
         self.swizzle = swizzle
         self.gmma = gmma
 
-    name = property(lambda self: self.array.symbol, doc="The ``.shared`` symbol.")
+    @property
+    def name(self) -> str:
+        """The ``.shared`` symbol (a :class:`CarvedName` when carved at a
+        non-zero offset of the extern array)."""
+        a = self.array
+        return CarvedName(a.symbol, a.offset) if a.offset else a.symbol
+
     dtype = property(lambda self: self.array.dtype, doc="Element type.")
     shape = property(lambda self: self.array.shape, doc="Shape (row-major).")
     byte_offset = property(lambda self: self.array.offset, doc="Offset in the extern array.")
@@ -162,7 +195,7 @@ class SharedSlice:
         if not isinstance(self.stage, int) or not 0 <= self.stage < max(a.shape[0], 1):
             raise TraceError(f"shared array {a.name}: stage {self.stage!r} outside 0..{a.shape[0] - 1}")
         off = a.byte_offset + self.stage * a.stage_bytes
-        return Addr(a.name, off or None)
+        return Addr(a.array.symbol, off or None)
 
     def __repr__(self) -> str:
         return f"SharedSlice({self.alloc.name!r}[{self.stage}])"

@@ -6,6 +6,10 @@ thread's frame is the PC of the ``call`` it came from (``Machine.frames``,
 -1 outside). Parameters are registers (``.reg`` parameters) or per-thread
 ``.param`` variables in local memory, copied value by value (PTX ISA,
 "Function declarations and definitions").
+
+A call of a function the module only declares (``.extern .func``, no body)
+runs one of the CUDA builtins in :data:`BUILTINS` (``vprintf``:
+:mod:`.printf`) and is refused otherwise.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import numpy as np
 from ... import ir
 from ...types import TYPES
 from ..errors import SimError
+from .hangs import where
+from .printf import vprintf
 from .step import Step
 from ..numerics.values import from_bits
 
-__all__ = ["call", "return_"]
+__all__ = ["BUILTINS", "call", "return_"]
 
 _WIDTHS = (1, 2, 4, 8, 16)          # bytes one memory access moves (16: a .b128 record)
 
@@ -32,9 +38,14 @@ def call(s: Step, pc: int) -> int:
             (args if callee is not None else rets).append(op)
         elif callee is None:
             callee = op
+    if isinstance(callee, ir.Symbol) and callee.name not in m.program.functions \
+            and callee.name in BUILTINS:
+        BUILTINS[callee.name](s, rets[0].items if rets else (), args[0].items if args else ())
+        return pc + 1
     if not isinstance(callee, ir.Symbol) or callee.name not in m.program.functions:
-        raise SimError(f"{m.program.name}: call of {callee!r}: the emulator runs direct calls "
-                       "of functions defined in the module")
+        what = callee.name if isinstance(callee, ir.Symbol) else " ".join(callee.tokens())
+        raise SimError(f"{m.program.name}: call of {what}: the emulator runs direct calls of functions "
+                       f"defined in the module and the builtins {', '.join(sorted(BUILTINS))}{where(s.ins)}")
     f = m.program.functions[callee.name]
     frames = m.frames.setdefault(f.name, np.full(m.nthreads, -1, dtype=np.int64))
     if (frames[s.threads] >= 0).any():
@@ -44,6 +55,25 @@ def call(s: Step, pc: int) -> int:
     for name, value in zip(f.params, values):
         _copy_in(s, name, value)
     return f.start
+
+
+def _vprintf(s: Step, rets: tuple[ir.Operand, ...], args: tuple[ir.Operand, ...]) -> None:
+    """``vprintf(format, buffer)``: both generic addresses; the result
+    (``.b32``) is the number of arguments parsed."""
+    if len(args) != 2 or len(rets) > 1:
+        raise SimError(f"{s.m.program.name}: vprintf takes (format, buffer) and returns one value, "
+                       f"got {len(args)} arguments and {len(rets)} results{where(s.ins)}")
+    result = vprintf(s, _read_bits(s, args[0], 8), _read_bits(s, args[1], 8)).view(np.uint32)
+    for target in rets:
+        if isinstance(target, ir.Register):
+            s.m.write_register(target.name, s.threads, result.astype(s.m.regs[target.name].dtype))
+        else:
+            _write_bits(s, target.name, "var", result, _bytes_of(s, target.name)[1])
+
+
+BUILTINS = {"vprintf": _vprintf}
+"""CUDA device-runtime functions a module may declare ``.extern`` and call:
+name → ``fn(step, results, arguments)``."""
 
 
 def return_(s: Step, function: str) -> None:

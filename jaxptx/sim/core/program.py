@@ -358,8 +358,13 @@ def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) ->
             raise SimError(f".branchtargets {name}: unknown label {missing[0]}")
         branch_tables[name] = tuple(labels[t] for t in targets)
     reqntid = next((tuple(int(x) for x in d.values) for d in func.directives if d.name == "reqntid"), None)
+    # Each thread's local window starts at thread * local_size: a multiple
+    # of 16 keeps every thread's `.local .align 8` data (and .b128) aligned
+    # (68 bytes put thread 1's depot at byte 68, and its 8-byte stores
+    # landed 4 bytes early, over its neighbours).
+    local_size = -(-layouts["local"].size // 16) * 16
     return Program(func.name, code, resolved, labels, registers, params, variables,
-                   layouts["shared"].size, layouts["local"].size, layouts["const"].size,
+                   layouts["shared"].size, local_size, layouts["const"].size,
                    layouts["param"].size, extern_shared, reqntid, global_vars, functions,
                    function_of, thread_params, branch_tables, target)
 
