@@ -55,8 +55,11 @@ def test_only_and_skip_select_steps_by_key_or_name() -> None:
     with pytest.raises(SystemExit, match="no step 'nope'"):
         gpu_check.select("nope", None)
     assert gpu_check.parse_budgets(["kernels=120", "gpu tests=90.5"]) == {"kernels": 120.0, "tests": 90.5}
-    for bad in ("kernels", "kernels=0", "kernels=soon", "nope=5"):
-        with pytest.raises(SystemExit):
+    for bad, message in (("kernels", r"--budget takes STEP=SECONDS \(seconds > 0\), got 'kernels'"),
+                         ("kernels=0", r"--budget takes STEP=SECONDS \(seconds > 0\), got 'kernels=0'"),
+                         ("kernels=soon", r"--budget takes STEP=SECONDS \(seconds > 0\), got 'kernels=soon'"),
+                         ("nope=5", r"no step 'nope'; steps: build, ")):
+        with pytest.raises(SystemExit, match=r"^gpu_check: " + message):
             gpu_check.parse_budgets([bad])
 
 

@@ -77,9 +77,9 @@ _PRECHECK = [
 ]
 
 _SIM = [
-    ("out-of-bounds load", "run(K(' ld.param.u64 %rd1, [out];\\n ld.global.u32 %r1, [%rd1+4096];', OUT), np.zeros(4, np.uint32))", "SimError", r"offset 0x1000 is out of bounds \(the global buffer has 16 bytes; CTA 0, thread 0\) \[PTX line 8\]"),
-    ("misaligned vector load", "run(K(' ld.param.u64 %rd1, [out];\\n ld.global.v4.u32 {%r1,%r2,%r3,%r4}, [%rd1+4];', OUT), np.zeros(16, np.uint32))", "SimError", r"misaligned 16-byte vector load at 0x1000000004 by CTA \(0, 0, 0\) thread \(0, 0, 0\) \[PTX line 8\]"),
-    ("trap", "run(K(' trap;'))", "SimError", r"trap executed by thread \(0, 0, 0\) of CTA \(0, 0, 0\) and 31 other threads \[PTX line 7\]"),
+    ("out-of-bounds load", "run(K(' ld.param.u64 %rd1, [out];\\n ld.global.u32 %r1, [%rd1+4096];', OUT), np.zeros(4, np.uint32))", "SimFault", r"kernel k: ld\.global\.u32: .*offset 0x1000 of parameter 'out' is out of bounds \(its buffer has 16 bytes; CTA 0, thread 0\) \[PTX line 8: ld\.global\.u32"),
+    ("misaligned vector load", "run(K(' ld.param.u64 %rd1, [out];\\n ld.global.v4.u32 {%r1,%r2,%r3,%r4}, [%rd1+4];', OUT), np.zeros(16, np.uint32))", "SimFault", r"misaligned 16-byte vector load at 0x1000000004 \(offset 0x4 of parameter 'out'\) by CTA \(0, 0, 0\) thread \(0, 0, 0\) \[PTX line 8: ld\.global\.v4"),
+    ("trap", "run(K(' trap;'))", "SimFault", r"kernel k: trap executed by thread \(0, 0, 0\) of CTA \(0, 0, 0\) and 31 other threads \[PTX line 7: trap;\]"),
     ("brx.idx past its list", "run(K(' mov.u32 %r1, 5;\\n ts: .branchtargets A, B;\\n brx.idx %r1, ts;\\nA:\\nB:'))", "SimError", r"brx\.idx index 5 is past the end of ts \(2 targets\)"),
     ("endless loop", "run(K('LOOP: bra.uni LOOP;'))", "SimError", r"deadlock: 32 threads \(CTA 0 threads 0-31\) spin in the loop at PTX line 7"),
     ("mbarrier phase that never completes", "run(K(' .shared .b64 bar;\\n mbarrier.init.shared.b64 [bar], 64;\\n mbarrier.arrive.shared.b64 %rd1, [bar];\\nW: mbarrier.try_wait.shared.b64 %p1, [bar], %rd1;\\n @!%p1 bra.uni W;'))", "SimError", r"deadlock: 32 threads .* wait at mbarrier\.try_wait.* to complete its phase 0"),

@@ -117,7 +117,7 @@ def test_a_launch_is_one_hashable_value() -> None:
     assert (a.grid, a.block, a.cluster, a.smem) == ((4, 1, 1), (32, 1, 1), (1, 1, 1), 0)
     assert (a.threads, a.blocks, a.cluster_size) == (32, 4, 1)
     assert Launch(4, 32, smem=16) != a
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'grid'"):
         a.grid = (8, 1, 1)  # type: ignore[misc]
     # dataclasses.replace builds a new value and checks it again, naming the same place.
     assert dataclasses.replace(a, grid=(4, 1, 3)).grid == (4, 1, 3)

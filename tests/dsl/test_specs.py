@@ -161,7 +161,7 @@ def test_immutable() -> None:
         t.layout = Layout.COL  # type: ignore[misc]
     with pytest.raises(AttributeError, match="immutable"):
         del t.dtype
-    with pytest.raises(AttributeError):
+    with pytest.raises(AttributeError, match="Tile is immutable; cannot set 'extra'"):
         t.extra = 1  # type: ignore[attr-defined]
     assert t.layout is Layout.ROW
 
@@ -291,7 +291,7 @@ def test_unify_envs_conflict() -> None:
 
 
 def test_unify_envs_is_value_error() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"conflicting sizes for dim 'K': 1 and 2"):
         unify_envs([{"K": 1}, {"K": 2}])
 
 

@@ -37,10 +37,17 @@ def test_smem_descriptor_fields_decode_as_the_emulator_reads_them(swizzle, code)
     assert (word >> 46) & 7 == 1 and (word >> 52) & 0xFF == 0
 
 
-@pytest.mark.parametrize("bad", [dict(lbo=8), dict(sbo=1 << 18), dict(swizzle="16B"), dict(base_offset=8)])
-def test_smem_descriptor_refuses_bad_fields(bad) -> None:
+@pytest.mark.parametrize("bad, message", [
+    (dict(lbo=8), r"shared memory descriptor: LBO must be a multiple of 16 bytes in \[0, 262144\), got 8\b"),
+    (dict(sbo=1 << 18), (r"shared memory descriptor: SBO must be a multiple of 16 bytes in \[0, 262144\), "
+                         r"got 262144\b")),
+    (dict(swizzle="16B"), (r"tcgen05 swizzle: expected one of \['none', '128B_base32B', '128B', '64B', '32B'\] "
+                           r"or 0/32/64/128 bytes, got '16B'")),
+    (dict(base_offset=8), r"shared memory descriptor: base_offset must be 0\.\.7, got 8\b"),
+])
+def test_smem_descriptor_refuses_bad_fields(bad, message) -> None:
     args = dict(lbo=16, sbo=1024, swizzle="128B") | bad
-    with pytest.raises(TraceError):
+    with pytest.raises(TraceError, match=message + r", at test_tcgen05_helpers\.py:\d+"):
         tcgen05.smem_desc_bits(**args)
 
 
@@ -62,11 +69,22 @@ def test_instruction_descriptor_decodes_as_the_emulator_reads_it(kind, a, b, d, 
     assert got.saturate == extra.get("saturate", False) and not got.sparse
 
 
-@pytest.mark.parametrize("bad", [dict(a="f16", b="bf16"), dict(kind="f16", a="e4m3"), dict(m=256),
-                                 dict(n=260), dict(cta_group=2, m=64), dict(d="s32"),
-                                 dict(kind="i8", a="s8", negate_a=True), dict(b_major="T")])
-def test_instruction_descriptor_refuses_what_the_kind_lacks(bad) -> None:
-    with pytest.raises(TraceError):
+@pytest.mark.parametrize("bad, message", [
+    (dict(a="f16", b="bf16"), r"kind::f16 needs A and B of one type, got f16 and bf16"),
+    (dict(kind="f16", a="e4m3"), r"a='e4m3' is not a kind::f16 type; expected one of \['f16', 'bf16'\]"),
+    (dict(m=256), (r"M=256, N=128 is not a shape of cta_group::1; expected M in \(64, 128\) and N a multiple "
+                   r"of 8 up to 256")),
+    (dict(n=260), (r"M=128, N=260 is not a shape of cta_group::1; expected M in \(64, 128\) and N a multiple "
+                   r"of 8 up to 256")),
+    (dict(cta_group=2, m=64), (r"M=64, N=128 is not a shape of cta_group::2; expected M in \(128, 256\) and N "
+                               r"a multiple of 16 up to 256")),
+    (dict(d="s32"), r"d='s32' is not a kind::f16 accumulator; expected one of \['f16', 'f32'\]"),
+    (dict(kind="i8", a="s8", negate_a=True), r"kind::i8 cannot negate A or B"),
+    (dict(b_major="T"), r"b_major must be 'K' or 'MN', got 'T'"),
+])
+def test_instruction_descriptor_refuses_what_the_kind_lacks(bad, message) -> None:
+    where = r", at test_tcgen05_helpers\.py:\d+"
+    with pytest.raises(TraceError, match=r"^tcgen05\.instr_desc: " + message + where):
         tcgen05.instr_desc(**bad)
 
 
@@ -85,9 +103,9 @@ def test_k_offsets() -> None:
     assert tcgen05.k_offset(64, major="K", shape=(128, 128), **kw) == 128 * 128   # the next span block
     assert tcgen05.k_offset(24, major="MN", shape=(64, 128), **kw) == 3 * 1024
     assert tcgen05.k_offset(16, major="K", dtype="f16", swizzle="none", shape=(128, 64), lbo=128) == 256
-    with pytest.raises(TraceError):
+    with pytest.raises(TraceError, match=r"tcgen05\.k_offset: K-major k=4 is not a whole 16-byte chunk"):
         tcgen05.k_offset(4, major="K", shape=(128, 64), **kw)
-    with pytest.raises(TraceError):
+    with pytest.raises(TraceError, match=r"tcgen05\.k_offset: MN-major k=4 is not a multiple of 8 rows"):
         tcgen05.k_offset(4, major="MN", shape=(64, 128), **kw)
 
 

@@ -126,7 +126,8 @@ def test_mma_shape_requirements() -> None:
 
 def test_mma_bad_modifiers() -> None:
     # D and C must agree for the m16n8 shapes.
-    with pytest.raises(PtxModifierError):
+    with pytest.raises(PtxModifierError, match=r"^mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f16: "
+                                          r"modifier \.f16 is repeated or out of order"):
         resolve_name("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f16")
     with pytest.raises(PtxModifierError, match=r"\.row"):
         resolve_name("mma.sync.aligned.m16n8k16.row.row.f32.f16.f16.f32")

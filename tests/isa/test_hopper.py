@@ -57,9 +57,13 @@ def test_wgmma_targets() -> None:
 
 
 def test_wgmma_bad_modifiers() -> None:
-    with pytest.raises(PtxModifierError):  # integer N jumps from 32 to 48
+    # integer N jumps from 32 to 48: n40 is an fp8 shape only, whose D is f32
+    with pytest.raises(PtxModifierError,
+                       match=r"m64n40k32\.s32\.s8\.s8: unknown modifier \.s32 \(did you mean \.f32\?\)"):
         resolve_name(f"{WGMMA}.m64n40k32.s32.s8.s8")
-    with pytest.raises(PtxModifierError):  # bf16 accumulates in f32 only
+    # bf16 accumulates in f32 only
+    with pytest.raises(PtxModifierError,
+                       match=r"m64n8k16\.f16\.bf16\.bf16: modifier \.bf16 is repeated or out of order"):
         resolve_name(f"{WGMMA}.m64n8k16.f16.bf16.bf16")
     with pytest.raises(PtxModifierError, match=r"\.f16 needs \.f16, got \.bf16"):
         resolve_name(f"{WGMMA}.m64n8k16.f32.f16.bf16")

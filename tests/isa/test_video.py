@@ -4,6 +4,8 @@ examples do not write, assembled with ptxas."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from jaxptx import isa
@@ -59,7 +61,7 @@ def test_selector_lines_resolve() -> None:
 def test_ptxas_rejects_what_the_table_cannot_see(line: str, message: str) -> None:
     # Selectors are written on operands, so the table does not check them;
     # these pin what ptxas says instead.
-    with pytest.raises(PtxasError) as e:
+    with pytest.raises(PtxasError, match=r"ptxas: line \d+: .*" + re.escape(message)) as e:
         ptxas(_module([line], "sm_80"), "sm_80")
     assert message in e.value.log
 

@@ -45,26 +45,29 @@ X = np.arange(40, dtype=np.float32)
 X64 = np.arange(64, dtype=np.float32)
 
 
-def _jit_error(f, *args) -> str:
-    with pytest.raises(jax.errors.JaxRuntimeError) as info:
+def _jit_error(kind: str, f, *args) -> str:
+    with pytest.raises(jax.errors.JaxRuntimeError, match=rf"^INTERNAL: {kind}: kernel {f.name}: ") as info:
         jax.block_until_ready(jax.jit(f)(*args))
     return str(info.value).splitlines()[0]
 
 
 def test_a_fault_under_jit_reads_as_through_sim_launch_with_the_ptx_line_once() -> None:
-    with pytest.raises(sim.SimFault) as info:
+    with pytest.raises(sim.SimFault, match=r"^kernel overrun: ld\.global\.f32: global access of 4 bytes at "
+                                           r"offset 0x100 of parameter 'x' is out of bounds") as info:
         sim.launch(overrun, X64, np.zeros_like(X64))
     direct = str(info.value)
-    message = _jit_error(overrun, X64)
+    message = _jit_error("SimFault", overrun, X64)
     assert message.startswith(f"INTERNAL: SimFault: {direct} (jaxptx_cpu_v2, kernel id "), (message, direct)
     assert message.count("PTX line") == 1 and direct.count("PTX line") == 1, message
     assert "of parameter 'x' is out of bounds" in direct and f"at {__file__}:" in direct
 
 
 def test_an_unwritten_output_reads_as_through_sim_launch() -> None:
-    with pytest.raises(sim.UnwrittenOutputError) as info:
+    with pytest.raises(sim.UnwrittenOutputError, match=r"^kernel short: output 0 'y' \(float32\[40\]\) has 8 of "
+                                                       r"40 elements the kernel never wrote, the first at index "
+                                                       r"\(32,\)") as info:
         sim.launch(short, X, np.zeros_like(X))
-    message = _jit_error(short, X)
+    message = _jit_error("UnwrittenOutputError", short, X)
     assert message.startswith(f"INTERNAL: UnwrittenOutputError: {info.value} (jaxptx_cpu_v2, kernel id "), message
     assert "kernel short: output 0 'y' (float32[40]) has 8 of 40 elements" in message
 

@@ -29,7 +29,7 @@ def _line_of(function, text: str) -> int:
 
 def test_an_emulator_fault_names_class_kernel_ptx_line_and_python_line():
     line = _line_of(wild_load, "ptx.ld.global_.f32(")
-    with pytest.raises(jax.errors.JaxRuntimeError) as info:
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"^INTERNAL: SimFault: kernel wild_load: ") as info:
         jax.block_until_ready(jax.jit(wild_load)(X))
     message = str(info.value).splitlines()[0]
     assert message.startswith("INTERNAL: SimFault: kernel wild_load: ld.global.f32: "

@@ -228,14 +228,22 @@ def test_sm100a_runs_the_ampere_code_traced_for_sm100a() -> None:
     np.testing.assert_allclose(np.asarray(o, np.float64), check_o, rtol=1.5e-2, atol=1.5e-2)
 
 
-@pytest.mark.skipif(_sm90() is None, reason="the sm_90a variant's module is absent")
 def test_sm90a_routes_to_the_hopper_kernel_and_vmap_folds_into_b() -> None:
+    # The Hopper module ships with the package: importing it must work (an
+    # error here is the bug that would silently send sm_90a to the Ampere code).
+    from jaxptx.kernels._attention_sm90 import attention_kernel as hopper_kernel
+    from jaxptx.kernels._attention_sm90 import attention_sm90
+    assert _sm90() is attention_sm90
     problems = [qkv(1, 130, 200, 2, 64, seed=s) for s in (9, 10)]
     q, k, v = (jnp.stack([jnp.asarray(p[i]) for p in problems]) for i in range(3))   # (2, 1, S, H, D)
     f = jax.jit(jax.vmap(lambda q, k, v: flash_attention(q, k, v, causal=True, arch="sm_90a"),
                          in_axes=(0, 0, None)))
     jaxpr = str(jax.make_jaxpr(f)(q, k, v[0]))
-    assert len(re.findall(r"= flash_attention_fwd_\w+_sm_90a\[", jaxpr)) == 1 and "scan" not in jaxpr
+    # The Hopper kernel's own name ("flash_attention_fwd_bf16_sm_90a"); the
+    # Ampere code traced for sm_90a is "flash_attention_fwd_bf16_d64_sm_90a".
+    assert hopper_kernel("bf16").name == "flash_attention_fwd_bf16_sm_90a"
+    assert len(re.findall(r"= flash_attention_fwd_bf16_sm_90a\[", jaxpr)) == 1, jaxpr
+    assert "_d64_" not in jaxpr and "scan" not in jaxpr
     o = f(q, k, v[0])
     for i in range(2):
         want, _ = reference(q[i], k[i], v[0], True, 1 / 8)

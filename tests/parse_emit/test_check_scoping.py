@@ -28,15 +28,17 @@ def _kernel(body: str) -> str:
     return _HEAD + body + "  ret;\n}\n"
 
 
-@pytest.mark.parametrize("body, message", [
-    ("  L: add.u32 %r1, %r1, 1;\n  L: add.u32 %r1, %r1, 1;\n", "duplicate definition of label L"),
-    ("  { bra.uni IN; }\n  { IN: add.u32 %r1, %r1, 1; }\n", "undefined name IN"),
-    ("  { L: add.u32 %r1, %r1, 1; }\n  bra.uni L;\n", "undefined name L"),
-    ("  { .reg .b32 t; .reg .b32 t; }\n", "duplicate definition of register t"),
+@pytest.mark.parametrize("body, message, ptxas_says", [
+    ("  L: add.u32 %r1, %r1, 1;\n  L: add.u32 %r1, %r1, 1;\n", "duplicate definition of label L",
+     "Duplicate definition of label 'L'"),
+    ("  { bra.uni IN; }\n  { IN: add.u32 %r1, %r1, 1; }\n", "undefined name IN", "Unknown symbol 'IN'"),
+    ("  { L: add.u32 %r1, %r1, 1; }\n  bra.uni L;\n", "undefined name L", "Unknown symbol 'L'"),
+    ("  { .reg .b32 t; .reg .b32 t; }\n", "duplicate definition of register t",
+     "Duplicate definition of variable 't'"),
 ])
-def test_what_ptxas_refuses_check_reports(body, message):
+def test_what_ptxas_refuses_check_reports(body, message, ptxas_says):
     text = _kernel(body)
-    with pytest.raises(PtxasError):
+    with pytest.raises(PtxasError, match=r"ptxas: line \d+: " + ptxas_says):
         ptxas(text, "sm_90a")
     assert any(message in d.message for d in jaxptx.check(text))
 

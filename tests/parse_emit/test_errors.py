@@ -133,14 +133,14 @@ def test_malformed_input(text, line, column, match, at) -> None:
 
 
 def test_parse_error_is_a_value_error() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^<string>:6:6: unexpected character '#'"):
         jaxptx.parse(ENTRY + "\tret #;\n}\n")
     assert issubclass(ParseError, jaxptx.PtxError)
 
 
 def test_long_line_excerpt_is_clipped() -> None:
     text = ENTRY + "\tmov.u32 %r1, " + "1" * 300 + " #;\n}\n"
-    with pytest.raises(ParseError) as info:
+    with pytest.raises(ParseError, match=r"^<string>:6:316: unexpected character '#'") as info:
         jaxptx.parse(text)
     err = info.value
     assert (err.line, err.column) == (6, 2 + len("mov.u32 %r1, ") + 300 + 1)
@@ -174,6 +174,6 @@ def test_deep_nesting_has_a_position() -> None:
 
 
 def test_crlf_excerpt_has_no_carriage_return() -> None:
-    with pytest.raises(ParseError) as info:
+    with pytest.raises(ParseError, match=r"^<string>:6:6: unexpected character '#'") as info:
         jaxptx.parse((ENTRY + "\tret #;\n}\n").replace("\n", "\r\n"))
     assert info.value.excerpt == "   ret #;\n       ^"

@@ -7,6 +7,8 @@ names what it accepts when given something else."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import jaxptx
@@ -90,7 +92,7 @@ def test_an_unknown_directive_is_reported_at_its_line_and_column() -> None:
 
 # --- what ptxas refuses ---------------------------------------------------------------------
 def _refused_by_ptxas(text: str, arch: str, said: str) -> None:
-    with pytest.raises(PtxasError) as info:
+    with pytest.raises(PtxasError, match=r"ptxas: line \d+: .*" + re.escape(said)) as info:
         ptxas(text, arch)
     assert said in info.value.log, info.value.log
 

@@ -173,11 +173,16 @@ def test_device_launch_profile_and_json():
 
 
 def test_bf16_data_unchanged_by_profiling():
-    # the profiled and the plain launch compute the same thing
+    # bf16 values (NaN, infinities, subnormals, negative zero among them) go
+    # through the swizzled copy and ldmatrix bit for bit, profiled or not.
     from jaxptx import sim
-    tile = (np.arange(16 * 32) % 251).astype(np.uint16).reshape(16, 32)
+    from jaxptx.profile.report import Profile
+    special = np.array([np.nan, np.inf, -np.inf, -0.0, 1e-40, -3.5], np.float32)
+    values = np.random.default_rng(0).standard_normal(16 * 32).astype(np.float32)
+    values[:special.size] = special
+    tile = values.astype(ml_dtypes.bfloat16).view(np.uint16).reshape(16, 32)
     a, b = np.zeros((32, 4), np.uint32), np.zeros((32, 4), np.uint32)
-    sim.launch(ldmatrix(True), tile.copy(), a, block=32)
-    sim.launch(ldmatrix(True), tile.copy(), b, block=32, profile=True)
-    np.testing.assert_array_equal(a, b)
-    assert ml_dtypes.bfloat16     # (the tile is raw bf16 bits)
+    assert sim.launch(ldmatrix(True), tile.copy(), a, block=32) is None
+    assert isinstance(sim.launch(ldmatrix(True), tile.copy(), b, block=32, profile=True), Profile)
+    np.testing.assert_array_equal(a, _fragments(tile))
+    np.testing.assert_array_equal(b, _fragments(tile))

@@ -4,6 +4,8 @@ PTX and Python lines, occupancy against hand-computed figures, pictures."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -30,22 +32,39 @@ def _line_of(text: str) -> int:
     return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
-def test_mma_sync_gemm_flops_and_source_lines():
+def _profile_mma_gemm():
     sys.path.insert(0, str(ROOT / "examples"))
     from mma_gemm import mma_gemm
     a, bt, want = _gemm_inputs(32, 16, 64)
     c = np.zeros((32, 16), np.float32)
     p = profile(mma_gemm, a, bt, c, resources=False)
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4)
-    matplotlib = pytest.importorskip("matplotlib")
+    return mma_gemm, p
+
+
+def test_mma_sync_gemm_heatmap_labels_are_source_lines():
+    # matplotlib is in the test extra: no skip when it is missing
+    import matplotlib
     matplotlib.use("Agg")
+    _, p = _profile_mma_gemm()
     fig = p.heatmap(by="source")
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert labels == [f"mma_gemm.py:{_line_of(text)}" for text in
                       ("frag_a = ", "frag_b = ", "ptx.st.global_.v2.f32(out, ", "ptx.st.global_.v2.f32(out + ")]
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+
+
+def test_mma_sync_gemm_flops_and_source_lines():
+    mma_gemm, p = _profile_mma_gemm()
     assert p.tensor_flops == {"bf16": 2 * 32 * 16 * 64}
     (mma,) = [e for e in p.lines if e["instruction"].startswith("mma.sync")][:1]
     assert mma["source"].endswith(f"mma_gemm.py:{_line_of('ptx.mma.sync')}")
+    # each load and store is charged to the Python line that wrote it
+    frags = {f"mma_gemm.py:{_line_of(t)}" for t in ("frag_a = ", "frag_b = ")}
+    stores = [f"mma_gemm.py:{_line_of(t)}" for t in ("ptx.st.global_.v2.f32(out, ", "ptx.st.global_.v2.f32(out + ")]
+    assert {e["source"].rsplit("/", 1)[-1] for e in p.find("ld.global.b32")} == frags
+    assert [e["source"].rsplit("/", 1)[-1] for e in p.find("st.global")] == stores
     # the PTX line number points at the instruction in the kernel's text
     text = mma_gemm.ptx(M=32, N=16, K=64).splitlines()
     for e in p.lines:
@@ -111,25 +130,64 @@ def test_limits_are_written_down():
     assert LIMITS["sm_80"].shared_per_sm == 167936 and LIMITS["sm_90a"].shared_per_sm == 233472
 
 
-def test_resources_and_occupancy_from_ptxas():
+def _ptxas_v(ptx_text: str, arch: str, tmp_path: Path) -> dict[str, int]:
+    """Registers, static shared memory and spills as ``ptxas -v`` prints them
+    (read here, not through jaxptx's own parser)."""
+    from jaxptx.errors import ToolchainError
+    from jaxptx.runtime import find_tool
+    try:
+        tool = find_tool("ptxas")
+    except ToolchainError as e:
+        pytest.skip(f"ptxas not available: {e}")
+    src = tmp_path / "k.ptx"
+    src.write_text(ptx_text)
+    run = subprocess.run([tool, "-v", f"-arch={arch}", "-o", str(tmp_path / "k.cubin"), str(src)],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 0, run.stderr
+    log = run.stdout + run.stderr
+    used = re.search(r"Used (\d+) registers(?:, used \d+ barriers)?(?:, (\d+) bytes smem)?", log)
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    assert used and spills, log
+    return {"registers": int(used.group(1)), "shared_bytes": int(used.group(2) or 0),
+            "spill_stores": int(spills.group(1)), "spill_loads": int(spills.group(2))}
+
+
+def _occupancy_sm80(threads: int, registers: int, shared: int) -> tuple[int, str, dict[str, int]]:
+    """CTAs per SM on compute capability 8.0 by the CUDA occupancy rules
+    (Programming Guide, "Technical Specifications per Compute Capability":
+    64 warps, 32 CTAs, 64 K registers and 164 KB of shared memory per SM, 1 KB
+    reserved per CTA; the Occupancy Calculator: registers per warp in units of
+    256 over 4 sub-partitions of 16 K, shared memory in units of 128 bytes)."""
+    warps = -(-threads // 32)
+    regs_per_warp = -(-registers * 32 // 256) * 256
+    limits = {"warps": 64 // warps, "ctas": 32,
+              "registers": (16384 // regs_per_warp) * 4 // warps,
+              "shared": 164 * 1024 // (-(-(shared + 1024) // 128) * 128)}
+    ctas = min(limits.values())
+    return ctas, next(k for k in ("warps", "ctas", "registers", "shared") if limits[k] == ctas), limits
+
+
+def test_resources_and_occupancy_from_ptxas(tmp_path):
     sys.path.insert(0, str(ROOT / "examples"))
     from mma_gemm import mma_gemm
-    a, bt, _ = _gemm_inputs(16, 8, 32)
+    a, bt, want_c = _gemm_inputs(16, 8, 32)
     c = np.zeros((16, 8), np.float32)
-    try:
-        want = mma_gemm.resources(M=16, N=8, K=32)
-    except Exception as e:       # no ptxas on this machine
-        pytest.skip(f"ptxas unavailable: {e}")
+    want = _ptxas_v(mma_gemm.ptx(M=16, N=8, K=32), "sm_80", tmp_path)
     p = profile(mma_gemm, a, bt, c)
-    assert p.resources["registers"] == want.registers
-    assert p.resources["spill_stores"] == want.spill_stores == 0
+    np.testing.assert_allclose(c, want_c, rtol=1e-5, atol=1e-4)
+    for key in ("registers", "shared_bytes", "spill_stores", "spill_loads"):
+        assert p.resources[key] == want[key], key
+    assert want["spill_stores"] == want["spill_loads"] == 0
+    ctas, limited, limits = _occupancy_sm80(32, want["registers"], want["shared_bytes"])
     o = p.occupancy["sm_80"]
-    assert o == occupancy("sm_80", 32, want.registers, want.shared_bytes)
+    assert (o["ctas_per_sm"], o["limited_by"], o["limits"]) == (ctas, limited, limits)
+    assert o["occupancy"] == ctas * 1 / 64          # one warp a CTA, 64 warps an SM
     assert "occupancy" in str(p)
 
 
 def test_pictures(tmp_path):
-    matplotlib = pytest.importorskip("matplotlib")
+    # matplotlib is in the test extra: no skip when it is missing
+    import matplotlib
     matplotlib.use("Agg")
     from profile_cases import transpose
     src = np.arange(32 * 32, dtype=np.float32)

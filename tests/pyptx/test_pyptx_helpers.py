@@ -71,7 +71,8 @@ def test_raw_goes_through_the_table() -> None:
     @kernel(arch="sm_90a")
     def junk():
         ptx.raw("@@ nonsense")
-    with pytest.raises((TraceError, PtxError)):
+    with pytest.raises(TraceError, match=r"^ptx\.raw: cannot read '@@ nonsense' as a PTX statement, "
+                                         r"at test_pyptx_helpers\.py:\d+"):
         junk.ptx()
 
 

@@ -59,7 +59,8 @@ WAIT:
     mbarrier.try_wait.parity.shared::cta.b64 %p2, [bar], 0;
     @!%p2 bra WAIT;""", "    .shared .align 8 .b64 bar;\n")
     wait = line_of(text, "try_wait")
-    with pytest.raises(SimError) as e:
+    with pytest.raises(SimError, match=rf"^k: deadlock: 64 threads \(CTA 0 threads 0-63\) wait at "
+                                       rf"mbarrier\.try_wait\.parity\.shared::cta\.b64 \(PTX line {wait}\)") as e:
         sim.launch(text, np.zeros(1, np.uint32), grid=(2, 1, 1), block=(64, 1, 1))
     msg = str(e.value)
     for cta in (0, 1):
@@ -145,7 +146,8 @@ SPIN:
 DONE:""")
     first, last = line_of(text, "ld.volatile"), line_of(text, "@%p2 bra SPIN")
     flag = np.zeros(1, np.uint32)
-    with pytest.raises(SimError) as e:
+    with pytest.raises(SimError, match=rf"^k: deadlock: 32 threads \(CTA 0 threads 32-63\) spin in the loop "
+                                       rf"at PTX lines {first}-{last} ") as e:
         sim.launch(text, flag, block=(64, 1, 1))
     msg = str(e.value)
     assert msg.startswith(f"k: deadlock: 32 threads (CTA 0 threads 32-63) spin in the loop at PTX lines "
@@ -346,7 +348,8 @@ LOOP:
 def test_max_steps_bounds_a_loop_that_keeps_changing_state() -> None:
     text = kernel(_COUNT)
     at = line_of(text, "add.u32 %r3, %r3, 1")
-    with pytest.raises(SimError) as e:
+    with pytest.raises(SimError, match=rf"^k: more than 3001 steps \(max_steps\); still running: 32 threads "
+                                       rf"\(CTA 0 threads 0-31\) at add\.u32 \(PTX line {at}\)") as e:
         sim.launch(text, np.zeros(1, np.uint32), block=(32, 1, 1), max_steps=3001)
     msg = str(e.value)
     assert msg.startswith(f"k: more than 3001 steps (max_steps); still running: 32 threads (CTA 0 threads 0-31) "

@@ -68,7 +68,7 @@ def test_integer_literal_wider_than_64_bits_is_refused() -> None:
 def test_every_problem_is_listed_in_line_order() -> None:
     text = store_kernel("add.f32 %rd2, %rd1, %rd1;\n    mov.u32 %r1, 0x1FFFFFFFFFFFFFFFFFFFF;\n"
                         "    bra NOWHERE;").replace(".version 8.5", ".version 7.0")
-    with pytest.raises(PrecheckError) as e:
+    with pytest.raises(PrecheckError, match=r"^k: refused before running: 4 that ptxas would reject\n") as e:
         sim.launch(text, np.zeros(1, np.uint64))
     message = str(e.value)
     assert message.startswith("k: refused before running: 4 that ptxas would reject\n"

@@ -102,13 +102,27 @@ def _all_findings(case: Case) -> list:
     return out
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
+def _assert_finds_the_bug(case: Case, findings: list, grain: str) -> None:
+    """The bug side reports something naming a ``//@L`` line; the twin side
+    is clean."""
+    bug, twin = findings
+    text = " ".join(bug) if isinstance(bug, list) else bug
+    lines = marked_lines(kernel_text(case, True), "//@L")
+    assert bug and any(re.search(rf"PTX line {n}\b", text) for n in lines), f"{grain}: {bug}"
+    assert twin == [], f"{grain}: {twin}"
+
+
+@pytest.mark.parametrize("case", _marked("bug_xfail"))
 def test_coarse_shadow_cells_find_what_byte_cells_find(case: Case, monkeypatch) -> None:
     """The shadows start with 16-byte cells and split them where an access
-    covers part of one: the findings are those of one cell per byte."""
+    covers part of one: the findings are those of one cell per byte. Each
+    side must find the planted bug first, so two equal misses do not pass."""
     coarse = _all_findings(case)
+    _assert_finds_the_bug(case, coarse, "16-byte cells")
     monkeypatch.setattr(values, "GRAIN", 1)
-    assert _all_findings(case) == coarse
+    fine = _all_findings(case)
+    _assert_finds_the_bug(case, fine, "1-byte cells")
+    assert fine == coarse
 
 
 def test_reads_of_an_unwritten_buffer_are_recorded_whatever_their_volume(monkeypatch) -> None:
@@ -126,9 +140,20 @@ def test_reads_of_an_unwritten_buffer_are_recorded_whatever_their_volume(monkeyp
 
 
 def test_same_value_stores_are_reported_only_in_strict_mode() -> None:
+    """Every thread stores 5 to one shared word: benign, so check=True and
+    check="all" say nothing and the result is right; check="strict" reports
+    the unordered writes as a race (both at the marked line)."""
     case = next(c for c in CASES if c.mode == "strict")
-    out, inp, _ = _launch(case, kernel_text(case, True), True)
+    text = kernel_text(case, True)
+    line = marked_line(text, "//@L")
+    out, inp, result = _launch(case, text, True)
+    assert result is None
     np.testing.assert_array_equal(out, case.expect(inp, case.grid, case.block))
+    assert _launch(case, text, "all")[2] == []
+    with pytest.raises(SanitizerError, match=rf"shared-memory race: write of offset 0x8 at PTX line {line}\b.*"
+                                             rf"conflicts with the write at PTX line {line}\b"):
+        _launch(case, text, "strict")
+    assert _launch(case, kernel_text(case, False), "strict")[2] is None    # the fix: one thread stores
 
 
 # --- check="all" ------------------------------------------------------------------------------

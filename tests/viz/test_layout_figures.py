@@ -1,9 +1,16 @@
-"""jaxptx.viz layout figures: each figure's data against the emulator's
-layout functions, the DSL's pure-Python fragment maps, the PTX ISA's
-formulas, and (for mma.sync and ldmatrix) an emulator run that moves
-numbered values through the instruction."""
+"""jaxptx.viz layout figures: each figure's data against the PTX ISA's
+fragment-layout formulas, written out here (not taken from the emulator
+functions the figures draw), the DSL's pure-Python fragment maps, and (for
+mma.sync and ldmatrix) an emulator run that moves numbered values through
+the instruction.
+
+In the formulas ``l`` is the lane (or warpgroup thread ``t``), ``g = l // 4``
+its group and ``q = l % 4`` its thread in the group, ``i`` the element of the
+thread's fragment and ``r`` a register."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -12,10 +19,6 @@ pytest.importorskip("matplotlib")
 
 from jaxptx import sim, viz                                      # noqa: E402
 from jaxptx.dsl import fragments as dslf                          # noqa: E402
-from jaxptx.sim.semantics.fragments import mma_layout            # noqa: E402
-from jaxptx.sim.semantics.matrix_ldst import fragment_map        # noqa: E402
-from jaxptx.sim.semantics.tcgen05_move import fragment_cells     # noqa: E402
-from jaxptx.sim.semantics.wgmma import wgmma_a_layout, wgmma_d_layout  # noqa: E402
 
 HEAD = ".version 8.0\n.target sm_90a\n.address_size 64\n"
 
@@ -33,18 +36,40 @@ def _covers_once(data: np.ndarray, threads: int) -> None:
     assert set(np.unique(data[0])) == set(range(threads))
 
 
-@pytest.mark.parametrize("shape, operand, type_name", [
-    ("m16n8k16", "a", "f16"), ("m16n8k16", "b", "bf16"), ("m16n8k16", "c", "f32"),
-    ("m16n8k8", "a", "tf32"), ("m16n8k32", "a", "s8"), ("m16n8k32", "b", "e4m3"),
-    ("m8n8k4", "a", "f64"), ("m16n8k8", "b", "f16"),
-])
-def test_mma_fragment_is_the_emulator_layout(shape: str, operand: str, type_name: str) -> None:
+def _expected(shape: tuple[int, int], threads: int, elements: int,
+              where: Callable[[int, int], tuple[int, int]]) -> np.ndarray:
+    """``(2, *shape)``: the thread and element that ``where(thread, element)
+    -> (row, col)`` puts in each cell, -1 where none does."""
+    out = np.full((2, *shape), -1, dtype=np.int64)
+    for t in range(threads):
+        for i in range(elements):
+            r, c = where(t, i)
+            assert out[0, r, c] == -1, (t, i, r, c)      # the formula puts one value in a cell
+            out[:, r, c] = t, i
+    return out
+
+
+# PTX ISA, "Matrix Fragments for mma.m16n8k8 / m16n8k16 / m16n8k32 / m8n8k4":
+# (rows, columns of the operand), elements a lane holds, (row, col) of element i.
+MMA_FRAGMENTS = {
+    ("m16n8k16", "a", "f16"): ((16, 16), 8, lambda l, i: (l // 4 + 8 * (i // 2 % 2),
+                                                          2 * (l % 4) + i % 2 + 8 * (i // 4))),
+    ("m16n8k16", "b", "bf16"): ((16, 8), 4, lambda l, i: (2 * (l % 4) + i % 2 + 8 * (i // 2), l // 4)),
+    ("m16n8k16", "c", "f32"): ((16, 8), 4, lambda l, i: (l // 4 + 8 * (i // 2), 2 * (l % 4) + i % 2)),
+    ("m16n8k8", "a", "tf32"): ((16, 8), 4, lambda l, i: (l // 4 + 8 * (i % 2), l % 4 + 4 * (i // 2))),
+    ("m16n8k32", "a", "s8"): ((16, 32), 16, lambda l, i: (l // 4 + 8 * (i // 4 % 2),
+                                                          4 * (l % 4) + i % 4 + 16 * (i // 8))),
+    ("m16n8k32", "b", "e4m3"): ((32, 8), 8, lambda l, i: (4 * (l % 4) + i % 4 + 16 * (i // 4), l // 4)),
+    ("m8n8k4", "a", "f64"): ((8, 4), 1, lambda l, i: (l // 4, l % 4)),
+    ("m16n8k8", "b", "f16"): ((8, 8), 2, lambda l, i: (2 * (l % 4) + i, l // 4)),
+}
+
+
+@pytest.mark.parametrize("shape, operand, type_name", list(MMA_FRAGMENTS))
+def test_mma_fragment_is_the_isa_layout(shape: str, operand: str, type_name: str) -> None:
     fig = viz.mma_fragment(shape, operand, type_name)
-    grp, row, col = mma_layout(shape, operand, type_name)
-    assert (grp == 0).all()
-    lane = np.arange(32)[:, None].repeat(row.shape[1], 1)
-    elem = np.arange(row.shape[1])[None, :].repeat(32, 0)
-    assert (fig.data[0][row, col] == lane).all() and (fig.data[1][row, col] == elem).all()
+    cells, elements, where = MMA_FRAGMENTS[shape, operand, type_name]
+    np.testing.assert_array_equal(fig.data, _expected(cells, 32, elements, where))
     _covers_once(fig.data, 32)
     _close(fig)
 
@@ -59,11 +84,18 @@ def test_mma_c_fragment_matches_the_isa_formula_and_the_dsl() -> None:
     _close(fig)
 
 
+def _quad_pair_c(lane: int, i: int) -> tuple[int, int]:
+    """PTX ISA, mma.m8n8k4 with f32 accumulators: quad-pair ``(l >> 2) & 3``
+    (quads p and p + 4) computes its own 8 x 8 D, in which row = X + (i & 2)
+    with X = (l & 1) + 4 ((l >> 4) & 1) and col = (i & 4) + (l & 2) + (i & 1).
+    The figure stacks the four quad-pairs' matrices downwards."""
+    x = (lane & 1) + 4 * ((lane >> 4) & 1)
+    return 8 * ((lane >> 2) & 3) + x + (i & 2), (i & 4) + (lane & 2) + (i & 1)
+
+
 def test_quad_pair_mma_stacks_the_four_groups() -> None:
     fig = viz.mma_fragment("m8n8k4", "c", "f32", "row")
-    grp, row, col = mma_layout("m8n8k4", "c", "f32", "row")
-    assert fig.data.shape == (2, 4 * 8, 8)
-    assert (fig.data[0][grp * 8 + row, col] == np.arange(32)[:, None]).all()
+    np.testing.assert_array_equal(fig.data, _expected((4 * 8, 8), 32, 8, _quad_pair_c))
     _close(fig)
 
 
@@ -121,12 +153,25 @@ def test_mma_figures_agree_with_an_emulator_mma() -> None:
         _close(f)
 
 
+def _wgmma_d(t: int, i: int) -> tuple[int, int]:
+    """PTX ISA, wgmma D (32-bit accumulators): warp t // 32 owns rows
+    16 (t // 32) .. +15; element i of lane l sits at row g + 8 ((i // 2) % 2),
+    column 8 (i // 4) + 2 q + i % 2 of that slab."""
+    lane = t % 32
+    return 16 * (t // 32) + lane // 4 + 8 * (i // 2 % 2), 8 * (i // 4) + 2 * (lane % 4) + i % 2
+
+
+def _wgmma_a(t: int, i: int) -> tuple[int, int]:
+    """PTX ISA, wgmma A in registers (16-bit types, K = 16): each warp's 16
+    rows laid out as mma.m16n8k16's A."""
+    lane = t % 32
+    return 16 * (t // 32) + lane // 4 + 8 * (i // 2 % 2), 2 * (lane % 4) + i % 2 + 8 * (i // 4)
+
+
 @pytest.mark.parametrize("n", [8, 16, 64])
-def test_wgmma_d_fragment_is_the_emulator_layout_and_the_dsl_map(n: int) -> None:
+def test_wgmma_d_fragment_is_the_isa_layout_and_the_dsl_map(n: int) -> None:
     fig = viz.wgmma_fragment(n)
-    _, row, col = wgmma_d_layout(n)
-    assert fig.data.shape == (2, 64, n)
-    assert (fig.data[0][row, col] == np.arange(128)[:, None]).all()
+    np.testing.assert_array_equal(fig.data, _expected((64, n), 128, n // 2, _wgmma_d))
     _covers_once(fig.data, 128)
     for t in (0, 5, 37, 127):
         for j in range(n // 2):
@@ -134,10 +179,9 @@ def test_wgmma_d_fragment_is_the_emulator_layout_and_the_dsl_map(n: int) -> None
     _close(fig)
 
 
-def test_wgmma_a_fragment_is_the_emulator_layout() -> None:
+def test_wgmma_a_fragment_is_the_isa_layout() -> None:
     fig = viz.wgmma_fragment(operand="a", k=16, type_name="bf16")
-    _, row, col = wgmma_a_layout(16, "bf16")
-    assert (fig.data[0][row, col] == np.arange(128)[:, None]).all()
+    np.testing.assert_array_equal(fig.data, _expected((64, 16), 128, 8, _wgmma_a))
     _covers_once(fig.data, 128)
     with pytest.raises(ValueError, match="operand must be 'd' or 'a'"):
         viz.wgmma_fragment(operand="b")
@@ -185,32 +229,69 @@ def test_ldmatrix_figure_agrees_with_an_emulator_ldmatrix(trans: bool, num: int)
     for (r, c), ln in np.ndenumerate(lane):
         j, col = divmod(c, 8)
         assert halves[ln, reg[r, c], elem[r, c]] == 64 * j + 8 * r + col
-    row_map, col_map = fragment_map("m8n8", trans)
-    assert (lane[row_map, col_map] == np.arange(32)[:, None, None]).all()
+    np.testing.assert_array_equal(fig.data, _matrix_map("m8n8", trans, num))
     _close(fig)
+
+
+# PTX ISA, ldmatrix / stmatrix fragments: (shape, .trans) -> ((rows, columns)
+# of one matrix as it lies in memory, registers a matrix, elements a register,
+# (row, col) of element e of register r of lane l).
+MATRIX_MAPS = {
+    ("m8n8", False): ((8, 8), 1, 2, lambda l, r, e: (l // 4, 2 * (l % 4) + e)),
+    ("m8n8", True): ((8, 8), 1, 2, lambda l, r, e: (2 * (l % 4) + e, l // 4)),
+    # ldmatrix .m16n16 .trans .b8: register r holds rows 4q..4q+3 of column g + 8r
+    ("m16n16", True): ((16, 16), 2, 4, lambda l, r, e: (4 * (l % 4) + e, l // 4 + 8 * r)),
+    # ldmatrix .m8n16 (8-bit): row g, columns 4q..4q+3
+    ("m8n16", True): ((8, 16), 1, 4, lambda l, r, e: (l // 4, 4 * (l % 4) + e)),
+    # stmatrix .m16n8 .trans .b8: byte e is element (g + 8 (e // 2), 2q + e % 2), stored transposed
+    ("m16n8", True): ((8, 16), 1, 4, lambda l, r, e: (2 * (l % 4) + e % 2, l // 4 + 8 * (e // 2))),
+}
+
+
+def _matrix_map(shape: str, trans: bool, num: int) -> np.ndarray:
+    """``(3, rows, num * cols)``: lane, register (``j * registers + r``) and
+    element of each cell, matrix ``j`` to the right of matrix ``j - 1``."""
+    (rows, cols), nregs, per, where = MATRIX_MAPS[shape, trans]
+    out = np.full((3, rows, num * cols), -1, dtype=np.int64)
+    for j in range(num):
+        for lane in range(32):
+            for r in range(nregs):
+                for e in range(per):
+                    row, col = where(lane, r, e)
+                    assert out[0, row, j * cols + col] == -1
+                    out[:, row, j * cols + col] = lane, j * nregs + r, e
+    assert (out >= 0).all()
+    return out
 
 
 @pytest.mark.parametrize("shape", ["m16n16", "m8n16", "m16n8"])
-def test_eight_bit_matrix_maps_are_the_emulator_maps(shape: str) -> None:
+def test_eight_bit_matrix_maps_are_the_isa_maps(shape: str) -> None:
     fig = viz.ldmatrix_map(shape, True, 2)
-    row, col = fragment_map(shape, True)
-    cols = int(col.max()) + 1
-    lanes = np.arange(32)[:, None, None]
-    assert (fig.data[0][row, col] == lanes).all() and (fig.data[0][row, col + cols] == lanes).all()
-    assert (fig.data[1][row, col + cols] == np.arange(row.shape[1])[None, :, None] + row.shape[1]).all()
+    np.testing.assert_array_equal(fig.data, _matrix_map(shape, True, 2))
     _close(fig)
+
+
+# PTX ISA, "Matrix fragments for tcgen05.ld / tcgen05.st": shape -> (TMEM
+# lanes, 32-bit columns and registers a thread per .x1, (lane, column) of
+# register r of thread l; .xN repeats the .x1 image N times to the right).
+TCGEN05_LD = {
+    "32x32b": (32, 1, 1, lambda l, r: (l, r)),
+    "16x64b": (16, 2, 1, lambda l, r: (l // 4 + 8 * (l % 2), l // 2 % 2 + 2 * r)),
+    "16x128b": (16, 4, 2, lambda l, r: (l // 4 + 8 * (r % 2), l % 4 + 4 * (r // 2))),
+    "16x256b": (16, 8, 4, lambda l, r: (l // 4 + 8 * (r // 2 % 2), r % 2 + 2 * (l % 4) + 8 * (r // 4))),
+}
 
 
 @pytest.mark.parametrize("shape, num", [("32x32b", 2), ("16x64b", 4), ("16x128b", 2), ("16x256b", 1),
                                         ("16x256b", 4)])
-def test_tcgen05_ld_map_is_the_emulator_map_and_the_dsl_map(shape: str, num: int) -> None:
+def test_tcgen05_ld_map_is_the_isa_map_and_the_dsl_map(shape: str, num: int) -> None:
     fig = viz.tcgen05_ld_map(shape, num)
-    nregs = dslf.tcgen05_ld_registers(shape, num)
-    lane, cols = fragment_cells(shape, nregs, False)
+    lanes, cols, regs, where = TCGEN05_LD[shape]
+    assert dslf.tcgen05_ld_registers(shape, num) == regs * num
+    np.testing.assert_array_equal(fig.data, _expected((lanes, cols * num), 32, regs * num, where))
     for t in range(32):
-        for j in range(nregs):
-            assert fig.data[0][lane[t, j], cols[t, j, 0]] == t and fig.data[1][lane[t, j], cols[t, j, 0]] == j
-            assert (lane[t, j], cols[t, j, 0]) == dslf.tcgen05_ld_coords(shape, t, j, num)
+        for j in range(regs * num):
+            assert where(t, j) == dslf.tcgen05_ld_coords(shape, t, j, num)
     _covers_once(fig.data, 32)
     with pytest.raises(ValueError, match="shape must be one of"):
         viz.tcgen05_ld_map("16x32bx2")

@@ -31,7 +31,12 @@ def test_swizzle_pattern_is_the_emulator_swizzle_and_the_dsl_swizzle(span: int) 
             landed = int(swizzle(np.array([r * span + 16 * c], np.uint64), span)[0])
             assert landed == r * span + 16 * fig.data[r, c]
             assert dslf.swizzle(r, 16 * c, bytes=span) == landed
-    if span == 128:                                              # the ISA's closed form: chunk ^ row % 8
+    # The closed form (PTX ISA, the shared-memory swizzling modes; CUTLASS's
+    # Swizzle<log2(span / 16), 4, 3>): byte address bits 7.. of the row, masked
+    # to the span's chunk count, XOR the 16-byte chunk index.
+    r, c = np.arange(16)[:, None], np.arange(chunks)[None, :]
+    np.testing.assert_array_equal(fig.data, c ^ ((r * span // 128) % chunks))
+    if span == 128:                                              # chunk ^ row % 8
         assert (fig.data == np.arange(8)[None, :] ^ (np.arange(16)[:, None] % 8)).all()
     with pytest.raises(ValueError, match="span must be 32, 64 or 128"):
         viz.swizzle_chunks(16)
@@ -110,6 +115,7 @@ WAIT:
 """
     dev.launch(ptx, [desc, dst], grid=(1, 1, 1), block=(64, 1, 1))
     got = dev.from_device(dst, like=out).astype(np.int64) - 1
+    np.testing.assert_array_equal(got, _box_reference(shape, box, coords, 4, 128))
     np.testing.assert_array_equal(got, viz.tma_box_data(shape, box, coords, "f32", 128))
 
 
