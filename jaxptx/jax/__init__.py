@@ -13,6 +13,9 @@ writes are an error (:func:`allow_unwritten` declares padding);
 :func:`in_place` declares outputs that update an input. It batches under ``jax.vmap``
 (a loop over the batch), runs per shard inside ``jax.shard_map``, and
 :func:`custom_vjp` pairs a forward kernel with its backward for ``jax.grad``.
+:func:`ptx_call` makes any PTX entry (Triton's, nvcc's, hand-written) the
+same kind of primitive, its ``.param`` list filled by arrays, numbers,
+:class:`Output`, :class:`Scratch` and :class:`TensorMap` arguments.
 
 Importing this package is cheap: jax itself loads on the first kernel call.
 
@@ -33,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..dsl import Kernel
@@ -40,9 +44,13 @@ from ..dsl._kernel import set_call_hook
 
 from ..dsl.declarations import allow_unwritten as allow_unwritten
 from ..dsl.declarations import in_place as in_place
+from ._ptx_args import Output as Output
+from ._ptx_args import Scratch as Scratch
+from ._ptx_args import TensorMap as TensorMap
 
 __all__ = ["custom_vjp", "primitive", "kernels_in", "register_ffi_targets", "disabled_checks",
-           "deserialize", "allow_unwritten", "in_place"]
+           "deserialize", "allow_unwritten", "in_place", "ptx_call", "Output", "Scratch",
+           "TensorMap"]
 
 
 def _call(kernel: Kernel, args: tuple, kwargs: dict) -> Any:
@@ -88,6 +96,110 @@ def custom_vjp(forward: Any, backward: Any = None) -> Any:
     """
     from ._vjp import custom_vjp as make  # jax (heavy) loads here
     return make(forward, backward)
+
+
+def ptx_call(ptx: str, *args: Any, kernel: str | None = None, out_shape: Any, grid: Any,
+             block: Any, cluster: Any = (1, 1, 1), smem: int = 0,
+             input_output_aliases: Mapping[int, int] | None = None,
+             zeroed_outputs: Sequence[int] = (), vmap_grid_z: bool = False) -> Any:
+    """Call a PTX entry (from Triton, nvcc, the CuTe DSL, or written by hand) as a JAX primitive.
+
+    The call is a primitive like a ``@kernel``'s: ``jax.jit`` lowers it to
+    the same typed-FFI custom call (``jaxptx_launch_v2`` on CUDA, the PTX
+    compiled by ptxas through the cubin cache where the GPUs are;
+    ``jaxptx_cpu_v2`` on the CPU, where it runs on the emulator, so
+    ``jaxptx.sim.checking()``, ``jaxptx.profile.profiling()`` and
+    ``JAXPTX_CAPTURE_DIR`` see it), with a kernel id bound to its content.
+    It works under ``jax.vmap``, ``jax.shard_map`` (a launch per shard),
+    ``jax.export`` (with :func:`disabled_checks`) and, wrapped with its
+    backward in :func:`custom_vjp`, ``jax.grad``.
+
+    The positional ``args`` fill the entry's ``.param`` list in order:
+
+    * an array: a pointer to that input (a ``.u64``/``.b64``/``.s64`` param);
+    * :class:`Output` ``(i)``: a pointer to output ``i``; without any
+      ``Output``, the outputs' pointers follow all the arguments;
+    * a Python or numpy number: the static value of a scalar param, in its
+      PTX type (range-checked; a 64-bit param takes a numpy integer, since a
+      Python int there is more often a missing array);
+    * :class:`Scratch` ``(nbytes)``: a pointer to a zero-filled scratch buffer;
+    * :class:`TensorMap` ``(array, box=..., swizzle=...)``: a 128-byte tensor
+      map (``.param .align 64 .b8 name[128]``) of an input (or output).
+
+    The custom call passes buffer pointers first (inputs, then outputs), then
+    the scalars, then the tensor maps; the PTX it carries has the entry's
+    ``.param`` list reordered that way (the body is unchanged, the line
+    numbers too), with an unused pointer param for a buffer that has none.
+
+    Args:
+        ptx: the PTX module's text. It is parsed and checked once per text:
+            text that does not parse, or that ``jaxptx.check`` finds ptxas
+            would reject, is an error naming the line when the call is traced.
+        *args: what fills each ``.param`` (above).
+        kernel: the ``.entry`` to call when the module has several.
+        out_shape: a ``jax.ShapeDtypeStruct`` or a pytree of them; the result
+            has its structure.
+        grid, block, cluster: the launch shape (an int or 1 to 3 ints each).
+        smem: bytes of dynamic shared memory.
+        input_output_aliases: ``{argument position: output index}``: the
+            output is the input's buffer, updated in place (as in
+            ``jax.ffi.ffi_call``; the argument must be an array of the
+            output's shape and dtype).
+        zeroed_outputs: outputs that start as zeros (atomics accumulate into
+            them); other outputs start as garbage, and on the CPU, bytes of
+            them the kernel leaves unwritten are an error.
+        vmap_grid_z: under ``jax.vmap``, launch once with the batch as grid
+            z rather than once per element: every array argument, output and
+            Scratch gets the batch as its leading dim (unbatched arguments
+            are broadcast), and the kernel offsets each pointer by
+            ``%ctaid.z`` times one element's bytes. Such a kernel also runs
+            right with grid z = 1. Needs grid z = 1; calls with tensor maps
+            and batches past 65535 loop instead.
+
+    Returns:
+        The outputs, in ``out_shape``'s structure (Scratch buffers dropped).
+
+    Raises:
+        ParseError: the PTX does not parse.
+        jaxptx.sim.PrecheckError: ptxas would reject the PTX (``jaxptx.check``).
+        SpecError: an argument that does not fit its ``.param`` (count,
+            pointer against scalar, a value out of its type's range, a
+            parameter kind ptx_call cannot fill), naming the param's index,
+            name and PTX type and what came; bad aliases or zeroed outputs.
+        LaunchError: a launch outside CUDA's limits for the PTX's target.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> scale = '''.version 8.0
+        ... .target sm_80
+        ... .address_size 64
+        ... .visible .entry scale(.param .u64 x, .param .f32 a, .param .u64 y)
+        ... {
+        ...     .reg .b32 %r<2>;
+        ...     .reg .b64 %rd<5>;
+        ...     .reg .f32 %f<3>;
+        ...     ld.param.u64 %rd1, [x];
+        ...     ld.param.u64 %rd2, [y];
+        ...     ld.param.f32 %f1, [a];
+        ...     mov.u32 %r1, %tid.x;
+        ...     mul.wide.u32 %rd3, %r1, 4;
+        ...     add.s64 %rd4, %rd1, %rd3;
+        ...     ld.global.f32 %f2, [%rd4];
+        ...     mul.f32 %f2, %f2, %f1;
+        ...     add.s64 %rd4, %rd2, %rd3;
+        ...     st.global.f32 [%rd4], %f2;
+        ...     ret;
+        ... }'''
+        >>> x = np.arange(32, dtype=np.float32)
+        >>> f = jax.jit(lambda x: ptx_call(scale, x, 3.0, grid=1, block=32,
+        ...                                out_shape=jax.ShapeDtypeStruct((32,), np.float32)))
+        >>> f(x)[:4]
+        Array([0., 3., 6., 9.], dtype=float32)
+    """
+    from ._ptx_call import ptx_call as call  # jax (heavy) loads here
+    return call(ptx, *args, kernel=kernel, out_shape=out_shape, grid=grid, block=block,
+                cluster=cluster, smem=smem, input_output_aliases=input_output_aliases,
+                zeroed_outputs=zeroed_outputs, vmap_grid_z=vmap_grid_z)
 
 
 def kernels_in(lowered: Any) -> dict[int, Any]:

@@ -30,7 +30,7 @@ from ..errors import SpecError
 from ..launch import Launch
 from ._tma import records as tma_records
 
-__all__ = ["Entry", "register", "find", "lookup", "kernels_in", "content_bytes",
+__all__ = ["Entry", "register", "add", "find", "lookup", "kernels_in", "content_bytes",
            "content_id", "launch_integers"]
 
 ID_BITS = 48
@@ -128,14 +128,25 @@ def register(kernel: Kernel, target: isa.Target, template: tuple, dims: tuple,
     if launch != dataclasses.replace(spec.launch, grid=launch.grid):
         raise SpecError(f"kernel {kernel.name}: the call launches {launch}, but its "
                         f"{target.name} specialisation launches {spec.launch}")
-    entry = Entry(0, kernel, spec, entry_fn, launch, tuple(inputs), tuple(outputs))
+    return add(Entry(0, kernel, spec, entry_fn, launch, tuple(inputs), tuple(outputs)))
+
+
+def add(entry: Entry) -> Entry:
+    """Register ``entry`` under the id of its content (its own ``kernel_id``
+    is ignored); return the entry registered under that id (an earlier one
+    with the same content, or this one with its id). ``jaxptx.jax.ptx_call``
+    registers raw PTX this way; ``entry.kernel`` needs only a ``name``.
+
+    Raises:
+        SpecError: another content already has the id.
+    """
     content = entry.content()
     kernel_id = content_id(content)
     entry = dataclasses.replace(entry, kernel_id=kernel_id)
     with _LOCK:
         old = _ENTRIES.setdefault(kernel_id, entry)
     if old is not entry and old.content() != content:
-        raise SpecError(f"kernel {kernel.name}: kernel id {kernel_id} collides with kernel "
+        raise SpecError(f"kernel {entry.kernel.name}: kernel id {kernel_id} collides with kernel "
                         f"{old.kernel.name}; change either kernel slightly")
     return old
 
