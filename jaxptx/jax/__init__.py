@@ -15,7 +15,8 @@ writes are an error (:func:`allow_unwritten` declares padding);
 :func:`custom_vjp` pairs a forward kernel with its backward for ``jax.grad``.
 :func:`ptx_call` makes any PTX entry (Triton's, nvcc's, hand-written) the
 same kind of primitive, its ``.param`` list filled by arrays, numbers,
-:class:`Output`, :class:`Scratch` and :class:`TensorMap` arguments.
+:class:`Output`, :class:`Scratch` and :class:`TensorMap` arguments;
+:func:`cuda_call` does the same for CUDA C++ source, compiled by NVRTC.
 
 Importing this package is cheap: jax itself loads on the first kernel call.
 
@@ -47,10 +48,11 @@ from ..dsl.declarations import in_place as in_place
 from ._ptx_args import Output as Output
 from ._ptx_args import Scratch as Scratch
 from ._ptx_args import TensorMap as TensorMap
+from ..runtime._nvrtc import CudaCompileError as CudaCompileError
 
 __all__ = ["custom_vjp", "primitive", "kernels_in", "register_ffi_targets", "disabled_checks",
            "deserialize", "allow_unwritten", "in_place", "ptx_call", "Output", "Scratch",
-           "TensorMap"]
+           "TensorMap", "cuda_call", "CudaCompileError"]
 
 
 def _call(kernel: Kernel, args: tuple, kwargs: dict) -> Any:
@@ -200,6 +202,93 @@ def ptx_call(ptx: str, *args: Any, kernel: str | None = None, out_shape: Any, gr
     return call(ptx, *args, kernel=kernel, out_shape=out_shape, grid=grid, block=block,
                 cluster=cluster, smem=smem, input_output_aliases=input_output_aliases,
                 zeroed_outputs=zeroed_outputs, vmap_grid_z=vmap_grid_z)
+
+
+def cuda_call(source: str, *args: Any, kernel: str | None = None, out_shape: Any, grid: Any,
+              block: Any, cluster: Any = (1, 1, 1), smem: int = 0,
+              input_output_aliases: Mapping[int, int] | None = None,
+              zeroed_outputs: Sequence[int] = (), vmap_grid_z: bool = False,
+              arch: str | None = None, options: Sequence[str] = (),
+              include_dirs: Sequence[Any] = ()) -> Any:
+    """Call a CUDA C++ ``__global__`` function as a JAX primitive, compiled by NVRTC.
+
+    NVRTC (``cuda.bindings.nvrtc``; ``pip install 'jaxptx[nvrtc]'``)
+    compiles ``source`` to PTX for ``arch`` in this process, with no GPU
+    needed, and the PTX goes through :func:`ptx_call`: the same primitive,
+    lowerings (the emulator on the CPU, a launch on CUDA), transformations
+    and arguments (arrays, numbers, :class:`Output`, :class:`Scratch`,
+    :class:`TensorMap`, filling the kernel's parameters in order). A
+    pointer is a ``.u64`` param, a ``const __grid_constant__ CUtensorMap``
+    a tensor map; NVVM declares integers unsigned (``int`` is ``.u32``,
+    ``long long`` ``.u64``), so a negative number passes as its two's
+    complement. Structs passed by value are refused.
+
+    CUB, Thrust's device headers, libcu++ (``<cuda/std/...>``) and
+    cooperative groups are on the include path (the ``nvidia-cuda-cccl`` and
+    ``nvidia-cuda-runtime`` wheels), after ``include_dirs``. NVRTC's
+    defaults hold otherwise: C++17, no fast math, no line info.
+
+    The PTX is cached by content (the source, kernel, target, options,
+    include directories with a stamp of their files, NVRTC's version) in
+    memory and on disk beside the cubin cache (``$JAXPTX_CACHE_DIR``), so a
+    second call or process does not compile again. NVRTC writes its own
+    release's PTX version (NVRTC 13.5: ``.version 9.5``), which a CUDA 13.0
+    driver cannot read; the call lowers the ``.version`` to jaxptx's default
+    for the target (8.5) or 9.0 when ``jaxptx.check`` finds the instructions
+    allow it, and says so in a comment on that line.
+
+    Args:
+        source: the CUDA C++ program's text.
+        *args: what fills each of the kernel's parameters (see :func:`ptx_call`).
+        kernel: the ``__global__`` function: an ``extern "C"`` name, or any
+            C++ name expression (``"scale<float>"``, ``"ns::step<4>"``) that
+            NVRTC instantiates and maps to its mangled entry. Without it,
+            the program's only kernel.
+        out_shape, grid, block, cluster, smem, input_output_aliases,
+            zeroed_outputs, vmap_grid_z: as for :func:`ptx_call`.
+        arch: the target (``"sm_80"``, ``"sm_90a"``); by default what
+            ``@kernel(arch="auto")`` resolves to: ``$JAXPTX_ARCH``, GPU 0's,
+            else ``"sm_90a"``. NVRTC compiles for its virtual
+            ``compute_XX``.
+        options: more NVRTC flags (``("-DN=4", "--use_fast_math")``); the
+            target is ``arch``'s, not a flag's.
+        include_dirs: header directories (str or ``pathlib.Path``),
+            searched first. Their files' paths, sizes and modification
+            times key the cache (headers reached through an ``-I`` in
+            ``options`` do not).
+
+    Returns:
+        The outputs, in ``out_shape``'s structure.
+
+    Raises:
+        CudaCompileError: NVRTC rejected the program (or a ``kernel`` that
+            names no ``__global__`` function); the message shows each
+            error's ``file(line)`` with the source line under it (``.log``
+            holds NVRTC's whole log).
+        ToolchainError: NVRTC is not installed.
+        SpecError: no ``kernel`` and not one kernel in the source, a flag
+            that chooses the target, an include directory that is none, or
+            an argument that does not fit (see :func:`ptx_call`).
+        PtxTargetError: ``arch`` is not a target like ``"sm_90a"``.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> src = r'''
+        ... extern "C" __global__ void scale(const float* x, float a, float* y, int n) {
+        ...     int i = blockIdx.x * blockDim.x + threadIdx.x;
+        ...     if (i < n) y[i] = a * x[i];
+        ... }'''
+        >>> x = np.arange(64, dtype=np.float32)
+        >>> f = jax.jit(lambda x: cuda_call(src, x, 3.0, Output(0), 64, grid=2, block=32,
+        ...                                 out_shape=jax.ShapeDtypeStruct((64,), np.float32)))
+        >>> f(x)[:4]
+        Array([0., 3., 6., 9.], dtype=float32)
+    """
+    from ._cuda_call import cuda_call as call  # jax (heavy) loads here
+    return call(source, *args, kernel=kernel, out_shape=out_shape, grid=grid, block=block,
+                cluster=cluster, smem=smem, input_output_aliases=input_output_aliases,
+                zeroed_outputs=zeroed_outputs, vmap_grid_z=vmap_grid_z, arch=arch,
+                options=options, include_dirs=include_dirs)
 
 
 def kernels_in(lowered: Any) -> dict[int, Any]:

@@ -1,5 +1,5 @@
-"""Runtime support: the CUDA toolchain (ptxas, nvJitLink, nvdisasm), devices, and
-which module image (cubin or PTX) the installed driver can load."""
+"""Runtime support: the CUDA toolchain (ptxas, nvJitLink, nvdisasm, NVRTC), devices,
+and which module image (cubin or PTX) the installed driver can load."""
 
 from ._cache import cache_dir as cache_dir
 from ._cache import cache_max_bytes as cache_max_bytes
@@ -20,3 +20,5 @@ from ._compat import ModuleImage as ModuleImage
 from ._compat import driver_cuda_version as driver_cuda_version
 from ._compat import module_image as module_image
 from ._compat import plan_image as plan_image
+from ._nvrtc import CudaCompileError as CudaCompileError
+from ._nvrtc import compile_cuda as compile_cuda

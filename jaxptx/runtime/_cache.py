@@ -1,4 +1,4 @@
-"""An on-disk cache of compiled cubins.
+"""An on-disk cache of compiled cubins (and of NVRTC's PTX, ``_nvrtc``).
 
 Compiling PTX takes tens to hundreds of milliseconds a kernel; a process
 that lowers the same kernels again (every test run, every restart of a
@@ -78,10 +78,13 @@ def cache_max_bytes() -> int:
     return int(number) * _SUFFIXES[suffix]
 
 
-def cached(ptx: str, arch: str, compiler: str, compile: Callable[[], bytes]) -> bytes:
+def cached(ptx: str, arch: str, compiler: str, compile: Callable[[], bytes], *,
+           kind: str = "cubin") -> bytes:
     """The cubin of ``ptx`` for ``arch`` from the cache, or ``compile()``'s
     result, stored for next time. ``compiler`` names the compiler and its
-    version (``"nvjitlink 13.0"``).
+    version (``"nvjitlink 13.0"``). ``kind`` names the entries' subdirectory
+    and suffix: ``"cubin"``, or ``"nvrtc"`` for NVRTC's output (``ptx`` is
+    then the text of the compile's key); each kind is bounded on its own.
 
     Raises:
         ValueError: ``JAXPTX_CACHE_MAX_BYTES`` is malformed (checked before
@@ -92,7 +95,7 @@ def cached(ptx: str, arch: str, compiler: str, compile: Callable[[], bytes]) -> 
         return compile()
     limit = cache_max_bytes()   # a bad setting fails before any work, not after a compile
     key = hashlib.sha256("\0".join((compiler, arch, ptx)).encode()).hexdigest()
-    path = root / "cubin" / key[:2] / f"{key}.cubin"
+    path = root / kind / key[:2] / f"{key}.{kind}"
     cubin = _read(path, key)
     if cubin is not None:
         return cubin
@@ -100,7 +103,7 @@ def cached(ptx: str, arch: str, compiler: str, compile: Callable[[], bytes]) -> 
     try:
         if limit > 0:
             _write(root, path, key, cubin)
-        _sweep(root / "cubin", limit)
+        _sweep(root / kind, limit)
     except OSError:
         pass
     return cubin
@@ -146,14 +149,15 @@ def _write(root: Path, path: Path, key: str, cubin: bytes) -> None:
         raise
 
 
-def _sweep(cubins: Path, limit: int) -> None:
+def _sweep(entries_dir: Path, limit: int) -> None:
     """Delete temp files of writes that died, then the least recently used
-    entries until the rest fit in ``limit`` bytes."""
-    if not cubins.is_dir():
+    entries (``<key>.<kind>`` files in the directory named after their kind)
+    until the rest fit in ``limit`` bytes."""
+    if not entries_dir.is_dir():
         return
     now = time.time()
     entries = []
-    for p in cubins.glob("*/*"):
+    for p in entries_dir.glob("*/*"):
         try:
             st = p.stat()
         except OSError:
@@ -161,7 +165,7 @@ def _sweep(cubins: Path, limit: int) -> None:
         if p.name.startswith(_TEMP_PREFIX):
             if _abandoned(p.name, now - st.st_mtime):
                 p.unlink(missing_ok=True)
-        elif p.suffix == ".cubin":
+        elif p.suffix == f".{entries_dir.name}":
             entries.append((st.st_mtime, st.st_size, p))
     total = sum(size for _, size, _ in entries)
     for _, size, p in sorted(entries):
