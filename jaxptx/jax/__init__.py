@@ -244,8 +244,9 @@ def cuda_call(source: str, *args: Any, kernel: str | None = None, out_shape: Any
             C++ name expression (``"scale<float>"``, ``"ns::step<4>"``) that
             NVRTC instantiates and maps to its mangled entry. Without it,
             the program's only kernel.
-        out_shape, grid, block, cluster, smem, input_output_aliases,
-            zeroed_outputs, vmap_grid_z: as for :func:`ptx_call`.
+        out_shape: as for :func:`ptx_call`; so are ``grid``, ``block``,
+            ``cluster``, ``smem``, ``input_output_aliases``,
+            ``zeroed_outputs`` and ``vmap_grid_z``.
         arch: the target (``"sm_80"``, ``"sm_90a"``); by default what
             ``@kernel(arch="auto")`` resolves to: ``$JAXPTX_ARCH``, GPU 0's,
             else ``"sm_90a"``. NVRTC compiles for its virtual
