@@ -17,7 +17,7 @@
     python benchmarks/emulator_speed.py [--repeat 3] [--gemm 512]
 
 The emulator raises glibc malloc's mmap/trim thresholds on its first launch
-(``jaxptx/sim/_host.py``: per-instruction arrays would otherwise fault in
+(``jaxptx/sim/core/host.py``: per-instruction arrays would otherwise fault in
 fresh pages); ``JAXPTX_SIM_MALLOPT=0`` measures it without.
 """
 

@@ -155,12 +155,6 @@ std::string verify_call(std::string_view target, int64_t kernel_id, std::string_
 
 namespace {
 
-// CUDA's limits (jaxptx/launch.py has the same numbers and their sources).
-constexpr std::array<int64_t, 3> kMaxGrid = {2147483647, 65535, 65535};
-constexpr std::array<int64_t, 3> kMaxBlock = {1024, 1024, 64};
-constexpr int64_t kMaxThreads = 1024;
-constexpr int64_t kMaxClusterSize = 8;
-constexpr int64_t kMaxSmem = 227 * 1024;  // sm_90/sm_100's per-block maximum
 constexpr const char* kAxes = "xyz";
 
 std::string dims_text(const std::array<int64_t, 3>& v) {

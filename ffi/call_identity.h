@@ -48,16 +48,25 @@ struct LaunchShape {
   std::array<int64_t, 3> grid{1, 1, 1}, block{1, 1, 1}, cluster{1, 1, 1};
   int64_t smem = 0;
 
+  // CUDA's limits that hold on every target: jaxptx/launch.py has the same
+  // numbers (MAX_GRID, MAX_BLOCK, MAX_THREADS_PER_BLOCK, MAX_CLUSTER_SIZE,
+  // the largest of MAX_SMEM_PER_BLOCK) and their sources; module.cc exposes
+  // these as _ffi.launch_limits(), and tests/test_build.py checks they agree.
+  static constexpr std::array<int64_t, 3> kMaxGrid = {2147483647, 65535, 65535};
+  static constexpr std::array<int64_t, 3> kMaxBlock = {1024, 1024, 64};
+  static constexpr int64_t kMaxThreads = 1024;
+  static constexpr int64_t kMaxClusterSize = 8;     // portable; larger ones need an opt-in
+  static constexpr int64_t kMaxSmem = 227 * 1024;   // sm_90/sm_100's per-block maximum
+
   int64_t threads() const { return block[0] * block[1] * block[2]; }
   int64_t cluster_size() const { return cluster[0] * cluster[1] * cluster[2]; }
 
-  // CUDA's limits that hold on every target, as jaxptx/launch.py's Launch
-  // checks them (each dim >= 1; grid <= {2^31-1, 65535, 65535}; block <=
-  // {1024, 1024, 64} and 1024 threads; a portable cluster of <= 8 blocks
-  // that divides the grid; smem <= 227 KiB, the most any target allows).
-  // The target's own limits (clusters from sm_90, its shared-memory
-  // maximum) are checked at trace, and the kernel id covers the launch.
-  // Empty when all hold, else why.
+  // The limits above, as jaxptx/launch.py's Launch checks them (each dim >=
+  // 1; grid <= kMaxGrid; block <= kMaxBlock and kMaxThreads threads; a
+  // cluster of <= kMaxClusterSize blocks that divides the grid; smem <=
+  // kMaxSmem). The target's own limits (clusters from sm_90, its
+  // shared-memory maximum) are checked at trace, and the kernel id covers
+  // the launch. Empty when all hold, else why.
   std::string validate() const;
 };
 

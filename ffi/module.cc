@@ -5,6 +5,7 @@
 // handler's Python callback and the CUDA handler's module registry; and, for
 // tests, a way to run the CUDA handler with no GPU (standin.h).
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -122,6 +123,21 @@ NB_MODULE(_ffi, m) {
         "The check both handlers run on a call before anything else (the "
         "launch, given here by its members, then the content against the "
         "kernel id): empty when it passes, else the error message. For tests.");
+
+  m.def("launch_limits", []() {
+    using jaxptx::LaunchShape;
+    auto dims = [](const std::array<int64_t, 3>& v) { return nb::make_tuple(v[0], v[1], v[2]); };
+    nb::dict d;
+    d["grid"] = dims(LaunchShape::kMaxGrid);
+    d["block"] = dims(LaunchShape::kMaxBlock);
+    d["threads_per_block"] = LaunchShape::kMaxThreads;
+    d["cluster_size"] = LaunchShape::kMaxClusterSize;
+    d["smem"] = LaunchShape::kMaxSmem;
+    return d;
+  }, "The launch limits both handlers check on every call (LaunchShape in "
+     "call_identity.h): grid and block (3 ints each), threads_per_block, "
+     "cluster_size and smem (bytes of dynamic shared memory); for checking "
+     "that jaxptx/launch.py has the same.");
 
   m.def("target_names", []() {
     return nb::make_tuple(jaxptx::kCpuTarget, jaxptx::kCudaTarget);

@@ -52,6 +52,8 @@ __all__ = ["Launch", "validate_launch", "dim3", "MAX_GRID", "MAX_BLOCK", "MAX_TH
 
 Dim3 = tuple[int, int, int]
 
+# The C++ handlers check the same limits (LaunchShape in ffi/call_identity.h);
+# tests/test_build.py fails when the two disagree.
 MAX_GRID: Dim3 = (2**31 - 1, 65535, 65535)
 MAX_BLOCK: Dim3 = (1024, 1024, 64)
 MAX_THREADS_PER_BLOCK = 1024

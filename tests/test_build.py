@@ -74,3 +74,71 @@ def test_call_frame_compiles_against_the_installed_ffi_api():
 
     result = _compile_call_frame(pathlib.Path(jax.ffi.include_dir()))
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def _largest_smem() -> int:
+    from jaxptx import launch
+
+    return max(launch.MAX_SMEM_PER_BLOCK.values())
+
+
+def test_the_shims_launch_limits_are_jaxptx_launchs():
+    """The C++ ``LaunchShape`` (ffi/call_identity.h) checks the numbers
+    jaxptx/launch.py checks: changing one without the other fails here."""
+    import jaxptx._ffi as ffi
+    from jaxptx import launch
+
+    assert ffi.launch_limits() == {"grid": launch.MAX_GRID, "block": launch.MAX_BLOCK,
+                                   "threads_per_block": launch.MAX_THREADS_PER_BLOCK,
+                                   "cluster_size": launch.MAX_CLUSTER_SIZE, "smem": _largest_smem()}
+
+
+def _over_each_limit():
+    """One launch past each limit of jaxptx/launch.py, as (grid, block,
+    cluster, smem), and what the shim says of it. grid.x's limit is int32's
+    largest value, so no int32 attribute can pass it."""
+    from jaxptx.launch import MAX_BLOCK, MAX_CLUSTER_SIZE, MAX_GRID, MAX_THREADS_PER_BLOCK
+
+    n = MAX_CLUSTER_SIZE + 1
+    return dict(zip(_LIMITS, [
+        (([1, MAX_GRID[1] + 1, 1], [1, 1, 1], [1, 1, 1], 0), rf"grid\.y = {MAX_GRID[1] + 1} exceeds CUDA's limit "),
+        (([1, 1, MAX_GRID[2] + 1], [1, 1, 1], [1, 1, 1], 0), rf"grid\.z = {MAX_GRID[2] + 1} exceeds CUDA's limit "),
+        (([1, 1, 1], [MAX_BLOCK[0] + 1, 1, 1], [1, 1, 1], 0), rf"block\.x = {MAX_BLOCK[0] + 1} exceeds "),
+        (([1, 1, 1], [1, MAX_BLOCK[1] + 1, 1], [1, 1, 1], 0), rf"block\.y = {MAX_BLOCK[1] + 1} exceeds "),
+        (([1, 1, 1], [1, 1, MAX_BLOCK[2] + 1], [1, 1, 1], 0), rf"block\.z = {MAX_BLOCK[2] + 1} exceeds "),
+        (([1, 1, 1], [MAX_THREADS_PER_BLOCK // 2, 3, 1], [1, 1, 1], 0),
+         rf"has {MAX_THREADS_PER_BLOCK // 2 * 3} threads, over CUDA's limit of {MAX_THREADS_PER_BLOCK} per block"),
+        (([n, 1, 1], [1, 1, 1], [n, 1, 1], 0),
+         rf"cluster = \({n}, 1, 1\) has {n} blocks, over CUDA's portable limit of {MAX_CLUSTER_SIZE}"),
+        (([1, 1, 1], [1, 1, 1], [1, 1, 1], _largest_smem() + 1), rf"smem = {_largest_smem() + 1}: expected 0 to "),
+    ], strict=True))
+
+
+_LIMITS = ["grid.y", "grid.z", "block.x", "block.y", "block.z", "threads", "cluster", "smem"]
+
+
+@pytest.mark.parametrize("limit", _LIMITS)
+def test_the_shim_and_launch_py_refuse_one_past_each_limit(limit):
+    import jaxptx._ffi as ffi
+    from jaxptx.errors import LaunchError
+    from jaxptx.launch import Launch
+
+    (grid, block, cluster, smem), message = _over_each_limit()[limit]
+    said = ffi.check_call("jaxptx_cpu_v2", 7, b"ptx", "k", grid, block, cluster, smem, [], [], [])
+    assert re.search(message, said), said
+    with pytest.raises(LaunchError, match="exceeds|over CUDA's"):
+        Launch(grid, block, cluster, smem)
+
+
+def test_the_shim_and_launch_py_accept_a_launch_at_every_limit():
+    import jaxptx._ffi as ffi
+    from jaxptx.launch import MAX_BLOCK, MAX_CLUSTER_SIZE, MAX_GRID, MAX_THREADS_PER_BLOCK, Launch
+
+    for grid, block, cluster in [((MAX_CLUSTER_SIZE, MAX_GRID[1], MAX_GRID[2]), (MAX_THREADS_PER_BLOCK, 1, 1),
+                                  (MAX_CLUSTER_SIZE, 1, 1)),
+                                 ((MAX_GRID[0], 1, 1), (1, MAX_THREADS_PER_BLOCK // MAX_BLOCK[2], MAX_BLOCK[2]),
+                                  (1, 1, 1))]:
+        said = ffi.check_call("jaxptx_cpu_v2", 7, b"ptx", "k", list(grid), list(block), list(cluster),
+                              _largest_smem(), [], [], [])
+        assert "attribute launch" not in said and "does not match" in said, said   # only the id is wrong
+        Launch(grid, block, cluster, _largest_smem())

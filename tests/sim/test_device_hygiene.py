@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxptx import sim
-from jaxptx.sim import device as device_module
+from jaxptx.sim import device_memory
 
 HEAD = ".version 8.5\n.target sm_90a\n.address_size 64\n"
 
@@ -47,7 +47,7 @@ def test_a_pointer_kept_after_free_faults_instead_of_reading_the_next_allocation
 
 def test_when_the_address_space_is_used_up_the_range_freed_longest_ago_is_reused(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(device_module, "_MAX_ALLOCATIONS", 3)
+    monkeypatch.setattr(device_memory, "_MAX_ALLOCATIONS", 3)
     dev = sim.Device()
     a, b, _ = (dev.alloc(8) for _ in range(3))
     with pytest.raises(sim.SimError, match=r"alloc: the device has 3 live allocations, the most it can address"):

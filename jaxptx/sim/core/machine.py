@@ -21,6 +21,11 @@ environment variable ``JAXPTX_SIM_MAX_STEPS`` sets it (the JAX CPU path
 reads it this way), else 50,000,000. ``max_seconds`` (``JAXPTX_SIM_TIMEOUT``)
 bounds its wall time, and a launch that runs longer than a few seconds
 reports its progress (:mod:`.progress`).
+
+This module is the scheduler: the loop that picks the next group of threads
+and the instructions that move threads (branches, calls, barriers, exits).
+The per-thread state it runs on, and what semantics call on the machine,
+are :class:`.launch_state.LaunchState`'s.
 """
 
 from __future__ import annotations
@@ -30,19 +35,17 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from ... import ir, isa
-from .barriers import (CLUSTER_BARRIER, EXITED, PARKED, RUNNING, SPINNING, WAITING, arrive, everyone, release,
-                       warp_sync)
+from .barriers import CLUSTER_BARRIER, EXITED, RUNNING, WAITING, arrive, everyone, release, warp_sync
 from .calls import call, return_
 from .endless import endless_loop
-from .hangs import (MAX_STEPS_ENV, CycleWatch, Spinners, default_max_steps, first_thread, hang_message,
-                    located, running_message, shared_state, source_lines, thread_ranges, where)
+from .hangs import (MAX_STEPS_ENV, CycleWatch, default_max_steps, first_thread, hang_message, located,
+                    running_message, shared_state, source_lines, thread_ranges, where)
+from .launch_state import LaunchState
 from ..memory.spaces import Memory
 from .progress import Clock, default_max_seconds, instruction_text, progress_seconds
-from .program import Program, Variable
+from .program import Program
 from ..errors import SimError, SimFault
-from .sanitizer import Sanitizer
 from .step import Step
-from .registers import RegisterFile, SpecialRegisters
 
 __all__ = ["Machine", "MACHINE", "NO_OPS", "MAX_STEPS_ENV"]
 
@@ -62,15 +65,11 @@ _NOT_PLAIN = MACHINE | NO_OPS
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
-class Machine:
-    """One launch of a prepared program.
+class Machine(LaunchState):
+    """One launch of a prepared program: the scheduler over its
+    :class:`.launch_state.LaunchState` (whose attributes it has).
 
     Attributes:
-        program: the kernel. memory: its address spaces.
-        semantics: ``sim`` name → semantics function (the registry of
-            :mod:`jaxptx.sim.semantics`; passed in, so that the machine core
-            does not depend on the instruction families).
-        grid, block: launch dims; ``ntid`` threads per CTA, ``nthreads`` in all.
         max_steps: a bound on executed steps (``None``: :func:`default_max_steps`).
         max_seconds: a bound on :meth:`run`'s wall time in seconds (``None``
             passed: :func:`.progress.default_max_seconds`; ``None`` here: no bound).
@@ -78,274 +77,41 @@ class Machine:
             :func:`.progress.progress_seconds` says).
         clock: the running launch's :class:`.progress.Clock` (``None``
             before :meth:`run`).
-        groups: PC → the running threads at that PC (ascending); ``pc`` holds
-            the PC of every other thread (:meth:`sync_pcs` brings it up to date).
-        parked: mbarrier word → ``(threads, mark, describe)`` of the threads
-            parked on it (:meth:`park`).
-        spinners: threads proven to loop without changing anything.
-        steps, thread_steps: the steps :meth:`run` took so far (``%clock``
-            reads it) and, after it, the thread-instructions they executed
-            (statistics for benchmarks).
+        watch: the :class:`.hangs.CycleWatch` that finds loops changing nothing.
+        profiler, fidelity: observers (``jaxptx.profile``'s counter,
+            ``jaxptx.sim.fidelity``'s tracker) whose ``before(pc, threads)``
+            runs ahead of every step; ``None``: none.
     """
 
     def __init__(self, program: Program, grid: tuple[int, int, int], block: tuple[int, int, int],
                  memory: Memory, semantics: Mapping[str, Callable], *, cluster: tuple[int, int, int] = (1, 1, 1),
                  dynamic_smem: int = 0, global_bases: dict[str, int] | None = None, max_steps: int | None = None,
                  check: bool = False, max_seconds: float | None = None) -> None:
-        self.program = program
-        self.semantics = semantics
-        self.grid = grid
-        self.block = block
-        self.cluster = cluster
-        self.dynamic_smem = dynamic_smem
-        self.global_bases = global_bases or {}
-        self.memory = memory
-        self.ntid = block[0] * block[1] * block[2]
-        self.nctas = grid[0] * grid[1] * grid[2]
-        self.nthreads = self.ntid * self.nctas
-        self.warps_per_cta = -(-self.ntid // 32)
+        super().__init__(program, grid, block, memory, semantics, cluster=cluster, dynamic_smem=dynamic_smem,
+                         global_bases=global_bases, check=check)
         self.max_steps = default_max_steps() if max_steps is None else max_steps
         self.max_seconds = default_max_seconds() if max_seconds is None else max_seconds
         self.progress_every = progress_seconds()
         self.clock: Clock | None = None
         self._exits: set[int] = set()       # PCs of backward branches whose loops may be left
-        self.regs = RegisterFile(program.registers, self.nthreads)
-        self.pc = np.zeros(self.nthreads, dtype=np.int64)
-        self.state = np.zeros(self.nthreads, dtype=np.int8)
-        self.barrier = np.full(self.nthreads, -1, dtype=np.int64)
-        self.barrier_count = np.zeros(self.nthreads, dtype=np.int64)
-        self.warp_mask = np.zeros(self.nthreads, dtype=np.int64)      # bar.warp.sync members awaited
-        # bar.red: each waiting thread's predicate and the PC of its bar.red
-        # (-1 for bar.sync); bar.arrive: arrivals without waiting per (CTA, barrier).
-        self.barrier_pred = np.zeros(self.nthreads, dtype=bool)
-        self.barrier_pc = np.full(self.nthreads, -1, dtype=np.int64)
-        self.arrived = np.zeros(self.nctas * 16, dtype=np.int64)
-        self.all_threads = np.arange(self.nthreads, dtype=np.int64)
-        self.frames: dict[str, np.ndarray] = {}   # function -> calling PC per thread (-1: not in it)
-        self.current_pc: int | None = None
-        self.sanitizer = Sanitizer(self, check) if check else None
-        memory.cluster_cta = self.cluster_cta
-        self.cluster_arrivals = np.zeros(self.nctas, dtype=np.int64)   # by rank-0 CTA
-        self.groups: dict[int, np.ndarray] = {0: self.all_threads} if self.nthreads else {}
-        self.park_word = np.full(self.nthreads, -1, dtype=np.int64)
-        self.parked: dict[int, tuple[np.ndarray, int, Callable[[int], str]]] = {}
-        self._parking: list[tuple[np.ndarray, np.ndarray, np.ndarray, Callable[[int], str]]] = []
         self._probe: bytes | None = None     # shared state when parked threads last ran again
-        self.spinners = Spinners()
         self.watch = CycleWatch(self)
-        self.steps = self.thread_steps = 0
-        # Checks run when every thread has exited (tensor memory leaks); state
-        # that needs one registers it here.
-        self.exit_checks: list[Callable[["Machine"], None]] = []
         # jaxptx.profile's counter: .before(pc, threads) ahead of every step.
         self.profiler = None
         # jaxptx.sim.fidelity's tracker: .before(pc, threads) ahead of every step.
         self.fidelity = None
-        if self.sanitizer is not None:
-            memory.watch = self.sanitizer.access
-        self._special = SpecialRegisters(self)
         # Per PC: the semantics function of an instruction that only computes
         # (the machine's own control-flow and barrier names excluded), else None.
         self._plain = [semantics.get(r.inst.sim) if r is not None and r.inst.sim not in _NOT_PLAIN
                        else None for r in program.resolved]
 
     def close(self) -> None:
-        """Drop the per-thread state and the references back to the machine
-        (memory hooks, special registers, sanitizer). Without this the
-        machine and its megabytes of registers live in a reference cycle
-        until the cycle collector runs, and every launch maps fresh pages."""
-        self.memory.cluster_cta = lambda cta, rank: cta
-        self.memory.watch = None
-        self._special = None
-        self.sanitizer = None
+        """Drop the launch's state (:meth:`.launch_state.LaunchState.close`)
+        and the scheduler's references back to the machine."""
+        super().close()
         self.fidelity = None
-        self.regs = None
-        self.frames = {}
         self.watch = None
         self.clock = None
-        self.parked = {}
-        self.groups = {}
-
-    # registers ---------------------------------------------------------------
-    def read_register(self, name: str, threads: np.ndarray) -> np.ndarray:
-        """Raw bits of register ``name`` (or a special register) for ``threads``."""
-        reg = self.regs.get(name)
-        if reg is not None:
-            if self.sanitizer is not None:
-                self.sanitizer.read_register(name, threads)
-            return reg if len(threads) == self.nthreads else reg[threads]
-        return self._special.read(name, threads)
-
-    def write_register(self, name: str, threads: np.ndarray, bits: np.ndarray) -> None:
-        """Write raw bits to register ``name`` for ``threads``."""
-        if name not in self.regs.dtypes:
-            raise SimError(f"write to undeclared register {name}")
-        if len(threads) == self.nthreads:
-            self.regs.replace(name, bits)
-        else:
-            self.regs.get(name)[threads] = bits
-        if self.sanitizer is not None:
-            self.sanitizer.write_register(name, threads)
-
-    def register_width(self, name: str) -> int:
-        """Bits of register ``name``'s storage."""
-        dtype = self.regs.dtypes.get(name)
-        if dtype is None:
-            raise SimError(f"write to undeclared register {name}")
-        return 1 if dtype == np.bool_ else dtype.itemsize * 8
-
-    def variable_address(self, v: Variable) -> int:
-        """A variable's address in its own space."""
-        if v.space == "global":
-            return self.global_bases[v.name]
-        if v.space == "shared" and v.offset < 0:    # the .extern dynamic array
-            return -(-self.program.shared_size // 16) * 16
-        return v.offset
-
-    def cluster_first(self, cta: np.ndarray) -> np.ndarray:
-        """Linear index of the CTA of rank 0 in each CTA's cluster."""
-        gx, gy, _ = self.grid
-        cx, cy, cz = self.cluster
-        x, y, z = cta % gx, (cta // gx) % gy, cta // (gx * gy)
-        return (x - x % cx) + gx * ((y - y % cy) + gy * (z - z % cz))
-
-    def cluster_cta(self, cta: np.ndarray, rank: np.ndarray) -> np.ndarray:
-        """Linear index of the CTA of ``rank`` in each CTA's cluster."""
-        gx, gy, _ = self.grid
-        cx, cy, _ = self.cluster
-        first = self.cluster_first(cta)
-        return first + rank % cx + gx * ((rank // cx) % cy) + gx * gy * (rank // (cx * cy))
-
-    def cluster_register(self, base: str, axis: int, cta: np.ndarray) -> np.ndarray:
-        """``%cluster_ctarank`` and friends for CTAs ``cta``."""
-        gx, gy, _ = self.grid
-        cx, cy, cz = self.cluster
-        pos = (cta % gx, (cta // gx) % gy, cta // (gx * gy))
-        inner = (pos[0] % cx, pos[1] % cy, pos[2] % cz)
-        outer = (pos[0] // cx, pos[1] // cy, pos[2] // cz)
-        if base == "cluster_ctarank":
-            return inner[0] + cx * (inner[1] + cy * inner[2])
-        if base == "cluster_nctarank":
-            return np.full(len(cta), cx * cy * cz)
-        if base == "cluster_ctaid":
-            return inner[axis]
-        if base == "cluster_nctaid":
-            return np.full(len(cta), self.cluster[axis])
-        if base == "clusterid":
-            return outer[axis]
-        return np.full(len(cta), (self.grid[axis] // self.cluster[axis]))
-
-    # waiting -------------------------------------------------------------------
-    def park(self, threads: np.ndarray, keys: np.ndarray, marks: np.ndarray,
-             describe: Callable[[int], str]) -> None:
-        """Park some of the executing threads after this step until
-        :meth:`changed` reports a new mark for their key (an mbarrier
-        word: its phase and validity bits). ``describe(key)`` words the
-        key for a hang message."""
-        self._parking.append((threads, keys, marks, describe))
-
-    def changed(self, keys: np.ndarray, marks: np.ndarray) -> None:
-        """Objects ``keys`` now have ``marks``: wake the threads parked on a
-        key whose mark differs from the one they parked with."""
-        if not self.parked:
-            return
-        for key, mark in zip(keys.tolist(), marks.tolist()):
-            entry = self.parked.get(key)
-            if entry is not None and entry[1] != mark:
-                del self.parked[key]
-                self._wake(entry[0])
-
-    def spin(self, threads: np.ndarray, pcs: frozenset[int]) -> None:
-        """Put aside running ``threads`` proven to loop over ``pcs`` without
-        changing anything (:class:`.hangs.CycleWatch`)."""
-        threads = threads[self.state[threads] == RUNNING]
-        if len(threads) == 0:
-            return
-        self.sync_pcs()
-        for pc in list(self.groups):
-            g = self.groups[pc]
-            keep = g[~np.isin(g, threads, assume_unique=True)]
-            if len(keep) != len(g):
-                if len(keep):
-                    self.groups[pc] = keep
-                else:
-                    del self.groups[pc]
-        self.state[threads] = SPINNING
-        self.spinners.add(threads, shared_state(self), pcs)
-
-    def sync_pcs(self) -> None:
-        """Write the running threads' PCs into ``pc``."""
-        for pc, threads in self.groups.items():
-            self.pc[threads] = pc
-
-    def _park(self, threads: np.ndarray, pc: int) -> np.ndarray:
-        """Park the threads :meth:`park` named this step (at ``pc``); returns the others."""
-        requests, self._parking = self._parking, []
-        for who, keys, marks, describe in requests:
-            self.state[who] = PARKED
-            self.pc[who] = pc
-            self.park_word[who] = keys
-            for key in np.unique(keys).tolist():
-                sel = keys == key
-                mark = int(marks[sel][0])
-                entry = self.parked.get(key)
-                ts = who[sel] if entry is None else np.sort(np.concatenate((entry[0], who[sel])))
-                self.parked[key] = (ts, mark, describe)
-        return threads[self.state[threads] == RUNNING]
-
-    def _wake(self, threads: np.ndarray) -> None:
-        """Threads parked or spinning run again from their PCs."""
-        self.state[threads] = RUNNING
-        self.park_word[threads] = -1
-        self._place_at_pcs(threads)
-
-    def _stalled(self, steps: int) -> bool:
-        """No thread is ready: run parked threads once more, or spinning
-        ones whose proof no longer holds; raise when neither can change
-        anything (see :mod:`.hangs`). False when every thread has exited."""
-        if not (self.state != EXITED).any():
-            return False
-        proof = shared_state(self)
-        if self.parked and proof != self._probe:
-            self._probe = proof
-            parked = np.sort(np.concatenate([entry[0] for entry in self.parked.values()]))
-            self.parked = {}
-            self._wake(parked)
-            return True
-        stale = self.spinners.stale(proof)
-        if len(stale):
-            self._wake(stale)
-            return True
-        raise SimError(hang_message(self, steps))
-
-    # scheduling ----------------------------------------------------------------
-    def _place(self, pc: int, threads: np.ndarray) -> None:
-        """Add running ``threads`` (ascending) to the group at ``pc``."""
-        if len(threads) == 0:
-            return
-        group = self.groups.get(pc)
-        self.groups[pc] = threads if group is None else np.sort(np.concatenate((group, threads)))
-
-    def _place_at_pcs(self, threads: np.ndarray) -> None:
-        """Add running ``threads`` to the groups of their ``pc`` entries."""
-        if len(threads) == 0:
-            return
-        pcs = self.pc[threads]
-        first = pcs[0]
-        if (pcs == first).all():
-            self._place(int(first), threads)
-            return
-        for pc in np.unique(pcs).tolist():
-            self._place(pc, threads[pcs == pc])
-
-    def _guard(self, ins: ir.Instruction, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The threads whose guard lets them execute ``ins``, and the rest."""
-        if ins.guard is None:
-            return threads, _EMPTY
-        g = self.read_register(ins.guard.register.name, threads).astype(bool)
-        if ins.guard.negated:
-            g = ~g
-        return threads[g], threads[~g]
 
     # execution -----------------------------------------------------------------
     def run(self) -> None:
@@ -416,6 +182,34 @@ class Machine:
                 watch.after(steps, pc, threads)
             elif steps >= watch.next:
                 watch.start(steps)
+
+    def _stalled(self, steps: int) -> bool:
+        """No thread is ready: run parked threads once more, or spinning
+        ones whose proof no longer holds; raise when neither can change
+        anything (see :mod:`.hangs`). False when every thread has exited."""
+        if not (self.state != EXITED).any():
+            return False
+        proof = shared_state(self)
+        if self.parked and proof != self._probe:
+            self._probe = proof
+            parked = np.sort(np.concatenate([entry[0] for entry in self.parked.values()]))
+            self.parked = {}
+            self._wake(parked)
+            return True
+        stale = self.spinners.stale(proof)
+        if len(stale):
+            self._wake(stale)
+            return True
+        raise SimError(hang_message(self, steps))
+
+    def _guard(self, ins: ir.Instruction, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The threads whose guard lets them execute ``ins``, and the rest."""
+        if ins.guard is None:
+            return threads, _EMPTY
+        g = self.read_register(ins.guard.register.name, threads).astype(bool)
+        if ins.guard.negated:
+            g = ~g
+        return threads[g], threads[~g]
 
     def _execute_plain(self, fn: Callable, pc: int, threads: np.ndarray) -> None:
         """An instruction that computes (no control flow, no barrier): run
