@@ -3,9 +3,11 @@
 Reports unknown instructions, modifiers or types a target lacks, operand
 kind and type mismatches against the registers' declared types, undeclared
 registers, names (labels, variables, functions) that are never defined,
-entry parameters past the ``.param`` space a kernel may have, and
-statements outside PTX's grammar. Findings in parsed text carry the line
-and column of the statement concerned.
+entry parameters past the ``.param`` space a kernel may have, initialisers
+ptxas refuses (``generic(x)`` of anything but an earlier ``.global`` or
+``.const`` variable, texture/sampler/surface fields elsewhere or unknown to
+the type), and statements outside PTX's grammar. Findings in parsed text
+carry the line and column of the statement concerned.
 
 Example:
     >>> from jaxptx import check
@@ -55,6 +57,21 @@ SMALL_PARAM_SPACE = 4352
 LARGE_PARAM_SPACE = 32764
 LARGE_PARAM_PTX = (8, 1)
 _NARROW_ADDRESS_SPACES = frozenset(["shared", "shared::cta", "shared::cluster", "local", "const", "param"])
+# The fields an initialiser of each opaque type may name (PTX ISA "Texture
+# Sampler and Surface Types"; ptxas 13 refuses others: "Unrecognized field
+# name 'x' in opaque struct initializer").
+OPAQUE_FIELDS = {
+    "texref": frozenset(["width", "height", "depth", "channel_data_type", "channel_order",
+                         "normalized_coords", "filter_mode", "addr_mode_0", "addr_mode_1", "addr_mode_2"]),
+    "samplerref": frozenset(["force_unnormalized_coords", "filter_mode", "addr_mode_0", "addr_mode_1",
+                             "addr_mode_2"]),
+    "surfref": frozenset(["width", "height", "depth", "channel_data_type", "channel_order"]),
+}
+# What generic(x) may initialise, and where x may live (ptxas 13: "Initial
+# value type mismatch"; "Variable used as initial value not in .global or
+# .const state space").
+_GENERIC_TYPES = frozenset(["u32", "u64"])
+_GENERIC_SPACES = frozenset(["global", "const"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +190,56 @@ def _module_rules(module: ir.Module, target: isa.Target, version: tuple[int, int
             yield Diagnostic(*_at(item), f"{item.name}: an unsized array [] must be .extern")
         if isinstance(item, ir.Function):
             yield from _function_rules(item, target, version)
+    yield from _initialisers(module)
+
+
+def _initialisers(module: ir.Module) -> Iterator[Diagnostic]:
+    """Initialisers ptxas refuses: ``generic(x)`` of anything but an earlier
+    ``.global``/``.const`` variable or into anything but ``.u32``/``.u64``;
+    ``name = value`` fields outside a ``.texref``/``.samplerref``/``.surfref``,
+    other items in one, or a field its type lacks."""
+    spaces: dict[str, str] = {}        # the variables declared so far → their space
+    for item in module.items:
+        if isinstance(item, ir.VarDecl):
+            yield from _initialiser(item, spaces)
+            spaces[item.name] = item.space
+        elif isinstance(item, ir.Function):
+            local = dict(spaces)
+            for s in ir.walk(item.body or []):
+                if isinstance(s, ir.VarDecl):
+                    yield from _initialiser(s, local)
+                    local[s.name] = s.space
+
+
+def _initialiser(d: ir.VarDecl, spaces: dict[str, str]) -> Iterator[Diagnostic]:
+    fields = OPAQUE_FIELDS.get(d.type)
+    for x in _init_items(d.init or ()):
+        text = "".join(x.tokens())
+        if isinstance(x, ir.Generic) and spaces.get(x.name) not in _GENERIC_SPACES:
+            where = "not declared before it" if x.name not in spaces else f"a .{spaces[x.name]} variable"
+            yield Diagnostic(*_at(d), f"{d.name}: initialiser {text}: generic() takes a .global or .const "
+                                      f"variable declared before it; {x.name} is {where}")
+        elif isinstance(x, ir.Generic) and d.type not in _GENERIC_TYPES:
+            yield Diagnostic(*_at(d), f"{d.name}: initialiser {text}: generic() initialises a .u32 or "
+                                      f".u64 variable, not .{d.type}")
+        elif isinstance(x, ir.Field) and fields is None:
+            yield Diagnostic(*_at(d), f"{d.name}: initialiser {text}: fields initialise a .texref, "
+                                      f".samplerref or .surfref variable, not .{d.type}")
+        elif isinstance(x, ir.Field) and x.name not in fields:
+            yield Diagnostic(*_at(d), f"{d.name}: .{d.type} has no field {x.name}; it has "
+                                      f"{', '.join(sorted(fields))}")
+        elif fields is not None and not isinstance(x, ir.Field):
+            yield Diagnostic(*_at(d), f"{d.name}: a .{d.type} initialiser names its fields "
+                                      f"({{field = value, ...}}), got {text}")
+
+
+def _init_items(items: tuple[ir.Operand, ...]) -> Iterator[ir.Operand]:
+    """An initialiser's items, nested ``{...}`` flattened."""
+    for x in items:
+        if isinstance(x, ir.Vector):
+            yield from _init_items(x.items)
+        else:
+            yield x
 
 
 def _function_rules(f: ir.Function, target: isa.Target, version: tuple[int, int]) -> Iterator[Diagnostic]:

@@ -40,8 +40,13 @@ def _folded(op: ir.Operand) -> ir.Operand:
     ``[%rd1+4]``."""
     if isinstance(op, ir.Immediate) and op.expr is not None:
         return ir.Immediate(op.value, unsigned=op.unsigned)
-    if isinstance(op, ir.Vector) and any(isinstance(x, ir.Immediate) and x.expr for x in op.items):
-        return ir.Vector(tuple(_folded(x) for x in op.items))
+    if isinstance(op, ir.Vector):
+        items = tuple(_folded(x) for x in op.items)
+        return op if all(a is b for a, b in zip(items, op.items)) else ir.Vector(items)
+    if isinstance(op, ir.Generic) and _has_expr(op.offset):
+        return ir.Generic(op.name, _folded(op.offset))
+    if isinstance(op, ir.Field) and _has_expr(op.value):
+        return ir.Field(op.name, _folded(op.value))
     if isinstance(op, ir.Symbol) and isinstance(op.offset, ir.Immediate) and op.offset.expr is not None:
         return ir.Symbol(op.name, _folded(op.offset), op.minus)
     if isinstance(op, ir.Address) and (_has_expr(op.offset) or isinstance(op.base, ir.Symbol)
@@ -161,7 +166,8 @@ _NO_SPACE_AFTER = frozenset(["[", "<", "{", "("])
 def _canonical_join(tokens: list[str]) -> str:
     out: list[str] = []
     for tok in tokens:
-        if out and tok not in _NO_SPACE_BEFORE and out[-1] not in _NO_SPACE_AFTER:
+        if out and tok not in _NO_SPACE_BEFORE and out[-1] not in _NO_SPACE_AFTER \
+                and not (tok == "(" and out[-1] == "generic"):     # generic(g), as nvcc writes it
             out.append(" ")
         out.append(tok)
     return "".join(out)

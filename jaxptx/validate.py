@@ -77,7 +77,8 @@ def operand_kind(x: ir.Operand, type_of: TypeOf) -> str:
 
 
 _KINDS = {ir.Immediate: "imm", ir.Address: "mem", ir.Vector: "vec", ir.Symbol: "sym",
-          ir.Sink: "sink", ir.Pair: "pair", ir.Negated: "pred", ir.Parens: "list"}
+          ir.Sink: "sink", ir.Pair: "pair", ir.Negated: "pred", ir.Parens: "list",
+          ir.Generic: "init", ir.Field: "init"}     # initialiser items: no instruction takes one
 
 
 def _describe(x: ir.Operand, type_of: TypeOf) -> str:

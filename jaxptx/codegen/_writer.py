@@ -58,6 +58,7 @@ class _Writer:
         self.taken: set[str] = set()
         self.params: dict[str, str] = {}      # param name -> Python variable (sugar)
         self.validate = not any(d.severity == "error" for d in check(module))
+        self.uses_ir = False                  # an initialiser written as an ir node
 
     # output ------------------------------------------------------------------
     def out(self, depth: int, text: str) -> None:
@@ -189,7 +190,8 @@ class _Writer:
             args.append(f"dims={d.dims!r}")
         if d.init is not None:
             values = ", ".join(self.init_value(v) for v in d.init)
-            args.append(f"init=({values},)" if d.init_braced else f"init={values}")
+            args.append(f"init=({values},)" if d.init_braced and values else
+                        "init=()" if d.init_braced else f"init={values}")
         if d.attributes:
             args.append(f"attributes={' '.join(d.attributes)!r}")
         if d.layout:
@@ -201,6 +203,15 @@ class _Writer:
             return self.immediate(v, None)
         if isinstance(v, ir.Vector):
             return "(" + "".join(self.init_value(x) + ", " for x in v.items) + ")"
+        if isinstance(v, ir.Generic):
+            self.uses_ir = True
+            offset = "" if v.offset is None else f", {self.offset(v.offset)}"
+            return f"ir.Generic({v.name!r}{offset})"
+        if isinstance(v, ir.Field):
+            self.uses_ir = True
+            value = repr(v.value) if isinstance(v.value, str) else \
+                f"ptx.imm({v.value.spelling(canonical=v.value.expr is not None)!r})"
+            return f"ir.Field({v.name!r}, {value})"
         return self.value(v)
 
     def directive(self, d: ir.Directive, depth: int) -> None:
@@ -348,7 +359,7 @@ class _Writer:
             options.append("validate=False")
         types = sorted(self.types_used & _TYPE_NAMES)
         head = ['"""Transpiled from PTX by jaxptx.codegen; tracing it gives the input back."""',
-                "", "from jaxptx import kernel, ptx, reg"]
+                "", f"from jaxptx import {'ir, ' if self.uses_ir else ''}kernel, ptx, reg"]
         if types:
             head.append(f"from jaxptx.types import {', '.join(types)}")
         head += ["", ""]

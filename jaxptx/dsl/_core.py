@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterator
-from typing import Any, Sequence
+from typing import Any, Sequence, get_args
 
 from .. import ir, isa
 from ..errors import PtxError, PtxOperandError, PtxTypeError, TraceError
@@ -287,8 +287,7 @@ class Label:
         return f"Label({self.name})"
 
 
-_IR_OPERANDS = (ir.Register, ir.Immediate, ir.Symbol, ir.Sink, ir.Negated, ir.Vector, ir.Pair,
-                ir.Address, ir.Parens)
+_IR_OPERANDS = get_args(ir.Operand)       # every IR operand, initialiser items included
 
 
 class _SinkType:

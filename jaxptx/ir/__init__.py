@@ -19,6 +19,8 @@ from ._nodes import VarDecl as VarDecl
 from ._nodes import walk as walk
 from ._registers import Registers as Registers
 from ._operands import Address as Address
+from ._operands import Field as Field
+from ._operands import Generic as Generic
 from ._operands import Immediate as Immediate
 from ._operands import Negated as Negated
 from ._operands import Operand as Operand

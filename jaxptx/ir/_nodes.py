@@ -114,7 +114,10 @@ class VarDecl:
         vector: ``.v2``/``.v4`` element vectors.
         dims: array dimensions; ``-1`` renders an unsized ``[]``.
         init: initialiser operands (``= {1, 2}`` when more than one or when
-            ``init_braced``).
+            ``init_braced``): numbers, variable names (their address),
+            :class:`~jaxptx.ir.Generic` addresses, nested ``{...}`` as
+            :class:`~jaxptx.ir.Vector`, and the :class:`~jaxptx.ir.Field`
+            items of a ``.texref``/``.samplerref``/``.surfref``.
         attributes: the tokens of ``.ptr`` attributes on params
             (``(".ptr", ".global", ".align", "16")``), emitted in order.
         layout: the order the qualifier groups were written in, when it is

@@ -216,13 +216,60 @@ def _enclosed(open_: str, items: tuple["Operand", ...], close: str) -> list[str]
     return out
 
 
-Operand = Union[Register, Immediate, Symbol, Sink, Negated, Vector, Pair, Address, Parens]
+@dataclasses.dataclass(frozen=True, slots=True)
+class Generic:
+    """``generic(name)`` or ``generic(name)+offset`` in a variable's
+    initialiser: the generic address of a ``.global`` or ``.const`` variable,
+    plus ``offset`` bytes (PTX ISA, "Initializers"; ptxas takes only a ``+``
+    offset here, and ``generic`` nowhere but in initialisers).
+
+    Attributes:
+        name: the variable.
+        offset: byte offset (an int, a spelled immediate or a constant
+            expression's immediate: ``generic(g)+(2*2)``), or ``None``.
+    """
+
+    name: str
+    offset: "int | Immediate | None" = None
+
+    def tokens(self) -> list[str]:
+        """``generic``, ``(``, name, ``)``, then ``+`` and the offset."""
+        out = ["generic", "(", self.name, ")"]
+        if self.offset is not None:
+            out.append("+")
+            out.extend(_offset_tokens(self.offset))
+        return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Field:
+    """One ``name = value`` of a ``.texref``, ``.samplerref`` or ``.surfref``
+    initialiser (``{ addr_mode_0 = clamp_to_border, filter_mode = nearest }``,
+    PTX ISA "Texture Sampler and Surface Types").
+
+    Attributes:
+        name: the field (``filter_mode``, ``addr_mode_0``, ``width``...).
+        value: an enumerator the ISA names for the field (``"nearest"``,
+            ``"clamp_to_border"``), as a string, or a number.
+    """
+
+    name: str
+    value: "str | Immediate"
+
+    def tokens(self) -> list[str]:
+        """name, ``=``, value."""
+        value = [self.value] if isinstance(self.value, str) else self.value.tokens()
+        return [self.name, "=", *value]
+
+
+Operand = Union[Register, Immediate, Symbol, Sink, Negated, Vector, Pair, Address, Parens, Generic, Field]
 
 
 def leaves(op: "Operand | int") -> Iterator["Register | Immediate | Symbol | Sink | int"]:
     """The leaves of an operand, in order: registers, symbols, immediates,
     sinks, and the plain-int offsets of addresses and symbols (``[%rd1+4]``
-    gives ``%rd1`` then ``4``)."""
+    gives ``%rd1`` then ``4``; ``generic(g)+4`` gives the symbol ``g`` then
+    ``4``; a field gives its number, not its enumerator name)."""
     if isinstance(op, (Register, Immediate, Sink, int)):
         yield op
     elif isinstance(op, Symbol):
@@ -241,3 +288,9 @@ def leaves(op: "Operand | int") -> Iterator["Register | Immediate | Symbol | Sin
         yield from leaves(op.second)
     elif isinstance(op, Negated):
         yield from leaves(op.operand)
+    elif isinstance(op, Generic):
+        yield Symbol(op.name)
+        if op.offset is not None:
+            yield op.offset
+    elif isinstance(op, Field) and isinstance(op.value, Immediate):
+        yield op.value

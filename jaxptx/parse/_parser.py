@@ -357,7 +357,7 @@ class _Parser:
         if self.peek() == "=":
             self.next()
             braced = self.peek() == "{"
-            init = self.operand().items if braced else (self.operand(),)
+            init = self.initialiser().items if braced else (self.initialiser(),)
         if semicolon:
             self.expect(";")
         canonical = [k for k in ("linkage", "space", "attr", "align", "vector", "type") if k in layout]
@@ -407,6 +407,56 @@ class _Parser:
         # (the corpus round trip and the fuzz test hold it to that).
         ins.trivia = self.trivia(first, self.i - 1)
         return ins
+
+    # initialisers --------------------------------------------------------------
+    def initialiser(self) -> ir.Operand:
+        """One item of a variable's initialiser: a nested ``{...}``,
+        ``generic(name)[+offset]``, a ``name = value`` field of an opaque
+        type, or an operand (a number, a name, ``name+offset``)."""
+        t, i = self.t, self.i
+        if t[i] == "{":
+            self.i += 1
+            items = []
+            while self.peek() != "}":
+                if items:
+                    self.expect(",")
+                items.append(self.initialiser())
+            self.next()
+            return ir.Vector(tuple(items))
+        if t[i] == "generic" and t[i + 1] == "(":
+            return self.generic()
+        if t[i + 1] == "=" and _NAME.match(t[i]):
+            return self.field()
+        return self.operand()
+
+    def generic(self) -> ir.Generic:
+        """``generic(name)``, then ``+offset`` if one follows."""
+        self.i += 2                                 # `generic` `(`
+        name = self.name("a variable name in generic(...)")
+        self.expect(")")
+        offset = None
+        if self.t[self.i] == "+" and self.starts_offset(self.i + 1):
+            self.i += 1
+            offset = self.offset()
+        elif self.t[self.i] == "-":
+            raise self.toks.error(f"generic({name}) takes a '+' offset only (ptxas: syntax error at '-'); "
+                                  f"write generic({name})+-N", self.i)
+        return ir.Generic(name, offset)
+
+    def field(self) -> ir.Field:
+        """``name = value`` in the initialiser of a ``.texref``,
+        ``.samplerref`` or ``.surfref``: an enumerator name or a number."""
+        name = self.next()
+        self.i += 1                                 # `=`
+        tok = self.t[self.i]
+        if tok[:1].isalpha() or tok[:1] == "_":
+            self.i += 1
+            return ir.Field(name, tok)
+        value = self.operand()
+        if not isinstance(value, ir.Immediate):
+            raise self.toks.error(f"expected a number or a name as the value of field {name}, "
+                                  f"got {' '.join(value.tokens())!r}", self.i - 1)
+        return ir.Field(name, value)
 
     # operands ----------------------------------------------------------------
     def operand(self) -> ir.Operand:

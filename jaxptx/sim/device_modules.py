@@ -19,7 +19,7 @@ import numpy as np
 from .. import ir, isa
 from ..parse import parse
 from ..types import TYPES
-from .core.program import Program, Variable, prepare
+from .core.program import AddressOf, Program, Variable, prepare
 from .device_memory import DeviceMemory
 from .errors import SimError
 from .memory.spaces import GLOBAL_SHIFT
@@ -140,7 +140,10 @@ def initial_bytes(program: Program, bases: dict[str, int], v: Variable) -> np.nd
 
 
 def _address(program: Program, bases: dict[str, int], name: Any) -> Any:
-    """An initialiser item: a number, or the address a variable name stands for."""
+    """An initialiser item: a number, the address a variable name stands
+    for, or a ``.global``'s address plus an offset (:class:`AddressOf`)."""
+    if isinstance(name, AddressOf):
+        return _address(program, bases, name.name) + name.offset
     if not isinstance(name, str):
         return name
     v = program.variables.get(name)

@@ -9,7 +9,11 @@ Two checks, each done once per module (or per prepared kernel) and cached:
 * :func:`program_problems` — every instruction of a prepared kernel (its
   entry and the functions it can call) that the emulator cannot run: one
   that matches no form of the instruction table, or whose table ``sim``
-  name is refused (:data:`jaxptx.sim.semantics.UNSUPPORTED`) or unknown.
+  name is refused (:data:`jaxptx.sim.semantics.UNSUPPORTED`) or unknown;
+  one that names a ``.texref``/``.samplerref``/``.surfref``; a call of a
+  function the module declares without a body other than the builtins
+  the emulator runs (:data:`~.core.calls.BUILTINS`), or through a
+  register; and initialisers the launch cannot fill in yet.
 
 A :class:`PrecheckError` lists every finding with its PTX line, the line's
 text and, for a traced kernel, the user's Python line. A traced module has
@@ -28,6 +32,7 @@ from .. import ir
 from ..check import check
 from ..emit import emit
 from ..parse import parse
+from .core.calls import BUILTINS
 from .core.machine import MACHINE, NO_OPS
 from .core.program import Program
 from .errors import SimError
@@ -160,22 +165,51 @@ def module_problems(module: ir.Module, arch: str | None = None) -> list[Problem]
 
 def program_problems(module: ir.Module, program: Program) -> list[Problem]:
     """The instructions of ``program`` (prepared from ``module``) that the
-    emulator cannot run, in the entry and every function it may call.
-    Cached per program object."""
+    emulator cannot run, in the entry and every function it may call, and
+    the variables whose initialisers it cannot fill in. Cached per program
+    object."""
     def compute() -> list[Problem]:
         source = _source(module)
         lines = _program_lines(module, program, source)
         reachable = _reachable(program)
-        found = []
+        found: list[Problem] = []
         for k, (ins, r) in enumerate(zip(program.code, program.resolved)):
             if program.function_of[k] not in reachable:
                 continue
-            why = _not_runnable(ins, r)
+            why = _opaque_use(ins, program) or _not_runnable(ins, r) or _not_callable(ins, program)
             if why is not None:
                 line, python = lines[k]
                 found.append(source.problem(line, why, True, python))
         return found
     return _cached(_PROGRAMS, id(program), program, compute)
+
+
+def _opaque_use(ins: ir.Instruction, program: Program) -> str | None:
+    """An instruction naming a texture, sampler or surface variable (``tex``,
+    ``tld4``, ``suld``, ``sust``...): the emulator lays none out."""
+    for op in ins.operands:
+        for x in ir.leaves(op):
+            if isinstance(x, ir.Symbol) and x.name in program.opaque:
+                return (f"{ins.name}: uses .{program.opaque[x.name]} {x.name}; the emulator has no "
+                        "texture, sampler or surface units")
+    return None
+
+
+def _not_callable(ins: ir.Instruction, program: Program) -> str | None:
+    """A ``call`` the emulator would refuse when it runs: of a function the
+    module declares without a body (``__assertfail``, ``malloc``, ``free``,
+    any ``.extern .func``) other than a builtin, or through a register."""
+    if ins.opcode != "call":
+        return None
+    callee = next((op for op in ins.operands if not isinstance(op, ir.Parens)), None)
+    if isinstance(callee, ir.Symbol) and (callee.name in program.functions or callee.name in BUILTINS):
+        return None
+    runs = (f"the emulator runs direct calls of functions defined in the module and the builtins "
+            f"{', '.join(sorted(BUILTINS))}")
+    if isinstance(callee, ir.Symbol):
+        return f"{ins.name}: calls {callee.name}, which the module declares without a body; {runs}"
+    what = "nothing" if callee is None else " ".join(callee.tokens())
+    return f"{ins.name}: calls through {what}; {runs}"
 
 
 def _not_runnable(ins: ir.Instruction, r) -> str | None:

@@ -14,7 +14,7 @@ from jaxptx import Tile, kernel, ptx, sim
 from jaxptx.errors import PtxasError
 from jaxptx.runtime import ptxas
 from jaxptx.sim import Device, PrecheckError, SimError
-from jaxptx.sim import device as device_module
+from jaxptx.sim import device_modules
 from jaxptx.sim import precheck
 from jaxptx.sim.semantics import SEMANTICS, UNSUPPORTED
 from jaxptx.types import u32
@@ -155,7 +155,7 @@ def test_a_traced_kernel_names_the_python_line(popc_unsupported) -> None:
 def test_checks_run_once_per_module(monkeypatch: pytest.MonkeyPatch) -> None:
     """PTX text is parsed and checked once, however many launches and devices."""
     calls = {"check": 0, "parse": 0}
-    real_check, real_parse = precheck.check, device_module.parse
+    real_check, real_parse = precheck.check, device_modules.parse
 
     def counted_check(*args, **kwargs):
         calls["check"] += 1
@@ -166,7 +166,7 @@ def test_checks_run_once_per_module(monkeypatch: pytest.MonkeyPatch) -> None:
         return real_parse(*args, **kwargs)
 
     monkeypatch.setattr(precheck, "check", counted_check)
-    monkeypatch.setattr(device_module, "parse", counted_parse)
+    monkeypatch.setattr(device_modules, "parse", counted_parse)
     text = store_kernel("mov.u64 %rd2, 41;\n    add.u64 %rd2, %rd2, 1;", name="once")
     out = np.zeros(1, np.uint64)
     for _ in range(3):

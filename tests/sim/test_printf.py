@@ -234,9 +234,11 @@ def test_two_calls_print_in_execution_order_every_thread_then_the_next_call(caps
 
 def test_a_call_of_another_system_call_is_refused_by_name():
     # ptxas resolves malloc as it does vprintf (PTX ISA "System Calls"); the emulator runs only vprintf.
+    # Refused before running (jaxptx.sim.precheck), naming the call's line.
     text = _buffer_kernel(b"x\n").replace("vprintf", "malloc")
-    with pytest.raises(sim.SimError, match=r"call of malloc: the emulator runs direct calls of functions "
-                                           r"defined in the module and the builtins vprintf \[PTX line 31\]"):
+    with pytest.raises(sim.PrecheckError, match=r"PTX line 31: call.uni: calls malloc, which the module declares "
+                                                r"without a body; the emulator runs direct calls of functions "
+                                                r"defined in the module and the builtins vprintf"):
         sim.launch(text, np.zeros(8, np.uint8), np.zeros(1, np.int32), grid=(1, 1, 1), block=(1, 1, 1))
 
 

@@ -16,12 +16,18 @@ import math
 from collections.abc import Iterator
 
 from ... import ir, isa
+from ...check import OPAQUE_FIELDS
 from ...errors import PtxError
 from ..errors import SimError
+from ..memory.spaces import CONST_WINDOW
 from ...types import TYPES, PtxType
 from ...validate import normalize, operand_kind
 
-__all__ = ["Program", "Variable", "prepare", "SimError"]
+__all__ = ["AddressOf", "OPAQUE_TYPES", "Program", "Variable", "prepare", "SimError"]
+
+# Handles to the texture, sampler and surface units (PTX ISA "Texture
+# Sampler and Surface Types"): no bytes the emulator could lay out.
+OPAQUE_TYPES = frozenset(OPAQUE_FIELDS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +40,16 @@ class Variable:
     size: int
     type: str
     init: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class AddressOf:
+    """An initialiser item only a launch can fill in: the address of
+    ``.global`` variable ``name`` plus ``offset`` bytes (``g+4``,
+    ``generic(g)+4``; a global's address is its generic address)."""
+
+    name: str
+    offset: int
 
 
 @dataclasses.dataclass
@@ -60,6 +76,10 @@ class Program:
             ``brx.idx``) by their scoped label name, as code indices.
         target: the target the program was prepared for (launch limits
             are checked against it).
+        opaque: the module's ``.texref``/``.samplerref``/``.surfref``
+            variables, name → type: not laid out (the emulator has no
+            texture, sampler or surface units); the precheck refuses an
+            instruction that names one.
     """
 
     name: str
@@ -81,6 +101,7 @@ class Program:
     thread_params: set[str] = dataclasses.field(default_factory=set)
     branch_tables: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     target: isa.Target | None = None
+    opaque: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,7 +211,8 @@ def _used_registers(body: list[ir.Statement]) -> dict[str, list[int]]:
 def _size(d: ir.VarDecl) -> int:
     t = TYPES.get(d.type)
     if t is None:
-        raise SimError(f"{d.name}: variables of type .{d.type} are not supported by the emulator")
+        why = " (it has no texture, sampler or surface units)" if d.type in OPAQUE_TYPES else ""
+        raise SimError(f"{d.name}: variables of type .{d.type} are not supported by the emulator{why}")
     n = math.prod(x for x in d.dims if x > 0) if d.dims else 1
     return t.nbytes * (d.vector or 1) * n
 
@@ -208,7 +230,10 @@ class _Layout:
         return offset
 
 
-def _init_values(d: ir.VarDecl) -> tuple:
+def _init_values(d: ir.VarDecl, variables: dict[str, Variable]) -> tuple:
+    """The items of ``d``'s initialiser, flattened: numbers, the names of
+    variables (their address, filled in at launch) and :class:`AddressOf`.
+    ``variables``: those declared before ``d`` (PTX names only earlier ones)."""
     if d.init is None:
         return ()
     out: list = []
@@ -220,11 +245,30 @@ def _init_values(d: ir.VarDecl) -> tuple:
             elif isinstance(op, ir.Immediate):
                 out.append(op.value)
             elif isinstance(op, ir.Symbol) and op.offset is None:
-                out.append(op.name)        # the variable's address, filled in at launch
+                out.append(op.name)
+            elif isinstance(op, (ir.Symbol, ir.Generic)):
+                out.append(_address_item(d, op, variables))
             else:
-                raise SimError(f"{d.name}: initialiser {op!r} is not supported by the emulator")
+                raise SimError(f"{d.name}: initialiser {''.join(op.tokens())} is not supported by the emulator")
     flat(d.init)
     return tuple(out)
+
+
+def _address_item(d: ir.VarDecl, op: "ir.Symbol | ir.Generic", variables: dict[str, Variable]):
+    """``name+offset`` or ``generic(name)[+offset]`` as an initialiser item:
+    a number where the prepared layout fixes it (a ``.const`` variable's
+    offset, or its generic address in the const window), else the global's
+    name or :class:`AddressOf`."""
+    offset = op.offset if op.offset is not None else 0
+    offset = offset.value if isinstance(offset, ir.Immediate) else offset
+    offset = -offset if isinstance(op, ir.Symbol) and op.minus else offset
+    v = variables.get(op.name)
+    if v is not None and v.space == "const":
+        return v.offset + offset + (CONST_WINDOW if isinstance(op, ir.Generic) else 0)
+    if v is not None and v.space == "global":
+        return op.name if offset == 0 else AddressOf(op.name, offset)
+    raise SimError(f"{d.name}: initialiser {''.join(op.tokens())} names {op.name!r}, which is not a "
+                   ".global or .const variable declared before it")
 
 
 def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) -> Program:
@@ -252,17 +296,21 @@ def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) ->
     variables: dict[str, Variable] = {}
     extern_shared = None
     global_vars = []
+    opaque: dict[str, str] = {}
 
     def declare(d: ir.VarDecl) -> None:
         nonlocal extern_shared
         space = "shared" if d.space.startswith("shared") else d.space
         if space not in layouts:
             return
+        if d.type in OPAQUE_TYPES and d.space == "global":
+            opaque[d.name] = d.type     # refused where an instruction names it (precheck)
+            return
         if space == "shared" and "extern" in d.linkage:
             extern_shared = d.name
             variables[d.name] = Variable(d.name, space, -1, 0, d.type)
             return
-        v = Variable(d.name, space, layouts[space].place(d), _size(d), d.type, _init_values(d))
+        v = Variable(d.name, space, layouts[space].place(d), _size(d), d.type, _init_values(d, variables))
         variables[d.name] = v
         if space == "global":
             global_vars.append(v)
@@ -366,7 +414,7 @@ def prepare(module: ir.Module, kernel: str | None, target: isa.Target | None) ->
     return Program(func.name, code, resolved, labels, registers, params, variables,
                    layouts["shared"].size, local_size, layouts["const"].size,
                    layouts["param"].size, extern_shared, reqntid, global_vars, functions,
-                   function_of, thread_params, branch_tables, target)
+                   function_of, thread_params, branch_tables, target, opaque)
 
 
 def _resolve(ins: ir.Instruction, registers: dict[str, PtxType]) -> isa.Resolved | None:
