@@ -271,8 +271,14 @@ def fold_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], size: i
 def loop_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], **params: Any):
     """vmap as a sequential loop over the batch (``lax.map``), one launch per
     element; right for any kernel."""
-    prim = primitive(kernel)
-    batched = [i for i, ax in enumerate(axes) if ax is not None]  # None: not mapped
+    return map_over_batch(primitive(kernel), args, axes, **params)
+
+
+def map_over_batch(prim: jex.core.Primitive, args: Sequence[Any], axes: Sequence[Any],
+                   **params: Any) -> tuple[list[Any], list[int]]:
+    """Bind ``prim`` once per element of the batch (``lax.map``): the
+    batched arguments sliced, the unbatched ones (axis None) shared."""
+    batched = [i for i, ax in enumerate(axes) if ax is not None]
     xs = tuple(jnp.moveaxis(args[i], axes[i], 0) for i in batched)
 
     def one(slices: tuple) -> list:
@@ -282,7 +288,7 @@ def loop_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], **param
         return prim.bind(*full, **params)
 
     outs = jax.lax.map(one, xs)
-    return outs, [0] * len(outs)
+    return list(outs), [0] * len(outs)
 
 
 def kernel_jvp(kernel: Kernel, primals: Sequence[Any], tangents: Sequence[Any], **params: Any):

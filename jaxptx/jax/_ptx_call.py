@@ -31,7 +31,7 @@ from ..dsl import Specialization
 from ..errors import SpecError
 from ..launch import Launch
 from . import _lowering, _registry, _tma, _writes
-from ._primitive import GRID_Z_LIMIT, _shaped_array, varying_axes
+from ._primitive import GRID_Z_LIMIT, _shaped_array, map_over_batch, varying_axes
 from ._ptx_args import TensorMap
 from ._ptx_source import Binding, bind, buffer_type, parsed
 
@@ -175,7 +175,7 @@ def ptx_call_batch(args: Sequence[Any], axes: Sequence[Any], *, call: PtxCall, l
     size = next(a.shape[ax] for a, ax in zip(args, axes) if ax is not None)
     if call.vmap_grid_z and not call.binding.tma and (batch or 1) * size <= GRID_Z_LIMIT:
         return _fold(args, axes, size, call=call, launch=launch, batch=batch)
-    return _loop(args, axes, call=call, launch=launch, batch=batch)
+    return map_over_batch(ptx_call_p, args, axes, call=call, launch=launch, batch=batch)
 
 
 def _fold(args: Sequence[Any], axes: Sequence[Any], size: int, *, call: PtxCall,
@@ -194,21 +194,6 @@ def _fold(args: Sequence[Any], axes: Sequence[Any], size: int, *, call: PtxCall,
     outs = ptx_call_p.bind(*new, call=call, launch=folded, batch=total)
     if batch:
         outs = [o.reshape((size, batch, *o.shape[1:])) for o in outs]
-    return list(outs), [0] * len(outs)
-
-
-def _loop(args: Sequence[Any], axes: Sequence[Any], **params: Any) -> tuple[list[Any], list[int]]:
-    """A sequential loop over the batch (``lax.map``), one launch each."""
-    batched = [i for i, ax in enumerate(axes) if ax is not None]
-    xs = tuple(jnp.moveaxis(args[i], axes[i], 0) for i in batched)
-
-    def one(slices: tuple) -> list:
-        full = list(args)
-        for i, x in zip(batched, slices):
-            full[i] = x
-        return ptx_call_p.bind(*full, **params)
-
-    outs = jax.lax.map(one, xs)
     return list(outs), [0] * len(outs)
 
 
