@@ -58,7 +58,9 @@ def test_an_instruction_the_target_lacks_reads_as_the_readme_sample() -> None:
 
 @kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),),
         grid=lambda N: (N // 32 + 1, 1, 1), block=(32, 1, 1), arch="sm_90a")
-def off_by_one(x, y):
+def off_by_one_here(x, y):
+    # Its own name: the debugging guide's off_by_one has the same PTX, so
+    # the same kernel id, and its faults cite the first one registered.
     off = ptx.mul.wide.u32(ptx.special.ctaid.x() * 32 + ptx.special.tid.x(), 4)
     ptx.st.global_.f32(y.ptr + off, ptx.ld.global_.f32(x.ptr + off))
 
@@ -69,17 +71,17 @@ def test_a_fault_reads_the_same_through_profile_as_through_sim_launch() -> None:
     jaxptx.profile say it the same way too)"; "e.fault holds the same parts"."""
     x = np.arange(64, dtype=np.float32)
     with pytest.raises(sim.SimFault) as plain:
-        sim.launch(off_by_one, x, np.zeros_like(x))
+        sim.launch(off_by_one_here, x, np.zeros_like(x))
     with pytest.raises(sim.SimFault) as profiled:
-        jaxptx.profile(off_by_one, x, np.zeros_like(x), resources=False)
+        jaxptx.profile(off_by_one_here, x, np.zeros_like(x), resources=False)
     assert str(profiled.value) == str(plain.value)
     message, fault = str(plain.value), plain.value.fault
-    line = _line(off_by_one.fn, "ptx.ld.global_.f32(")
-    assert re.fullmatch(rf"kernel off_by_one: ld\.global\.f32: global access of 4 bytes at offset 0x100 of "
+    line = _line(off_by_one_here.fn, "ptx.ld.global_.f32(")
+    assert re.fullmatch(rf"kernel off_by_one_here: ld\.global\.f32: global access of 4 bytes at offset 0x100 of "
                         rf"parameter 'x' is out of bounds \(its buffer has 256 bytes; CTA 2, thread 0\) "
                         rf"\[PTX line {fault.ptx_line}: {re.escape(fault.ptx_text)}\], "
                         rf"at {re.escape(__file__)}:{line} in the kernel", message), message
-    assert str(fault) == message and fault.kernel == "off_by_one" and fault.python == (__file__, line)
+    assert str(fault) == message and fault.kernel == "off_by_one_here" and fault.python == (__file__, line)
     assert fault.ptx_text.startswith("ld.global.f32")
 
 
@@ -360,11 +362,11 @@ def test_through_torch_faults_and_the_sanitizer_name_the_ptx_and_python_lines(to
     Python line"."""
     import jaxptx.torch as jt
 
-    fault_line = _line(off_by_one.fn, "ptx.ld.global_.f32(")
-    with pytest.raises(Exception, match=rf"SimFault: kernel off_by_one: ld\.global\.f32: .* of parameter 'x' is "
+    fault_line = _line(off_by_one_here.fn, "ptx.ld.global_.f32(")
+    with pytest.raises(Exception, match=rf"SimFault: kernel off_by_one_here: ld\.global\.f32: .* of parameter 'x' is "
                                         rf"out of bounds .*\[PTX line \d+: ld\.global\.f32 .*\], at "
                                         rf"{re.escape(__file__)}:{fault_line} in the kernel"):
-        jt.op(off_by_one)(torch.zeros(64))
+        jt.op(off_by_one_here)(torch.zeros(64))
     jt.op(rotate_racy)(torch.arange(64.0))                            # unchecked: runs
     read, write = _line(rotate_racy.fn, "# READ"), _line(rotate_racy.fn, "# WRITE")
     race = (rf"SanitizerError: kernel rotate_racy: sanitizer: shared-memory race: read .* at PTX line \d+ "
