@@ -33,7 +33,10 @@ Declared = tuple[Callable[[Any], bool], str, str]
 
 def check_keywords(template: Mapping[str, Any], in_specs: Sequence[Tile], out_specs: Sequence[Tile],
                    raw_names: Sequence[str], where: str) -> None:
-    """Refuse a template param, symbolic dim or raw param sharing a name.
+    """Refuse a template param sharing a name with a symbolic dim or a raw
+    param. A raw param may be named like a dim (pyptx's convention): it
+    then takes the dim's size, and a call giving it another value is an
+    error (``jaxptx.jax``'s call checks it).
 
     Raises:
         SpecError: naming the name and both of its meanings.
@@ -43,8 +46,12 @@ def check_keywords(template: Mapping[str, Any], in_specs: Sequence[Tile], out_sp
         for i, spec in enumerate(specs):
             for d in spec.symbolic_dims:
                 meanings.setdefault(d, f"the symbolic dim {d!r} of {group}[{i}] {spec!r}")
+    dims = set(meanings)
     for kind, names in (("raw param", raw_names), ("template param", template)):
         for name in names:
+            if kind == "raw param" and name in dims:
+                meanings[name] = f"the raw param {name!r}"
+                continue
             if name in meanings:
                 raise SpecError(f"{where}: the {kind} {name!r} has the name of {meanings[name]}; "
                                 f"a keyword {name}=... would set only one of them. Rename the {kind}")

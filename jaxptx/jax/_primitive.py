@@ -45,12 +45,32 @@ def primitive(kernel: Kernel) -> jex.core.Primitive:
 
 def call(kernel: Kernel, args: tuple, kwargs: dict) -> Any:
     """``kernel(*args, **kwargs)``: check, bind the primitive, unpack."""
+    kwargs = _raw_params_from_dims(kernel, args, kwargs)
     scalars, kwargs = _scalar_arguments(kernel, kwargs)
     template, dims = _bind_arguments(kernel, args, kwargs)
     launch = kernel.specialize(**dict(template), **dict(dims)).launch
     outs = primitive(kernel).bind(*args, template=template, sizes=dims, launch=launch, batch=0,
                                   shared=(), scalars=scalars)
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _raw_params_from_dims(kernel: Kernel, args: tuple, kwargs: dict) -> dict:
+    """The keywords with each raw param named like a symbolic dim set to the
+    size the inputs give that dim (pyptx's convention); a value given for
+    it must be that size."""
+    named = [name for _, name in kernel._raw_params if name in kernel.dims]
+    if not named:
+        return kwargs
+    raw = {name for _, name in kernel._raw_params}
+    _, dims = _bind_arguments(kernel, args, {k: v for k, v in kwargs.items() if k not in raw})
+    bound, out = dict(dims), dict(kwargs)
+    for name in named:
+        if name in out and out[name] != bound[name]:
+            raise SpecError(f"kernel {kernel.name}: raw param {name} is named like the dim {name}, "
+                            f"which the inputs bind to {bound[name]}; got {name}={out[name]!r} "
+                            f"(leave it out: it takes the dim's size)")
+        out[name] = bound[name]
+    return out
 
 
 def _scalar_arguments(kernel: Kernel, kwargs: dict) -> tuple[tuple, dict]:

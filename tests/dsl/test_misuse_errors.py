@@ -77,6 +77,26 @@ def test_a_raw_param_named_like_a_template_param_is_refused() -> None:
             ptx.ret()
 
 
+def test_a_raw_param_named_like_a_dim_takes_the_dims_size() -> None:
+    import jax
+    import numpy as np
+
+    from jaxptx import Tile
+    from jaxptx.types import f32
+
+    @kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),), raw_params=[("u32", "N")],
+            grid=lambda N: (N // 32, 1, 1), block=(32, 1, 1), arch="sm_80")
+    def count(x, y):
+        off = ptx.mul.wide.u32(ptx.special.ctaid.x() * 32 + ptx.special.tid.x(), 4)
+        ptx.st.global_.f32(y.ptr + off, ptx.cvt.rn.f32.u32(ptx.param("N")))
+
+    x = np.zeros(64, np.float32)
+    np.testing.assert_array_equal(jax.jit(count)(x), np.full(64, 64, np.float32))
+    with pytest.raises(SpecError, match=r"kernel count: raw param N is named like the dim N, which the "
+                                        r"inputs bind to 64; got N=32 \(leave it out"):
+        count(x, N=32)
+
+
 # --- 7: control flow used the wrong way --------------------------------------------------
 def test_else_without_if_points_at_the_users_line() -> None:
     @kernel(arch="sm_80")
