@@ -20,27 +20,13 @@ from jaxptx.runtime.standin import StandInDriver, cuda_calls
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "jax"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "runtime"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "sim"))
 from jax_kernels import affine  # noqa: E402
 from tma_kernels import tma_scale  # noqa: E402
 from test_cuda_handler import scaled  # noqa: E402
+from elementwise import SCALE_PTX  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SCALE_PTX = """.version 8.5
-.target sm_90a
-.address_size 64
-.visible .entry scale(.param .u64 x, .param .f32 k)
-{
-    .reg .b32 %r<3>; .reg .b64 %rd<4>; .reg .f32 %f<3>;
-    ld.param.u64 %rd1, [x];
-    ld.param.f32 %f1, [k];
-    mov.u32 %r1, %tid.x;
-    mul.wide.u32 %rd2, %r1, 4;
-    add.u64 %rd3, %rd1, %rd2;
-    ld.global.f32 %f2, [%rd3];
-    mul.f32 %f2, %f2, %f1;
-    st.global.f32 [%rd3], %f2;
-    ret;
-}"""
 # A kernel that keeps a count in a module global and reads its input
 # through a pointer packed in a struct parameter.
 STRUCT_PTX = """.version 8.5

@@ -9,6 +9,24 @@ from jaxptx import sim
 
 HEAD = ".version 8.5\n.target sm_90a\n.address_size 64\n"
 HEAD_SM100 = ".version 8.8\n.target sm_100a\n.address_size 64\n"
+# x[tid] *= k: the sim.Device docstring's kernel, for tests of launches
+# rather than of an instruction.
+SCALE_PTX = """.version 8.5
+.target sm_90a
+.address_size 64
+.visible .entry scale(.param .u64 x, .param .f32 k)
+{
+    .reg .b32 %r<3>; .reg .b64 %rd<4>; .reg .f32 %f<3>;
+    ld.param.u64 %rd1, [x];
+    ld.param.f32 %f1, [k];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd2, %r1, 4;
+    add.u64 %rd3, %rd1, %rd2;
+    ld.global.f32 %f2, [%rd3];
+    mul.f32 %f2, %f2, %f1;
+    st.global.f32 [%rd3], %f2;
+    ret;
+}"""
 
 
 def ew(ins: str, out_dtype, *args: np.ndarray, tail: str = "", pre: str = "",

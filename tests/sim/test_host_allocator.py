@@ -17,24 +17,10 @@ import pytest
 from jaxptx import sim
 from jaxptx.sim.core import host
 
+from elementwise import SCALE_PTX as SCALE
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's (Linux)")
 
-SCALE = """.version 8.5
-.target sm_90a
-.address_size 64
-.visible .entry scale(.param .u64 x, .param .f32 k)
-{
-    .reg .b32 %r<3>; .reg .b64 %rd<4>; .reg .f32 %f<3>;
-    ld.param.u64 %rd1, [x];
-    ld.param.f32 %f1, [k];
-    mov.u32 %r1, %tid.x;
-    mul.wide.u32 %rd2, %r1, 4;
-    add.u64 %rd3, %rd1, %rd2;
-    ld.global.f32 %f2, [%rd3];
-    mul.f32 %f2, %f2, %f1;
-    st.global.f32 [%rd3], %f2;
-    ret;
-}"""
 MESSAGE = (r"^jaxptx\.sim: raised glibc malloc's mmap threshold to 32 MiB and its trim threshold to 128 MiB for "
            r"this process \(the emulator's per-instruction arrays would otherwise fault in fresh pages\); "
            r"JAXPTX_SIM_MALLOPT=0 turns this off$")
