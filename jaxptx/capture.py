@@ -332,6 +332,35 @@ def ffi_params(n_pointers: int, buffer_of: Sequence[int], scalars: Sequence[byte
             *(("tensor_map", j) for j in range(n_maps)))
 
 
+def scalar_bytes(nbytes: int, bits: int) -> bytes:
+    """A raw scalar param's bytes from the FFI ``scalars`` attribute's
+    ``(bytes, bits)`` pair: the low ``nbytes`` of its 64 bits, little-endian."""
+    return (int(bits) & (2**64 - 1)).to_bytes(8, "little")[:int(nbytes)]
+
+
+def record_ffi(source: str, kernel_id: int, ptx: str, entry: str, shape: tuple, n_in: int,
+               buffer_of: Sequence[int], before: Sequence[bytes], after: Sequence[bytes],
+               types: Sequence[tuple[str | None, Sequence[int] | None]], scalars: Sequence[bytes],
+               tma: Sequence[int], n_maps: int) -> Path | None:
+    """Write the capture of one FFI call's launch (``source`` ``"cpu"`` or
+    ``"cuda"``): ``buffer_of[i]`` is the distinct buffer of pointer
+    parameter i, ``types[i]`` its ``(numpy dtype name, shape)``; ``shape``
+    the launch's ``(grid, block, cluster, smem)``."""
+    first = {b: i for i, b in reversed(list(enumerate(buffer_of)))}
+    names = buffer_names(n_in, buffer_of)
+    buffers = []
+    for b, (data, now) in enumerate(zip(before, after)):
+        dtype, dims = types[first[b]] if first[b] < len(types) else (None, None)
+        buffers.append(Buffer(names[b], bytes(data), bytes(now), dtype or None,
+                              None if dims is None else tuple(int(d) for d in dims)))
+    grid, block, cluster, smem = shape
+    return record(Capture(
+        source=source, ptx=ptx, entry=entry, grid=tuple(grid), block=tuple(block),
+        cluster=tuple(cluster), smem=int(smem), buffers=tuple(buffers),
+        params=ffi_params(len(buffer_of), buffer_of, scalars, n_maps),
+        tma=tuple(int(v) for v in tma), kernel_id=int(kernel_id), meta=meta()))
+
+
 def buffer_names(n_in: int, buffer_of: Sequence[int]) -> list[str]:
     """Names of an FFI call's distinct buffers: the first parameter each
     one is (``"input 0"``, ``"output 1"``)."""

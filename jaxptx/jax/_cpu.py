@@ -101,9 +101,8 @@ def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryvi
         names = _output_names(registered, len(outputs))
         ran = _run_checked(launch, inputs, outputs, output_types, allow_unwritten,
                            registered.kernel.name if registered is not None else entry, names)
-        where = capture.directory()
-        if where is not None:
-            _record(where, kernel_id, bytes(ptx).decode(), launch, ran, len(inputs), tma,
+        if capture.directory() is not None:
+            _record(kernel_id, bytes(ptx).decode(), launch, ran, len(inputs), tma,
                     [*input_types, *output_types])
         return None
     except BaseException as e:  # noqa: BLE001 - every failure becomes an FFI error
@@ -189,22 +188,13 @@ def _output_names(registered: _registry.Entry | None, n: int) -> list[str | None
     return [names[j] if j < len(names) else None for j in range(n)]
 
 
-def _record(where: Path, kernel_id: int, ptx: str, launch: _Launch, ran: _Ran, n_in: int,
+def _record(kernel_id: int, ptx: str, launch: _Launch, ran: _Ran, n_in: int,
             tma: Sequence[int], types: Sequence[BufferType]) -> None:
     """Write the capture of a call's last launch (``JAXPTX_CAPTURE_DIR``)."""
-    names = capture.buffer_names(n_in, ran.params)
-    first = {b: i for i, b in reversed(list(enumerate(ran.params)))}
-    buffers = []
-    for b, (name, data, after) in enumerate(zip(names, ran.before, ran.after)):
-        dtype, shape = types[first[b]] if first[b] < len(types) else (None, None)
-        buffers.append(capture.Buffer(name, data.tobytes(), bytes(after), dtype or None,
-                                      None if shape is None else tuple(shape)))
-    shape = launch.shape
-    capture.record(capture.Capture(
-        source="cpu", ptx=ptx, entry=launch.entry, grid=shape.grid, block=shape.block,
-        cluster=shape.cluster, smem=shape.smem, buffers=tuple(buffers),
-        params=capture.ffi_params(len(ran.params), ran.params, launch.scalars, len(launch.maps)),
-        tma=tuple(int(v) for v in tma), kernel_id=int(kernel_id), meta=capture.meta()), where)
+    s = launch.shape
+    capture.record_ffi("cpu", kernel_id, ptx, launch.entry, (s.grid, s.block, s.cluster, s.smem),
+                       n_in, ran.params, [b.tobytes() for b in ran.before], ran.after, types,
+                       launch.scalars, tma, len(launch.maps))
 
 
 def _buffers(inputs: Sequence[memoryview], outputs: Sequence[memoryview]):
@@ -279,7 +269,7 @@ def _scalar_values(function: ir.Function, buffers: int, scalars: Sequence[int]) 
         ptype = TYPES.get(param.type)
         if ptype is None or ptype.bits // 8 != nbytes or param.dims or param.vector:
             raise ValueError(f"raw param {param.name} (.{param.type}) got a {nbytes}-byte value")
-        values.append((int(bits) & (2**64 - 1)).to_bytes(8, "little")[:nbytes])
+        values.append(capture.scalar_bytes(nbytes, bits))
     return values
 
 

@@ -35,23 +35,11 @@ def record_cuda(kernel_id: int, ptx: bytes, entry: str, shape: tuple, n_in: int,
     ``buffer_of[i]`` is the distinct buffer of pointer parameter i, whose
     dtype code and shape are ``dtypes[i]``, ``shapes[i]``; ``scalars`` the
     call's (bytes, bits) pairs."""
-    where = capture.directory()
-    if where is None:
+    if capture.directory() is None:
         return
-    first = {b: i for i, b in reversed(list(enumerate(buffer_of)))}
-    names = capture.buffer_names(n_in, buffer_of)
-    buffers = tuple(capture.Buffer(names[b], bytes(before[b]), bytes(after[b]),
-                                   _DTYPES.get(int(dtypes[first[b]])),
-                                   tuple(int(d) for d in shapes[first[b]]))
-                    for b in range(len(before)))
-    raw = [(int(bits) & (2**64 - 1)).to_bytes(8, "little")[:int(nbytes)]
-           for nbytes, bits in zip(scalars[::2], scalars[1::2])]
     from ..jax._tma import RECORD   # the tma attribute's record length (imports jax)
 
-    grid, block, cluster, smem = shape
-    n_maps = len(tma) // RECORD
-    capture.record(capture.Capture(
-        source="cuda", ptx=bytes(ptx).decode(), entry=entry, grid=tuple(grid), block=tuple(block),
-        cluster=tuple(cluster), smem=int(smem), buffers=buffers,
-        params=capture.ffi_params(len(buffer_of), buffer_of, raw, n_maps),
-        tma=tuple(int(v) for v in tma), kernel_id=int(kernel_id), meta=capture.meta()), where)
+    types = [(_DTYPES.get(int(d)), s) for d, s in zip(dtypes, shapes)]
+    raw = [capture.scalar_bytes(n, bits) for n, bits in zip(scalars[::2], scalars[1::2])]
+    capture.record_ffi("cuda", kernel_id, bytes(ptx).decode(), entry, shape, n_in, buffer_of,
+                       before, after, types, raw, tma, len(tma) // RECORD)
