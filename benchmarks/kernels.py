@@ -4,7 +4,8 @@ Each op of :mod:`jaxptx.kernels` is timed next to its XLA equivalent on the
 same inputs: ``matmul`` against ``jnp.dot`` (cuBLAS on a GPU),
 ``flash_attention`` against ``jax.nn.dot_product_attention`` (cuDNN where
 JAX offers it), the norms, softmax and SwiGLU against their ``jnp``
-formulas. Each row prints both times, the ratio, and the throughput —
+formulas, and the norms' gradients (``vjp`` rows: forward and backward
+kernels) against XLA's. Each row prints both times, the ratio, and the throughput —
 TFLOPS for the products, GB/s of compulsory traffic (inputs read once,
 outputs written once) for the rest — with the fraction of the GPU's peak.
 
@@ -96,11 +97,36 @@ def cases(gpu: bool, arch: str) -> list[tuple[str, str, Callable, Callable, tupl
         rows.append(("softmax", f"{r}x{n}", lambda x: kernels.softmax(x, arch=arch),
                      lambda x: jax.nn.softmax(x.astype(jnp.float32), -1).astype(x.dtype),
                      (x,), 0.0, 4.0 * r * n))
+        # Gradients: jax.vjp of each op at a random cotangent. Ours runs the forward kernel
+        # (y and the row statistics) and the two backward kernels; XLA fuses what it likes.
+        # Compulsory traffic: x and dy read, dx written, w (and b) read, dw (and db) written.
+        dy = rand((r, n))
+        rows.append(("rms_norm vjp", f"{r}x{n}", _vjp(lambda x, w: kernels.rms_norm(x, w, arch=arch)),
+                     _vjp(_jnp_rms_norm), (x, w, dy), 0.0, 6.0 * r * n + 4.0 * n))
+        rows.append(("layer_norm vjp", f"{r}x{n}",
+                     _vjp(lambda x, w, b: kernels.layer_norm(x, w, b, arch=arch)),
+                     _vjp(_jnp_layer_norm), (x, w, bias, dy), 0.0, 6.0 * r * n + 8.0 * n))
         g, u = rand((r, n)), rand((r, n))
         rows.append(("swiglu", f"{r}x{n}", lambda g, u: kernels.swiglu(g, u, arch=arch),
                      lambda g, u: (jax.nn.silu(g.astype(jnp.float32)) * u).astype(g.dtype),
                      (g, u), 0.0, 6.0 * r * n))
     return rows
+
+
+def _vjp(f: Callable) -> Callable:
+    """``(*primals, cotangent) -> the primals' cotangents`` of ``f``."""
+    import jax
+
+    def grads(*args):
+        return jax.vjp(f, *args[:-1])[1](args[-1])
+    return grads
+
+
+def _jnp_rms_norm(x, w):
+    import jax
+    import jax.numpy as jnp
+    x32 = x.astype(jnp.float32)
+    return (x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), -1, keepdims=True) + 1e-6) * w).astype(x.dtype)
 
 
 def _jnp_layer_norm(x, w, b):

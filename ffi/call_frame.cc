@@ -1,12 +1,14 @@
-// A hand-built XLA call frame for the CUDA handler (standin.h): what XLA's
-// GPU runtime hands JaxptxLaunch, minus the GPU. Buffers are XLA_FFI_Buffers
-// whose data pointers are the stand-in device's addresses (the handler never
-// dereferences them); attributes are encoded as XLA encodes the custom
-// call's attribute dictionary (sorted by name: the handler's decoder looks
-// them up by their sorted index), a dictionary attribute (the launch) as a
-// nested, sorted XLA_FFI_Attrs; the XLA_FFI_Api has the entry points the
-// handler uses (errors, the stream, scratch memory) and refuses the rest.
-// For tests only: XLA builds the real frame.
+// A hand-built XLA call frame for the CUDA handler (call_cuda_handler,
+// handlers.h): what XLA's GPU runtime hands JaxptxLaunch, built outside XLA.
+// jaxptx.torch launches kernels on torch's stream with it (buffers are the
+// tensors' device pointers, scratch memory comes from torch's allocator);
+// the testing layer calls it with the stand-in device's addresses (the
+// handler never dereferences them). Attributes are encoded as XLA encodes
+// the custom call's attribute dictionary (sorted by name: the handler's
+// decoder looks them up by their sorted index), a dictionary attribute (the
+// launch) as a nested, sorted XLA_FFI_Attrs; the XLA_FFI_Api has the entry
+// points the handler uses (errors, the stream, scratch memory) and refuses
+// the rest.
 
 #include <algorithm>
 #include <cstring>
@@ -21,7 +23,6 @@
 #include <nanobind/stl/vector.h>
 
 #include "handlers.h"
-#include "standin.h"
 #include "xla/ffi/api/c_api.h"
 
 namespace nb = nanobind;
@@ -130,7 +131,7 @@ XLA_FFI_Error* memory_free(Args* args) {
 template <typename Args>
 XLA_FFI_Error* unimplemented(Args*) {
   return make_error(XLA_FFI_Error_Code_UNIMPLEMENTED,
-                    "the test call frame does not implement this XLA FFI entry point");
+                    "the hand-built call frame does not implement this XLA FFI entry point");
 }
 
 // Point `slot` at F<Args>, Args deduced from the slot's own type.

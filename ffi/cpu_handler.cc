@@ -241,18 +241,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxptxLaunchRetiredV1, cuda_retired,
 
 namespace jaxptx {
 
-std::string describe_python_error(nb::python_error& e) {
-  nb::object name = nb::getattr(e.type(), "__name__", nb::str("exception"));
-  std::string out = nb::str(name).c_str();
-  PyObject* text = PyObject_Str(e.value().ptr());
-  if (text) {
-    out += std::string(": ") + nb::str(nb::steal(text)).c_str();
-  } else {
-    PyErr_Clear();
-  }
-  return out;
-}
-
 void cpu_shutdown() {
   g_closing.store(true);
   nb::gil_scoped_release release;  // the calls in flight need the GIL to finish

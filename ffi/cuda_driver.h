@@ -2,14 +2,21 @@
 //
 // Declared here rather than taken from cuda.h so that the extension builds
 // with no CUDA toolkit and opens libcuda.so.1 with dlopen at run time. These
-// types are part of the driver's stable ABI; cuda_launch.cc checks them
+// types are part of the driver's stable ABI; cuda_driver_check.cc checks them
 // against the real cuda.h (static_asserts) whenever the build finds one.
+//
+// The handler reaches the driver only through the Driver table below
+// (cuda_driver.cc fills it from libcuda.so.1). Another table may be swapped
+// in from Python: jaxptx._ffi.set_cuda_driver takes a PyCapsule named
+// kDriverCapsule holding a `const Driver*` (the testing extension
+// jaxptx.testing._standin makes one whose entry points run the emulator).
 
 #ifndef JAXPTX_FFI_CUDA_DRIVER_H_
 #define JAXPTX_FFI_CUDA_DRIVER_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace jaxptx::cu {
 
@@ -26,6 +33,8 @@ using CUstream = CUstream_st*;
 using CUdeviceptr = unsigned long long;
 
 inline constexpr CUresult CUDA_SUCCESS = 0;
+// What cuFuncGetParamInfo returns for an index past the last parameter.
+inline constexpr CUresult CUDA_ERROR_INVALID_VALUE = 1;
 // CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 inline constexpr int FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 // CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
@@ -82,6 +91,10 @@ struct Driver {
   CUresult (*cuModuleLoadDataEx)(CUmodule*, const void*, unsigned int, int*, void**);
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  // CUDA 12.4+ (driver R550): (function, paramIndex, *paramOffset,
+  // *paramSize); CUDA_ERROR_INVALID_VALUE past the last parameter. The
+  // handler reads each kernel's parameter sizes with it.
+  CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t*, size_t*);
   CUresult (*cuLaunchKernelEx)(const LaunchConfig*, CUfunction, void**, void**);
   CUresult (*cuMemcpyDtoDAsync_v2)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   // Captures only (JAXPTX_CAPTURE_DIR): reading buffers back to the host.
@@ -94,10 +107,26 @@ struct Driver {
                                      int, int);
 };
 
-// The driver, opened and initialised on first use (thread-safe). Returns
-// nullptr when libcuda.so.1 or one of its symbols is missing, or cuInit
-// fails; `error` then says why.
+// The name of a capsule holding a `const Driver*` for set_driver_override.
+// It carries the table's layout version: bump it whenever Driver's members
+// change (the static_assert below fails until then), so an extension built
+// against another layout is refused rather than called through.
+#define JAXPTX_DRIVER_CAPSULE "jaxptx.cu.Driver.v2"
+inline constexpr const char* kDriverCapsule = JAXPTX_DRIVER_CAPSULE;
+static_assert(sizeof(Driver) == 16 * sizeof(void*),
+              "Driver's members changed: bump the version in kDriverCapsule");
+
+// The driver, opened and initialised on first use (thread-safe), or the
+// table set_driver_override installed. Returns nullptr when libcuda.so.1 or
+// one of its symbols is missing, or cuInit fails; `error` then says why.
 const Driver* driver(const char** error);
+
+// "CUDA_ERROR_NAME (the driver's description)" of a CUresult.
+std::string describe(const Driver& d, CUresult rc);
+
+// Makes driver() return `d` from now on (nullptr: libcuda.so.1 again).
+// `d` must stay valid while it is set.
+void set_driver_override(const Driver* d);
 
 }  // namespace jaxptx::cu
 

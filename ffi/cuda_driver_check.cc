@@ -53,3 +53,8 @@ static_assert(jaxptx::cu::CUDA_SUCCESS == CUDA_SUCCESS);
 // The capture entry points take what cuda_driver.h passes them.
 static_assert(std::is_same_v<decltype(&cuMemcpyDtoH_v2), CUresult (*)(void*, CUdeviceptr, size_t)>);
 static_assert(std::is_same_v<decltype(&cuStreamSynchronize), CUresult (*)(CUstream)>);
+// The parameter layout the handler reads (CUDA 12.4+), and the code that
+// ends its walk over the parameters.
+static_assert(std::is_same_v<decltype(&cuFuncGetParamInfo),
+                             CUresult (*)(CUfunction, size_t, size_t*, size_t*)>);
+static_assert(jaxptx::cu::CUDA_ERROR_INVALID_VALUE == CUDA_ERROR_INVALID_VALUE);

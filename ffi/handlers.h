@@ -11,6 +11,7 @@
 
 #include <nanobind/nanobind.h>
 
+#include "python_error.h"
 #include "xla/ffi/api/ffi.h"
 
 // CPU: runs a kernel on the emulator through a Python callback.
@@ -85,15 +86,27 @@ void cpu_shutdown();
 void cuda_register(int64_t kernel_id, const std::string& image, const std::string& ptx,
                    const std::string& entry, int64_t num_params);
 
-// "TypeName: message" of a Python exception (its traceback would name only
-// XLA's and our frames); what C++ reports of a Python callback's error.
-std::string describe_python_error(nanobind::python_error& e);
-
 // True when the id is registered for the CUDA handler.
 bool cuda_registered(int64_t kernel_id);
 
-// Empty when libcuda.so.1 opens and initialises, else why it does not.
+// Empty when the CUDA handler has a driver (libcuda.so.1 opens and
+// initialises, or a table set with set_cuda_driver is installed), else why not.
 std::string cuda_driver_error();
+
+// Calls the CUDA handler JaxptxLaunch with a call frame built from
+// `args` and `rets` (each a sequence of (XLA_FFI_DataType code, device
+// address, dims)), `attrs` (a sequence of (name, kind, value), kind one of
+// "i64", "str", "i32[]", "i64[]" or "dict", whose value is a sequence of
+// such triples; sorted by name here, as XLA does), the stream handle the
+// frame's Stream_Get returns, and `scratch` (an object with
+// alloc(size, alignment) -> address and free(address, size), or None: then
+// every scratch allocation fails). With `retired`, the frame goes to the
+// retired jaxptx_launch_v1 handler instead. Returns (XLA_FFI_Error_Code,
+// message): (0, "") when the handler succeeded. The GIL is released while
+// it runs. What jaxptx.torch launches with (call_frame.cc).
+nanobind::tuple call_cuda_handler(nanobind::handle args, nanobind::handle rets,
+                                  nanobind::handle attrs, uint64_t stream,
+                                  nanobind::object scratch, bool retired = false);
 
 }  // namespace jaxptx
 

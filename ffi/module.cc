@@ -2,8 +2,11 @@
 //
 // Exports the typed XLA FFI handlers as capsules (registered from Python
 // with jax.ffi.register_ffi_target) and the hooks that feed them: the CPU
-// handler's Python callback and the CUDA handler's module registry; and, for
-// tests, a way to run the CUDA handler with no GPU (standin.h).
+// handler's Python callback, the CUDA handler's module registry, its call
+// frame built outside XLA (jaxptx.torch's launcher) and the one seam by
+// which another driver table may replace libcuda.so.1 (set_cuda_driver).
+// No test double is compiled in: the stand-in driver is the testing
+// layer's own extension (jaxptx.testing._standin, standin.h).
 
 #include <array>
 #include <cstdint>
@@ -14,15 +17,52 @@
 #include <nanobind/stl/vector.h>
 
 #include "call_identity.h"
-#include "entry_params.h"
+#include "cuda_driver.h"
 #include "handlers.h"
-#include "standin.h"
 #include "tensor_maps.h"
 
 namespace nb = nanobind;
 
 #define JAXPTX_STR_(x) #x
 #define JAXPTX_STR(x) JAXPTX_STR_(x)
+
+namespace {
+
+// The capsule the CUDA handler's driver table was swapped for (a strong
+// reference while installed; a raw pointer, so that no destructor runs
+// after the interpreter is gone); touched with the GIL held.
+PyObject* g_driver_capsule = nullptr;
+
+void set_cuda_driver(nb::object table) {
+  PyObject* old = g_driver_capsule;
+  if (table.is_none()) {
+    jaxptx::cu::set_driver_override(nullptr);
+    g_driver_capsule = nullptr;
+    Py_XDECREF(old);
+    return;
+  }
+  if (!PyCapsule_CheckExact(table.ptr())) {
+    throw nb::type_error(("set_cuda_driver: expected a capsule named " +
+                          std::string(jaxptx::cu::kDriverCapsule) + " or None, got " +
+                          nb::type_name(table.type()).c_str())
+                             .c_str());
+  }
+  void* p = PyCapsule_GetPointer(table.ptr(), jaxptx::cu::kDriverCapsule);
+  if (!p) {
+    PyErr_Clear();
+    const char* name = PyCapsule_GetName(table.ptr());
+    throw nb::type_error(("set_cuda_driver: expected a capsule named " +
+                          std::string(jaxptx::cu::kDriverCapsule) + ", got one named " +
+                          (name ? name : "(none)") +
+                          " (an extension built against another driver table?)")
+                             .c_str());
+  }
+  jaxptx::cu::set_driver_override(static_cast<const jaxptx::cu::Driver*>(p));
+  g_driver_capsule = table.release().ptr();
+  Py_XDECREF(old);
+}
+
+}  // namespace
 
 NB_MODULE(_ffi, m) {
   m.doc() = "jaxptx native extension (XLA FFI handlers)";
@@ -184,36 +224,25 @@ NB_MODULE(_ffi, m) {
         "The handler's own decoder, for inspection and tests.");
 
   m.def("cuda_driver_error", &jaxptx::cuda_driver_error,
-        "Empty when libcuda.so.1 opens and cuInit succeeds (or a stand-in "
-        "driver is installed), else the reason.");
+        "Empty when libcuda.so.1 opens and cuInit succeeds (or another "
+        "driver table is installed: set_cuda_driver), else the reason.");
 
-  m.def("entry_param_bytes",
-        [](nb::bytes ptx, const std::string& entry) {
-          std::vector<int64_t> sizes;
-          std::string bad =
-              jaxptx::entry_param_bytes(std::string_view(ptx.c_str(), ptx.size()), entry, &sizes);
-          if (!bad.empty()) throw nb::value_error(bad.c_str());
-          return sizes;
-        },
-        nb::arg("ptx"), nb::arg("entry"),
-        "The byte size of each .param of entry, as the CUDA handler reads them "
-        "from the PTX to check a call's parameters; ValueError when it cannot.");
-
-  m.def("standin_install", &jaxptx::standin_install, nb::arg("driver"),
-        "For tests: make the CUDA handler call `driver` (a "
-        "jaxptx.runtime.standin.StandInDriver) instead of libcuda.so.1.");
-
-  m.def("standin_uninstall", &jaxptx::standin_uninstall,
-        "For tests: remove the stand-in driver (the handler opens libcuda.so.1 again).");
+  m.def("set_cuda_driver", &set_cuda_driver, nb::arg("table").none(),
+        "Make the CUDA handler call the driver table in `table`, a capsule "
+        "named " JAXPTX_DRIVER_CAPSULE " holding a `const Driver*` "
+        "(ffi/cuda_driver.h; jaxptx.testing._standin.driver_table() makes "
+        "one), kept alive while installed; None: libcuda.so.1 again. "
+        "TypeError for another object or a capsule of another name.");
 
   m.def("call_cuda_handler", &jaxptx::call_cuda_handler, nb::arg("args"), nb::arg("rets"),
         nb::arg("attrs"), nb::arg("stream"), nb::arg("scratch").none(),
         nb::arg("retired") = false,
-        "For tests: call the CUDA handler (" JAXPTX_CUDA_TARGET ") with a call "
-        "frame built from (dtype code, device address, dims) buffers and (name, "
-        "kind, value) attributes (kind i64, str, i32[], i64[] or dict, whose "
-        "value is a sequence of (name, kind, value) members); `scratch` has "
-        "alloc(size, alignment) and free(address, size), or is None; with "
-        "retired, the retired jaxptx_launch_v1 handler is called instead. Returns "
-        "(XLA_FFI_Error_Code, message), (0, '') on success.");
+        "Call the CUDA handler (" JAXPTX_CUDA_TARGET ") outside XLA, as "
+        "jaxptx.torch launches, with a call frame built from (dtype code, device "
+        "address, dims) buffers and (name, kind, value) attributes (kind i64, "
+        "str, i32[], i64[] or dict, whose value is a sequence of (name, kind, "
+        "value) members); `scratch` has alloc(size, alignment) and free(address, "
+        "size), or is None; with retired, the retired jaxptx_launch_v1 handler "
+        "is called instead. Returns (XLA_FFI_Error_Code, message), (0, '') on "
+        "success.");
 }

@@ -1,56 +1,33 @@
-// Running the CUDA launch handler with no GPU (tests and CI).
-//
-// The handler reaches the CUDA driver only through the Driver table of
-// cuda_driver.h. set_driver_override swaps that table for another one; the
-// stand-in driver of standin_driver.cc forwards each entry point to a Python
-// object (jaxptx.runtime.standin.StandInDriver) that runs modules on the
-// emulator's jaxptx.sim.Device. call_frame.cc builds the XLA_FFI_CallFrame
-// XLA would hand the handler (buffers, sorted attributes, a stream, a
-// scratch allocator) and calls the real JaxptxLaunch with it. Together
-// they execute the handler's own code: attribute decoding, the id check,
-// parameter packing, TMA encoding, launch attributes and error returns.
+// The stand-in CUDA driver of the testing extension jaxptx.testing._standin
+// (never part of jaxptx._ffi): a Driver table (cuda_driver.h) whose entry
+// points forward to a Python object, jaxptx.testing.standin.StandInDriver,
+// which runs modules on the emulator's jaxptx.sim.Device. Python installs
+// it in the CUDA handler with jaxptx._ffi.set_cuda_driver(driver_table())
+// and calls the handler with jaxptx._ffi.call_cuda_handler; so the
+// handler's own code runs with no GPU: attribute decoding, the id check,
+// parameter reading and checks, packing, TMA encoding, launch attributes
+// and error returns.
 
 #ifndef JAXPTX_FFI_STANDIN_H_
 #define JAXPTX_FFI_STANDIN_H_
-
-#include <cstdint>
 
 #include <nanobind/nanobind.h>
 
 #include "cuda_driver.h"
 
-namespace jaxptx::cu {
+namespace jaxptx::standin {
 
-// Makes driver() return `d` from now on (nullptr: libcuda.so.1 again).
-// `d` must stay valid while it is set. Defined in cuda_launch.cc.
-void set_driver_override(const Driver* d);
+// The stand-in's table: each entry point calls the installed object (one
+// with the methods of jaxptx/testing/standin.py's StandInDriver); with none
+// installed, each fails with CUDA_ERROR_NOT_INITIALIZED.
+const cu::Driver* table();
 
-}  // namespace jaxptx::cu
+// Makes `driver` the object the table calls (a strong reference is kept).
+void install(nanobind::object driver);
 
-namespace jaxptx {
+// Drops the object (the table's entry points fail from now on).
+void uninstall();
 
-// Installs `driver` (a Python object with the stand-in's methods, see
-// jaxptx/runtime/standin.py) as the CUDA driver of the launch handler.
-void standin_install(nanobind::object driver);
-
-// Removes the stand-in: the handler opens libcuda.so.1 again.
-void standin_uninstall();
-
-// Calls the CUDA handler JaxptxLaunch with a call frame built from
-// `args` and `rets` (each a sequence of (XLA_FFI_DataType code, device
-// address, dims)), `attrs` (a sequence of (name, kind, value), kind one of
-// "i64", "str", "i32[]", "i64[]" or "dict", whose value is a sequence of
-// such triples; sorted by name here, as XLA does), the
-// stream handle the frame's Stream_Get returns, and `scratch` (an object with
-// alloc(size, alignment) -> address and free(address, size), or None: then
-// every scratch allocation fails). With `retired`, the frame goes to the
-// retired jaxptx_launch_v1 handler instead. Returns (XLA_FFI_Error_Code,
-// message): (0, "") when the handler succeeded. The GIL is released while
-// it runs.
-nanobind::tuple call_cuda_handler(nanobind::handle args, nanobind::handle rets,
-                                  nanobind::handle attrs, uint64_t stream,
-                                  nanobind::object scratch, bool retired = false);
-
-}  // namespace jaxptx
+}  // namespace jaxptx::standin
 
 #endif  // JAXPTX_FFI_STANDIN_H_

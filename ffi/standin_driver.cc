@@ -1,11 +1,11 @@
 // The stand-in CUDA driver (standin.h): a Driver table whose entry points
-// forward to a Python object, jaxptx.runtime.standin.StandInDriver, which
+// forward to a Python object, jaxptx.testing.standin.StandInDriver, which
 // keeps modules and memory on the emulator's jaxptx.sim.Device.
 //
 // This file does what a driver does with the C arguments before any device
 // work: it reads the launch configuration and its attributes, copies as many
 // bytes through each kernel parameter pointer as the kernel's parameter has
-// (the sizes come from the emulator's reading of the module), reads the
+// (the sizes the object reports for cuFuncGetParamInfo), reads the
 // tensor-map arrays, fills the JIT error log, and turns every failure into a
 // CUresult with a name and a description. A Python exception carrying a
 // `code` attribute (standin.DriverError) gives that CUresult; any other is
@@ -22,12 +22,12 @@
 #include <nanobind/stl/vector.h>
 
 #include "cuda_driver.h"
-#include "handlers.h"
+#include "python_error.h"
 #include "standin.h"
 
 namespace nb = nanobind;
 
-namespace jaxptx {
+namespace jaxptx::standin {
 
 namespace {
 
@@ -205,6 +205,17 @@ CUresult func_set_attribute(CUfunction fn, int attribute, int value) {
   });
 }
 
+// cuFuncGetParamInfo: the object returns (offset, size), or raises
+// DriverError(CUDA_ERROR_INVALID_VALUE) past the last parameter.
+CUresult func_get_param_info(CUfunction fn, size_t index, size_t* offset, size_t* size) {
+  if (!offset && !size) return fail(kInvalidValue, "cuFuncGetParamInfo: null outputs");
+  return guarded("cuFuncGetParamInfo", [&](nb::handle d) {
+    nb::tuple info = nb::cast<nb::tuple>(d.attr("func_get_param_info")(handle_of(fn), index));
+    if (offset) *offset = nb::cast<size_t>(info[0]);
+    if (size) *size = nb::cast<size_t>(info[1]);
+  });
+}
+
 // cuLaunchKernelEx: reads the configuration, its attributes and each
 // parameter's bytes (as many as the kernel's parameter has), then launches.
 CUresult launch_kernel(const LaunchConfig* config, CUfunction fn, void** params, void** extra) {
@@ -290,24 +301,25 @@ CUresult tensor_map_encode_tiled(TensorMap* map, int dtype, uint32_t rank, void*
 const Driver kStandIn = {
     init,          get_error_name, get_error_string, stream_get_ctx,    ctx_get_current,
     ctx_push,      ctx_pop,        module_load,      module_get_function, func_set_attribute,
-    launch_kernel, memcpy_dtod,    stream_synchronize, memcpy_dtoh,   tensor_map_encode_tiled,
+    func_get_param_info, launch_kernel, memcpy_dtod, stream_synchronize, memcpy_dtoh,
+    tensor_map_encode_tiled,
 };
 
 }  // namespace
 
-void standin_install(nb::object driver) {
-  if (driver.is_none()) throw nb::value_error("standin_install: expected a driver object");
+const Driver* table() { return &kStandIn; }
+
+void install(nb::object driver) {
+  if (driver.is_none()) throw nb::value_error("install: expected a driver object, got None");
   PyObject* old = g_standin;
   g_standin = driver.release().ptr();
   Py_XDECREF(old);
-  cu::set_driver_override(&kStandIn);
 }
 
-void standin_uninstall() {
-  cu::set_driver_override(nullptr);
+void uninstall() {
   PyObject* old = g_standin;
   g_standin = nullptr;
   Py_XDECREF(old);
 }
 
-}  // namespace jaxptx
+}  // namespace jaxptx::standin

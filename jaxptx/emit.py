@@ -20,7 +20,8 @@ from collections.abc import Iterator
 
 from . import ir
 
-__all__ = ["emit", "emit_statement", "operand_text", "statement_tokens", "function_header_tokens"]
+__all__ = ["SourceMap", "source_map", "emit", "emit_statement", "operand_text", "statement_tokens",
+           "function_header_tokens"]
 
 INDENT = "\t"
 
@@ -173,17 +174,42 @@ def _canonical_join(tokens: list[str]) -> str:
     return "".join(out)
 
 
-def _statement(s: ir.Statement, style: str, depth: int) -> Iterator[str]:
+class _At:
+    """A mark in :func:`emit`'s parts: the next part is instruction ``ins``
+    (read by :func:`source_map`; ``source``: written from its trivia)."""
+
+    __slots__ = ("ins", "source", "indent")
+
+    def __init__(self, ins: ir.Instruction, source: bool, indent: str) -> None:
+        self.ins, self.source, self.indent = ins, source, indent
+
+    def lead(self) -> int:
+        """Characters of the part before the opcode (after any guard): where
+        the parser locates an instruction."""
+        ins = self.ins
+        if self.source:
+            guard = len(_guard_tokens(ins.guard))
+            tokens = statement_tokens(ins)
+            return len(ins.trivia[0]) + sum(len(tokens[i]) + len(ins.trivia[i + 1]) for i in range(guard))
+        guard = f"@{'!' if ins.guard.negated else ''}{ins.guard.register.name} " if ins.guard else ""
+        return len(self.indent) + len(guard)
+
+
+def _statement(s: ir.Statement, style: str, depth: int) -> Iterator[Any]:
     if isinstance(s, ir.Block):
         yield from _block(s.body, s.trivia, style, depth + 1)
         return
     if style == "source" and s.trivia is not None:
+        if isinstance(s, ir.Instruction):
+            yield _At(s, True, "")
         yield _join(statement_tokens(s), s.trivia)
     else:
+        if isinstance(s, ir.Instruction):
+            yield _At(s, False, INDENT * depth)
         yield _canonical_statement(s, INDENT * depth)
 
 
-def _block(body: list[ir.Statement], braces: ir.Trivia, style: str, depth: int) -> Iterator[str]:
+def _block(body: list[ir.Statement], braces: ir.Trivia, style: str, depth: int) -> Iterator[Any]:
     # braces trivia: (before "{", after "{", before "}", after "}")
     src = style == "source" and braces is not None
     pad = INDENT * (depth - 1)
@@ -195,7 +221,7 @@ def _block(body: list[ir.Statement], braces: ir.Trivia, style: str, depth: int) 
 
 def emit_statement(s: ir.Statement, style: str = "source", depth: int = 1) -> str:
     """One statement as PTX text (with its newline)."""
-    return "".join(_statement(s, style, depth))
+    return "".join(p for p in _statement(s, style, depth) if type(p) is str)
 
 
 def function_header_tokens(f: ir.Function) -> list[str]:
@@ -238,7 +264,7 @@ def _decl_text(d: ir.VarDecl) -> str:
     return _canonical_join(_vardecl_tokens(d, semicolon=False, fold=True))
 
 
-def _function(f: ir.Function, style: str) -> Iterator[str]:
+def _function(f: ir.Function, style: str) -> Iterator[Any]:
     src = style == "source"
     if src and f.trivia is not None:
         yield _join(function_header_tokens(f), f.trivia)
@@ -252,7 +278,7 @@ def _function(f: ir.Function, style: str) -> Iterator[str]:
     yield from _block(f.body, f.brace_trivia, style, 1)
 
 
-def _section(sec: ir.Section, style: str) -> Iterator[str]:
+def _section(sec: ir.Section, style: str) -> Iterator[Any]:
     tokens = [".section", sec.name]
     if style == "source" and sec.trivia is not None:
         yield _join(tokens, sec.trivia)
@@ -275,9 +301,14 @@ def emit(module: ir.Module, style: str = "source") -> str:
     Raises:
         ValueError: unknown style, or trivia that does not fit its node.
     """
+    return "".join(p for p in _parts(module, style) if type(p) is str)
+
+
+def _parts(module: ir.Module, style: str) -> list:
+    """The module's text in parts, each instruction's part after an :class:`_At`."""
     if style not in ("source", "canonical"):
         raise ValueError(f"style must be 'source' or 'canonical', got {style!r}")
-    parts: list[str] = []
+    parts: list = []
     for item in module.items:
         if isinstance(item, ir.Function):
             if style == "canonical" or item.trivia is None:
@@ -289,4 +320,74 @@ def emit(module: ir.Module, style: str = "source") -> str:
             parts.extend(_statement(item, style, 0))
     if style == "source" and module.trailing is not None:
         parts.append(module.trailing)
-    return "".join(parts)
+    return parts
+
+
+class SourceMap:
+    """Where :func:`emit` writes each instruction of a module: the PTX line
+    of a traced instruction (whose ``loc`` is its Python line), of a parsed
+    one, or of one built by hand, in the text ``emit(module, style)`` returns.
+
+    Attributes:
+        text: that text.
+        instructions: every instruction, in text order, with its
+            :class:`jaxptx.ir.PtxLocation` (source ``"<emit>"``).
+    """
+
+    def __init__(self, text: str, instructions: list[tuple[ir.Instruction, ir.PtxLocation]]) -> None:
+        self.text = text
+        self.instructions = instructions
+        self._by_id = {id(ins): loc for ins, loc in instructions}
+        self._by_line = {loc.line: ins for ins, loc in reversed(instructions)}
+        self._lines: list[str] | None = None
+
+    def ptx(self, ins: ir.Instruction) -> ir.PtxLocation | None:
+        """The PTX location of instruction ``ins`` (this very object)."""
+        return self._by_id.get(id(ins))
+
+    def at_line(self, line: int) -> ir.Instruction | None:
+        """The (first) instruction on PTX line ``line``."""
+        return self._by_line.get(line)
+
+    def python(self, line: int) -> ir.PythonLocation | None:
+        """The Python line that traced the instruction on PTX line ``line``."""
+        ins = self.at_line(line)
+        return ir.python_location(ins.loc) if ins is not None else None
+
+    def line_text(self, line: int) -> str:
+        """The text of PTX line ``line`` ("" past the end)."""
+        if self._lines is None:
+            self._lines = self.text.splitlines()
+        return self._lines[line - 1] if 0 < line <= len(self._lines) else ""
+
+
+def source_map(module: ir.Module, style: str = "source") -> SourceMap:
+    """The text :func:`emit` writes for ``module`` and where each instruction
+    is in it (see :class:`SourceMap`).
+
+    Raises:
+        ValueError: as :func:`emit`.
+    """
+    chunks: list[str] = []
+    found: list[tuple[ir.Instruction, ir.PtxLocation]] = []
+    line, offset, line_start = 1, 0, 0
+    pending: _At | None = None
+    for p in _parts(module, style):
+        if type(p) is not str:
+            pending = p
+            continue
+        if pending is not None:
+            lead = pending.lead()
+            at = offset + lead
+            head = p[:lead]
+            first_line = line + head.count("\n")
+            start = (offset + head.rindex("\n") + 1) if "\n" in head else line_start
+            found.append((pending.ins, ir.PtxLocation("<emit>", first_line, at - start + 1)))
+            pending = None
+        chunks.append(p)
+        newlines = p.count("\n")
+        if newlines:
+            line += newlines
+            line_start = offset + p.rindex("\n") + 1
+        offset += len(p)
+    return SourceMap("".join(chunks), found)

@@ -40,6 +40,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -47,8 +48,9 @@ import numpy as np
 from . import isa
 from .errors import LaunchError
 
-__all__ = ["Launch", "validate_launch", "dim3", "MAX_GRID", "MAX_BLOCK", "MAX_THREADS_PER_BLOCK",
-           "MAX_CLUSTER_SIZE", "CLUSTER_MIN_SM", "MAX_STATIC_SMEM", "MAX_SMEM_PER_BLOCK"]
+__all__ = ["Launch", "validate_launch", "dim3", "launch_integers", "MAX_GRID", "MAX_BLOCK",
+           "MAX_THREADS_PER_BLOCK", "MAX_CLUSTER_SIZE", "CLUSTER_MIN_SM", "MAX_STATIC_SMEM",
+           "MAX_SMEM_PER_BLOCK", "TMA_RECORD"]
 
 Dim3 = tuple[int, int, int]
 
@@ -73,6 +75,9 @@ MAX_SMEM_PER_BLOCK: dict[int, int] = {
     120: 99 * KB, 121: 99 * KB,
 }
 _LARGEST_SMEM = max(MAX_SMEM_PER_BLOCK.values())
+# The int64s of one TMA descriptor record in a custom call's ``tma``
+# attribute (the fields: jaxptx/jax/_tma.py; the decoder: ffi/tensor_maps.h).
+TMA_RECORD = 26
 _AXES = "xyz"
 
 
@@ -170,6 +175,11 @@ class Launch:
         """Blocks per cluster (1: no cluster)."""
         return self.cluster[0] * self.cluster[1] * self.cluster[2]
 
+    def with_grid_z(self, z: int) -> Launch:
+        """The same launch with grid z = ``z`` (a batch folded into grid z;
+        checked against gridDim.z's limit like any launch)."""
+        return dataclasses.replace(self, grid=(*self.grid[:2], z))
+
     def check_target(self, target: isa.Target | str | None, static_smem: int = 0) -> Launch:
         """Check the limits that depend on the target; return ``self``.
 
@@ -251,3 +261,26 @@ def validate_launch(grid: Any, block: Any, cluster: Any, smem: Any, static_smem:
         LaunchError: a malformed dim or any limit exceeded.
     """
     return Launch(grid, block, cluster, smem, where=where).check_target(target, static_smem)
+
+
+def launch_integers(launch: Any, input_bytes: Sequence[int], output_bytes: Sequence[int],
+                    tma: Sequence[int]) -> list[int]:
+    """A call's launch as the handlers hash it into its kernel id.
+
+    The order of ``ffi/call_identity.h`` (its ``LaunchShape``, then the
+    buffers): grid, block, cluster and smem, the input and output counts,
+    their byte sizes, then the TMA record count and the records
+    (:data:`TMA_RECORD` int64s each).
+
+    Args:
+        launch: a :class:`Launch`, or any object with its four fields (a
+            hand-edited call's, unvalidated).
+        input_bytes, output_bytes: each buffer's size in bytes.
+        tma: the call's ``tma`` attribute (whole records).
+
+    Returns:
+        The integers, in that order.
+    """
+    return [*launch.grid, *launch.block, *launch.cluster, launch.smem,
+            len(input_bytes), len(output_bytes), *map(int, input_bytes), *map(int, output_bytes),
+            len(tma), *map(int, tma)]

@@ -38,9 +38,11 @@ from typing import Any
 import ml_dtypes  # noqa: F401  (bfloat16 / float8 names for numpy)
 import numpy as np
 
+from . import profile as _profile  # noqa: F401  (registers the emulator's profiler: profile=True)
 from . import sim
 from .capture import Buffer, Capture, CaptureError, load
 from .sim.memory.spaces import GLOBAL_SHIFT
+from .sim.memory.tensormap import maps_from_records
 
 __all__ = ["load", "run", "Replay", "Mismatch", "APPROX_ULPS", "main", "CaptureError"]
 
@@ -212,10 +214,7 @@ def _place(device: sim.Device, capture: Capture) -> list[int]:
 
 
 def _params(capture: Capture, addresses: list[int]) -> list[Any]:
-    maps = ()
-    if capture.tma:
-        from .jax import _tma
-        maps = _tma.sim_maps(capture.tma)
+    maps = maps_from_records(capture.tma) if capture.tma else ()
     pointers = [addresses[p[1]] + p[2] for p in capture.params if p[0] == "pointer"]
     out: list[Any] = []
     for p in capture.params:

@@ -13,10 +13,10 @@ Example:
     {'M': 4, 'K': 8}
 """
 
-from .dsl._specs import Dim as Dim
-from .dsl._specs import Layout as Layout
-from .dsl._specs import Tile as Tile
-from .dsl._specs import bind_specs as bind_specs
-from .dsl._specs import unify_envs as unify_envs
+from .dsl import Dim as Dim
+from .dsl import Layout as Layout
+from .dsl import Tile as Tile
+from .dsl import bind_specs as bind_specs
+from .dsl import unify_envs as unify_envs
 
 __all__ = ["Dim", "Layout", "Tile", "bind_specs", "unify_envs"]

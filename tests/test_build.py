@@ -142,3 +142,27 @@ def test_the_shim_and_launch_py_accept_a_launch_at_every_limit():
                               _largest_smem(), [], [], [])
         assert "attribute launch" not in said and "does not match" in said, said   # only the id is wrong
         Launch(grid, block, cluster, _largest_smem())
+
+
+# Marks only the stand-in driver's code carries (ffi/standin_driver.cc), and
+# the text the PTX parameter parser it replaced carried (cuFuncGetParamInfo
+# now tells the handler a kernel's parameters).
+_STAND_IN_MARKS = (b"no stand-in driver is installed", b"the stand-in driver loads PTX, not cubins")
+_PARSER_MARKS = (b"unknown parameter type", b"the PTX has no .entry")
+
+
+def test_the_products_extension_holds_no_test_double():
+    """jaxptx._ffi ships no stand-in driver and no PTX parameter parser: the
+    stand-in is the testing layer's own extension, which does hold it (so the
+    marks below are real ones), installed through set_cuda_driver."""
+    import jaxptx._ffi as ffi
+    import jaxptx.testing._standin as standin
+
+    names = [n for n in dir(ffi) if not n.startswith("__")]
+    assert [n for n in names if "standin" in n or "entry_param" in n] == []
+    assert "set_cuda_driver" in names and "call_cuda_handler" in names  # the seam; torch's launcher
+    product = pathlib.Path(ffi.__file__).read_bytes()
+    testing = pathlib.Path(standin.__file__).read_bytes()
+    assert [m for m in _STAND_IN_MARKS + _PARSER_MARKS if m in product] == []
+    assert [m for m in _STAND_IN_MARKS if m not in testing] == []
+    assert {"driver_table", "install", "uninstall"} <= set(dir(standin))

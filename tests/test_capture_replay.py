@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from jaxptx import capture, kernels, replay, sim
-from jaxptx.runtime.standin import StandInDriver, cuda_calls
+from jaxptx.testing.standin import StandInDriver, cuda_calls
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "jax"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "runtime"))

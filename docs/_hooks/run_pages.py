@@ -41,7 +41,8 @@ def with_outputs(markdown: str, path: pathlib.Path, root: pathlib.Path) -> str:
         if "no-run" in m.group(1):
             continue
         first = markdown.count("\n", 0, m.start(2)) + 1
-        code = compile("\n" * (first - 1) + m.group(2), rel, "exec")
+        # the page's own path: @triton.jit reads a kernel's source back from its file
+        code = compile("\n" * (first - 1) + m.group(2), str(path), "exec")
         buf = io.StringIO()
         try:
             with contextlib.redirect_stdout(buf):

@@ -27,8 +27,9 @@ from .. import ir
 from ..errors import TraceError
 from ..types import PtxType, s32
 from ._constructs import tracked_context, tracked_loop
-from ._core import Label, NegPred, Reg, emit_instruction, new_reg
+from ._core import Reg, emit_instruction, new_reg
 from ._trace import current, user_location, with_location
+from ._values import Label, NegPred
 
 __all__ = ["if_", "else_", "range_", "while_", "break_", "continue_", "label", "new_label", "loop"]
 

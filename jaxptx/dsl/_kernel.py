@@ -4,33 +4,47 @@ A kernel's positional parameters are its tensors (inputs, then outputs, as
 ``in_specs``/``out_specs`` list them); its keyword-only parameters are
 template parameters, fixed per trace. ``.ptx(**kw)`` specialises on template
 values and symbolic dims, traces once per specialisation, and caches.
+
+The options are checked at decoration (``_options``); a trace runs the body
+(``_finish``) and assembles the module (``_assemble``) into a
+:class:`~jaxptx.dsl.Specialization`. Layers above the DSL build on
+:class:`Kernel`'s public extension points: ``set_call_hook`` (the JAX
+integration), :meth:`Kernel.trace_specialization` and
+:meth:`Kernel.launch_for` (``jaxptx.pyptx``'s rules), and
+:attr:`Kernel.extensions`.
+
+Longer than our few-hundred-line habit, on purpose: this is the one class a
+user holds, and its documented properties, inspection methods and
+extension points are read together; the steps a trace runs live in the
+modules named above.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import gc
-import inspect
-from collections.abc import Callable, Iterator, Sequence
+import copy
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import ir, isa
 from ..emit import emit
-from ..errors import LaunchError, PtxError, PtxVersionError, SpecError, TraceError
-from ..launch import Launch, dim3, validate_launch
+from ..errors import PtxVersionError, SpecError, TraceError
+from ..launch import Launch, dim3
 from ..runtime import Resources, compile_cubin, detect_arch, resources, sass
-from ..types import TYPES
-from ._options import check_entry_name, check_raw_directives, check_raw_params, check_specs
+from ..types import PtxType
+from ._assemble import ends_in_exit, entry_module, launch_directives, static_shared_bytes
 from ._core import emit_instruction
-from ._finish import at_user_line, check_module
-from ._params import TensorArg, UnboundDim
+from ._finish import check_module, no_gc, run_body
+from ._launch import decoration_launch, specialization_launch
+from ._options import (check_address_size, check_batch, check_entry_name, check_extern_smem,
+                       check_raw_directives, check_raw_params, check_shardable, check_specs,
+                       signature)
+from ._params import tensor_args
+from ._specialization import Specialization
 from ._specs import Tile
-from ._template import check_keywords, check_template_value, template_types
-from ._tma import TmaDescriptor
+from ._template import bind_keywords, check_keywords, template_types
 from ._trace import Trace, active
 
-__all__ = ["Kernel", "kernel", "Specialization", "AUTO_FALLBACK_ARCH"]
+__all__ = ["Kernel", "kernel", "AUTO_FALLBACK_ARCH", "set_call_hook"]
 
 # What ``arch="auto"`` means where no GPU is visible and JAXPTX_ARCH is unset.
 AUTO_FALLBACK_ARCH = "sm_90a"
@@ -39,62 +53,30 @@ AUTO_FALLBACK_ARCH = "sm_90a"
 # jaxptx.jax registers itself here when imported (the DSL never imports jax).
 _CALL_HOOK: Callable[[Kernel, tuple, dict], Any] | None = None
 
+# jax/_ptx_source.py reads this name until it imports jaxptx.dsl.static_shared_bytes.
+
 
 def set_call_hook(hook: Callable[[Kernel, tuple, dict], Any] | None) -> None:
     """Set what ``Kernel.__call__(*args, **kwargs)`` runs, as
-    ``hook(kernel, args, kwargs)``; jaxptx.jax installs its primitive binding."""
+    ``hook(kernel, args, kwargs)``; jaxptx.jax installs its primitive binding.
+
+    Args:
+        hook: the function, or None to make calls on arrays an error.
+    """
     global _CALL_HOOK
     _CALL_HOOK = hook
 
 
-@dataclasses.dataclass(frozen=True)
-class Specialization:
-    """One traced specialisation of a kernel.
+class Kernel:
+    """A PTX kernel traced from a Python function (see :func:`kernel`).
 
     Attributes:
-        module: the IR module; ``ptx`` its text.
-        target, version: what it was traced for.
-        launch: grid (resolved from the dims), block, cluster and dynamic
-            shared memory, validated for ``target`` with the module's static
-            shared memory (``grid``, ``block``, ``cluster`` and ``smem``
-            read it).
-        dims: the bound symbolic dims; template: the template values.
-        tma: the TMA descriptors the runtime passes after the other
-            parameters, in their order (see ``TensorArg.tma_desc``).
+        fn: the Python function.
+        name: the ``.entry`` name.
+        extensions: values the layers above the DSL keep per kernel
+            (``jaxptx.jax`` keeps the kernel's primitive here); the DSL
+            never reads it.
     """
-
-    module: ir.Module
-    ptx: str
-    target: isa.Target
-    version: tuple[int, int]
-    launch: Launch
-    dims: tuple[tuple[str, int], ...]
-    template: tuple[tuple[str, Any], ...]
-    tma: tuple[TmaDescriptor, ...] = ()
-
-    @property
-    def grid(self) -> tuple[int, int, int]:
-        """Blocks per grid (``launch.grid``)."""
-        return self.launch.grid
-
-    @property
-    def block(self) -> tuple[int, int, int]:
-        """Threads per block (``launch.block``)."""
-        return self.launch.block
-
-    @property
-    def cluster(self) -> tuple[int, int, int]:
-        """Blocks per cluster (``launch.cluster``)."""
-        return self.launch.cluster
-
-    @property
-    def smem(self) -> int:
-        """Dynamic shared memory bytes to launch with (``launch.smem``)."""
-        return self.launch.smem
-
-
-class Kernel:
-    """A PTX kernel traced from a Python function (see :func:`kernel`)."""
 
     def __init__(self, fn: Callable[..., Any], *, arch: str = "sm_90a",
                  version: tuple[int, int] | str | None = None,
@@ -114,27 +96,20 @@ class Kernel:
         self._out_specs = check_specs(out_specs, f"{where} out_specs")
         self._reqntid = None if reqntid is None else dim3(reqntid, "reqntid", where)
         self._grid = grid if grid is None or callable(grid) else dim3(grid, "grid", where)
-        self._launch = _decoration_launch(where, self._arch, self._grid, block, cluster, smem,
-                                          self._reqntid)
+        self._launch = decoration_launch(where, self._arch, self._grid, block, cluster, smem,
+                                         self._reqntid)
         self._raw_params = check_raw_params(raw_params, where)
         self._raw_directives = check_raw_directives(raw_directives, where)
-        if extern_smem not in (True, False) and not (isinstance(extern_smem, str) and extern_smem.isidentifier()):
-            raise TraceError(f"{where} extern_smem: expected a bool or a symbol name, got {extern_smem!r}")
-        self._extern = "dyn_smem" if extern_smem is True else (extern_smem or None)
-        self._tensors, self._template = _signature(fn, where)
+        self._extern = check_extern_smem(extern_smem, where)
+        self._tensors, self._template = signature(fn, where)
         if module and self._tensors:
             raise TraceError(f"{where}: a module=True kernel builds its functions with "
                              f"ptx.function(...); it takes no tensor parameters {list(self._tensors)}")
-        if address_size not in (32, 64, None):
-            raise TraceError(f"{where} address_size: expected 64, 32 or None, got {address_size!r}")
-        if batch not in (None, "z"):
-            raise TraceError(f"{where} batch: expected None or 'z' (a vmapped call runs the "
-                             f"batch as grid z), got {batch!r}")
-        self._batch = batch
+        self._address_size = check_address_size(address_size, where)
+        self._batch = check_batch(batch, where)
         self._module = module
         self._validate = validate
         self._target_options = tuple(target_options)
-        self._address_size = address_size
         specs = self._in_specs + self._out_specs
         if specs and len(specs) != len(self._tensors):
             raise SpecError(
@@ -145,15 +120,11 @@ class Kernel:
         check_keywords(self._template, self._in_specs, self._out_specs,
                        [n for _, n in self._raw_params], where)
         self._template_types = template_types(fn, self._template)
-        in_dims = {d for t in self._in_specs for d in t.symbolic_dims}
-        if isinstance(shardable, str) or any(d not in in_dims for d in shardable):
-            raise SpecError(f"{where} shardable: expected a tuple of symbolic dims of in_specs "
-                            f"({sorted(in_dims) or 'none'}), got {shardable!r}")
-        self._shardable = tuple(shardable)
+        self._shardable = check_shardable(shardable, self._in_specs, where)
         if name is not None and not module:   # a module=True kernel names its functions itself
             check_entry_name(name, True, where)
         self._cache: dict[tuple, Specialization] = {}
-        self._jax_primitive: Any = None  # created by jaxptx.jax on the first call
+        self.extensions: dict[str, Any] = {}
 
     # documented properties ------------------------------------------------
     @property
@@ -218,6 +189,36 @@ class Kernel:
         """Symbolic dims of the specs, in order of first appearance."""
         return self._dims
 
+    @property
+    def tensors(self) -> tuple[str, ...]:
+        """Names of the tensor (positional) parameters: the inputs, then the
+        outputs, as ``in_specs`` and ``out_specs`` list them."""
+        return self._tensors
+
+    @property
+    def raw_params(self) -> tuple[tuple[PtxType, str], ...]:
+        """The raw scalar ``.param`` entries, ``(type, name)``, in order
+        (after the tensors' pointers)."""
+        return self._raw_params
+
+    @property
+    def extern_smem(self) -> str | None:
+        """Name of the extern (dynamic) shared array that ``smem`` buffers
+        are carved from, or None."""
+        return self._extern
+
+    @property
+    def validate(self) -> bool:
+        """Whether each instruction is checked against the table (and the
+        module by ``jaxptx.check``) when traced."""
+        return self._validate
+
+    @property
+    def is_module(self) -> bool:
+        """Whether the body builds a whole module (``module=True``) rather
+        than one ``.entry``; such a kernel cannot be called on arrays."""
+        return self._module
+
     # specialisation --------------------------------------------------------
     def resolve_arch(self) -> isa.Target:
         """The target of the next trace: ``arch``, or for ``"auto"`` the GPU's,
@@ -251,14 +252,15 @@ class Kernel:
                 (their ``batch_stride`` is 0; see ``batch="z"``).
         """
         target = isa.parse_target(target) if isinstance(target, str) else target
-        template, dims = self._bind(kwargs)
+        template, dims = self.bind_keywords(kwargs)
         unknown = [n for n in shared if n not in self._tensors[:len(self._in_specs)]]
         if unknown:
             raise SpecError(f"kernel {self.name}: shared names {unknown} are not inputs")
         key = (target, template, dims, tuple(sorted(shared)))
         spec = self._cache.get(key)
         if spec is None:
-            spec = self._cache[key] = self._trace(target, template, dims, frozenset(shared))
+            spec = self._cache[key] = self.trace_specialization(target, template, dims,
+                                                                frozenset(shared))
         return spec
 
     def ptx(self, **kwargs: Any) -> str:
@@ -314,210 +316,114 @@ class Kernel:
     def __repr__(self) -> str:
         return f"<jaxptx.Kernel {self.name} arch={self._arch}>"
 
-    # internals -----------------------------------------------------------------
-    def _bind(self, kwargs: dict[str, Any]) -> tuple[tuple, tuple]:
-        template: dict[str, Any] = {}
-        dims: dict[str, int] = {}
-        for k, v in kwargs.items():
-            if k in self._template:
-                template[k] = v
-            elif k in self._dims:
-                if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                    raise SpecError(f"kernel {self.name}: dim {k} must be a positive int, got {v!r}")
-                dims[k] = v
-            else:
-                raise SpecError(
-                    f"kernel {self.name}: unknown keyword {k!r}; template params: "
-                    f"{list(self._template) or 'none'}, dims: {list(self._dims) or 'none'}")
-        for k, default in self._template.items():
-            if k not in template:
-                if default is inspect.Parameter.empty:
-                    raise SpecError(f"kernel {self.name}: template param {k!r} has no default; pass {k}=...")
-                template[k] = default
-            else:
-                check_template_value(self._template_types, k, template[k], f"kernel {self.name}")
-        items = tuple(sorted(template.items()))
-        try:
-            hash(items)
-        except TypeError:
-            raise SpecError(f"kernel {self.name}: template values must be hashable, got {template}") from None
-        return items, tuple(sorted(dims.items()))
+    # extension points ---------------------------------------------------------
+    def bind_keywords(self, kwargs: dict[str, Any]) -> tuple[tuple, tuple]:
+        """Split keywords into template values (defaults filled in, types
+        checked) and symbolic dims, as ``.ptx(**kwargs)`` does.
 
-    def _trace(self, target: isa.Target, template: tuple, dims: tuple,
-               shared: frozenset[str] = frozenset()) -> Specialization:
+        Returns:
+            ``(template, dims)``: sorted ``(name, value)`` pairs.
+
+        Raises:
+            SpecError: an unknown keyword, a bad dim, a missing or wrongly
+                typed template value.
+        """
+        return bind_keywords(self.name, self._template, self._template_types, self._dims, kwargs)
+
+    def trace_specialization(self, target: isa.Target, template: tuple, dims: tuple,
+                             shared: frozenset[str] = frozenset()) -> Specialization:
+        """Trace one specialisation, bypassing the cache (:meth:`specialize_for`
+        caches what this returns). A subclass may override it, e.g. to trace
+        again with other options (``jaxptx.pyptx`` moves static shared
+        buffers past 48 KB to dynamic shared memory this way).
+
+        Args:
+            target: the target.
+            template, dims: sorted ``(name, value)`` pairs (:meth:`bind_keywords`).
+            shared: inputs a batched launch shares across its batch.
+
+        Raises:
+            PtxVersionError: the PTX version is older than the target needs.
+            TraceError, LaunchError: as :meth:`specialize`.
+        """
         version = self._version or isa.default_version(target)
         if version < target.min_ptx and self._validate:
             raise PtxVersionError(f"kernel {self.name}: {target.name} needs PTX ISA "
                                   f"{target.min_ptx[0]}.{target.min_ptx[1]}, got version={version}")
-        env = dict(dims)
         trace = Trace(self.name, target, version, self._extern, self._validate, self._module)
+        env = {**dict(dims), **dict(template)}
         if self._module:
-            with active(trace), _no_gc():
-                _run_body(self.fn, (), template)
-                trace.check_closed()
-            module = ir.Module(trace.items)
+            module = self._trace_module(trace, template)
             check_module(module, trace)
-            launch = self._launch_for(target, self._launch.smem, module, {**env, **dict(template)})
+            launch = self.launch_for(target, self._launch.smem, module, env)
             return Specialization(module, emit(module), target, version, launch, dims, template)
-        # The function's own name is checked here, when it becomes the .entry
-        # (a lambda may carry options to a test that never traces it).
-        check_entry_name(self.name, False, f"kernel {self.name}")
-        args = []
-        specs = self._in_specs + self._out_specs
-        for i, pname in enumerate(self._tensors):
-            trace.params.append(ir.VarDecl("param", "u64", trace.new_symbol(pname)))
-            spec = specs[i] if specs else None
-            shape = () if spec is None else tuple(
-                d if isinstance(d, int) else env.get(d, UnboundDim(d, self.name)) for d in spec.shape)
-            args.append(TensorArg(pname, spec, shape, spec.dtype if spec else None, pname in shared, i))
-        for ptype, pname in self._raw_params:
-            trace.params.append(ir.VarDecl("param", ptype.name, trace.new_symbol(pname)))
-        trace.cache["raw_params"] = {n: t for t, n in self._raw_params}
-        with active(trace), _no_gc():
-            _run_body(self.fn, args, template)
-            trace.check_closed()
-            if not _ends_in_exit(trace.body):
-                emit_instruction("ret", (), ())
-        smem = max(self._launch.smem, trace.smem_offset)
-        module = _build_module(self, trace, target, version)
+        module = self._trace_entry(trace, template, dict(dims), shared)
         check_module(module, trace)
-        launch = self._launch_for(target, smem, module, {**env, **dict(template)})
+        launch = self.launch_for(target, max(self._launch.smem, trace.smem_offset), module, env)
         return Specialization(module, emit(module), target, version, launch, dims, template,
                               tuple(trace.tma))
 
-    def _launch_for(self, target: isa.Target, smem: int, module: ir.Module,
-                    env: dict[str, Any]) -> Launch:
+    def launch_for(self, target: isa.Target, smem: int, module: ir.Module,
+                   env: dict[str, Any]) -> Launch:
         """The specialisation's launch: the grid for ``env`` (dims and
         template values), validated for ``target`` with the module's static
-        shared memory."""
-        grid, where = self._resolve_grid(env), self._grid_where(env)
-        # validate=False reproduces a module as written (the transpiler's
-        # round trip of PTX ptxas may reject): its declarations go unchecked.
-        static = _static_shared_bytes(module) if self._validate else 0
-        return validate_launch(grid, self._launch.block, self._launch.cluster, smem, static, target,
-                               where=where)
+        shared memory. A subclass may override it to look at the traced
+        ``module`` first.
 
-    def _resolve_grid(self, env: dict[str, Any]) -> tuple[int, int, int]:
-        if self._grid is None:  # one cluster (one block without a cluster)
-            return self._launch.cluster
-        if not callable(self._grid):
-            return self._grid
-        params = inspect.signature(self._grid).parameters
-        missing = [p for p in params if p not in env]
-        if missing:
-            raise SpecError(f"kernel {self.name}: grid needs {missing}; pass "
-                            f"{', '.join(m + '=...' for m in missing)} to .ptx()")
-        return dim3(self._grid(**{p: env[p] for p in params}), "grid", self._grid_where(env))
+        Args:
+            target: the target traced for.
+            smem: dynamic shared memory bytes (at least what the trace carved).
+            module: the traced module.
+            env: the bound dims and template values.
 
-    def _grid_where(self, env: dict[str, Any]) -> str:
-        """What launch errors name: ``kernel k``, and for a grid function
-        the values it was given (``kernel k (grid for N=4096)``)."""
-        if not callable(self._grid):
-            return f"kernel {self.name}"
-        given = [f"{p}={env[p]!r}" for p in inspect.signature(self._grid).parameters if p in env]
-        return f"kernel {self.name} (grid for {', '.join(given)})"
+        Raises:
+            SpecError: a grid function needs a value ``env`` lacks.
+            LaunchError: the launch is outside CUDA's limits for ``target``.
+        """
+        return specialization_launch(self.name, self._grid, self._launch, target, smem, module, env,
+                                     self._validate)
 
+    def with_extern_smem(self, name: str) -> Kernel:
+        """A copy of this kernel whose ``smem`` buffers are carved from the
+        extern (dynamic) shared array ``name``, with a cache of its own.
 
-def _run_body(fn: Callable[..., Any], args: Sequence[Any], template: tuple) -> None:
-    """Run the kernel body; a jaxptx error raised in it names the user's line."""
-    try:
-        fn(*args, **dict(template))
-    except PtxError as e:
-        raise at_user_line(e) from e.__cause__
+        Raises:
+            TraceError: ``name`` is not an identifier.
+        """
+        dup = copy.copy(self)
+        dup._extern = check_extern_smem(name, f"@kernel {self.name}")
+        dup._cache = {}
+        dup.extensions = {}
+        return dup
 
+    # tracing steps -------------------------------------------------------------
+    def _trace_module(self, trace: Trace, template: tuple) -> ir.Module:
+        """Run a ``module=True`` body: it builds the module's items itself."""
+        with active(trace), no_gc():
+            run_body(self.fn, (), template)
+            trace.check_closed()
+        return ir.Module(trace.items)
 
-@contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    # A trace allocates objects that all survive it: the cyclic collector's
-    # passes over them cost ~10% of a large trace and free nothing.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _ends_in_exit(body: list[ir.Statement]) -> bool:
-    last = next((s for s in reversed(body) if not isinstance(s, ir.Comment)), None)
-    return isinstance(last, ir.Instruction) and last.opcode in ("ret", "exit") and last.guard is None
-
-
-def _signature(fn: Callable[..., Any], where: str) -> tuple[tuple[str, ...], dict[str, Any]]:
-    tensors, template = [], {}
-    for p in inspect.signature(fn).parameters.values():
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            tensors.append(p.name)
-        elif p.kind is p.KEYWORD_ONLY:
-            template[p.name] = p.default
-        else:
-            raise TraceError(f"{where}: *args/**kwargs are not allowed; tensors are positional "
-                             f"parameters and template parameters keyword-only")
-    return tuple(tensors), template
-
-
-def _build_module(k: Kernel, trace: Trace, target: isa.Target, version: tuple[int, int]) -> ir.Module:
-    directives = []
-    if k._reqntid is not None:
-        directives.append(_dim_directive("reqntid", k._reqntid))
-    elif k.block != (1, 1, 1):
-        directives.append(_dim_directive("maxntid", k.block))
-    if k.cluster != (1, 1, 1):
-        directives.append(_dim_directive("reqnctapercluster", k.cluster))
-    directives.extend(ir.Directive.listing(n, *a) for n, a in k._raw_directives)
-    shared = list(trace.shared)
-    if trace.extern_smem is not None:
-        shared.insert(0, ir.VarDecl("shared", "b8", trace.extern_smem, linkage=("extern",),
-                                    align=1024, dims=(-1,)))
-    func = ir.Function("entry", k.name, trace.params, linkage=("visible",), directives=directives,
-                       body=[*trace.register_decls(), *trace.entry, *trace.body])
-    header = [ir.Directive("version", (f"{version[0]}.{version[1]}",)),
-              ir.Directive.listing("target", target.name, *k._target_options)]
-    if k._address_size is not None:
-        header.append(ir.Directive("address_size", (str(k._address_size),)))
-    return ir.Module([*header, *trace.declarations, *shared, func])
-
-
-def _dim_directive(name: str, dims: tuple[int, int, int]) -> ir.Directive:
-    return ir.Directive.listing(name, *dims)
-
-
-def _decoration_launch(where: str, arch: str, grid: Any, block: Any, cluster: Any, smem: Any,
-                       reqntid: tuple[int, int, int] | None) -> Launch:
-    """The launch as far as decoration knows it, checked now so a bad option
-    fails where the kernel is defined. A grid function's grid is known only
-    at trace; until then the smallest grid the cluster allows stands in, and
-    it is the grid of a kernel given none. ``block`` defaults to ``reqntid``,
-    and must equal it when both are given."""
-    cluster = dim3(cluster, "cluster", where)
-    block = dim3((reqntid or (1, 1, 1)) if block is None else block, "block", where)
-    launch = Launch(cluster if grid is None or callable(grid) else grid, block, cluster, smem,
-                    where=where)
-    if reqntid is not None and block != reqntid:
-        raise LaunchError(f"{where}: block = {block} differs from reqntid = {reqntid}; a launch "
-                          "with another block than .reqntid fails (give one of them)")
-    if arch != "auto":
-        launch.check_target(arch)
-    return launch
-
-
-def _static_shared_bytes(module: ir.Module) -> int:
-    """Bytes of the module's statically sized ``.shared`` variables (module
-    scope and function bodies), each at its alignment; an ``.extern`` array
-    is dynamic shared memory."""
-    items = [*module.items, *(s for f in module.functions for s in ir.walk(f.body or []))]
-    total = 0
-    for item in items:
-        if not (isinstance(item, ir.VarDecl) and item.space == "shared") or "extern" in item.linkage:
-            continue
-        element = TYPES[item.type].bits // 8 * (item.vector or 1)
-        count = 1
-        for d in item.dims:
-            count *= max(d, 0)
-        align = max(item.align or 1, element)
-        total = -(-total // align) * align + element * count
-    return total
+    def _trace_entry(self, trace: Trace, template: tuple, dims: dict[str, int],
+                     shared: frozenset[str]) -> ir.Module:
+        """Run an ordinary body as the ``.entry``: tensor and raw params
+        first, a final ``ret`` unless the body ends in one."""
+        # The function's own name is checked here, when it becomes the .entry
+        # (a lambda may carry options to a test that never traces it).
+        check_entry_name(self.name, False, f"kernel {self.name}")
+        args = tensor_args(trace, self.name, self._tensors, self._in_specs + self._out_specs,
+                           dims, shared)
+        for ptype, pname in self._raw_params:
+            trace.params.append(ir.VarDecl("param", ptype.name, trace.new_symbol(pname)))
+        trace.cache["raw_params"] = {n: t for t, n in self._raw_params}
+        with active(trace), no_gc():
+            run_body(self.fn, args, template)
+            trace.check_closed()
+            if not ends_in_exit(trace.body):
+                emit_instruction("ret", (), ())
+        directives = launch_directives(self._reqntid, self.block, self.cluster, self._raw_directives)
+        return entry_module(self.name, trace, trace.target, trace.version, directives,
+                            self._target_options, self._address_size)
 
 
 def kernel(fn: Callable[..., Any] | None = None, **options: Any) -> Kernel | Callable[[Callable[..., Any]], Kernel]:

@@ -18,8 +18,7 @@ from typing import Any
 
 from .. import ir
 from ..errors import TraceError
-from ..parse._lexer import lex
-from ..parse._literals import immediate
+from ..parse import immediate, lex
 from ..types import TYPES
 from ._constructs import tracked_context
 from ._core import to_operand

@@ -4,15 +4,18 @@ fails where the kernel is defined, naming the option. The launch options
 
 from __future__ import annotations
 
+import inspect
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import SpecError, TraceError
 from ..types import TYPES, PtxType
 from ._specs import Tile
 
-__all__ = ["check_specs", "check_raw_params", "check_raw_directives", "check_entry_name"]
+__all__ = ["check_specs", "check_raw_params", "check_raw_directives", "check_entry_name",
+           "check_extern_smem", "check_address_size", "check_batch", "check_shardable",
+           "signature"]
 
 # PTX ISA "Identifiers": [a-zA-Z][a-zA-Z0-9_$]* or [_$%][a-zA-Z0-9_$]+ (ASCII;
 # ptxas: "Unexpected non-ASCII character"); an entry's name is written without %.
@@ -92,3 +95,53 @@ def check_entry_name(name: Any, given: bool, where: str) -> None:
         suggestion = "k_" + suggestion
     raise TraceError(f"{where}: {source} is not a valid .entry name ({why}); pass a PTX "
                      f"identifier such as name={suggestion + ('_' if name in _PREDEFINED else '')!r}")
+
+
+def check_extern_smem(extern_smem: Any, where: str) -> str | None:
+    """The name of the dynamic shared array (``True``: ``dyn_smem``), or None."""
+    if extern_smem not in (True, False) and not (isinstance(extern_smem, str) and extern_smem.isidentifier()):
+        raise TraceError(f"{where} extern_smem: expected a bool or a symbol name, got {extern_smem!r}")
+    return "dyn_smem" if extern_smem is True else (extern_smem or None)
+
+
+def check_address_size(address_size: Any, where: str) -> int | None:
+    """``.address_size`` 64, 32, or None (no directive)."""
+    if address_size not in (32, 64, None):
+        raise TraceError(f"{where} address_size: expected 64, 32 or None, got {address_size!r}")
+    return address_size
+
+
+def check_batch(batch: Any, where: str) -> str | None:
+    """``batch``: None, or ``"z"`` (a vmapped call runs the batch as grid z)."""
+    if batch not in (None, "z"):
+        raise TraceError(f"{where} batch: expected None or 'z' (a vmapped call runs the "
+                         f"batch as grid z), got {batch!r}")
+    return batch
+
+
+def check_shardable(shardable: Any, in_specs: Sequence[Tile], where: str) -> tuple[str, ...]:
+    """``shardable``: symbolic dims of ``in_specs``."""
+    in_dims = {d for t in in_specs for d in t.symbolic_dims}
+    if isinstance(shardable, str) or any(d not in in_dims for d in shardable):
+        raise SpecError(f"{where} shardable: expected a tuple of symbolic dims of in_specs "
+                        f"({sorted(in_dims) or 'none'}), got {shardable!r}")
+    return tuple(shardable)
+
+
+def signature(fn: Callable[..., Any], where: str) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The kernel function's tensor parameters (positional) and template
+    parameters (keyword-only) with their defaults.
+
+    Raises:
+        TraceError: the function takes ``*args`` or ``**kwargs``.
+    """
+    tensors, template = [], {}
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            tensors.append(p.name)
+        elif p.kind is p.KEYWORD_ONLY:
+            template[p.name] = p.default
+        else:
+            raise TraceError(f"{where}: *args/**kwargs are not allowed; tensors are positional "
+                             f"parameters and template parameters keyword-only")
+    return tuple(tensors), template

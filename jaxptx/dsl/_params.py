@@ -4,6 +4,7 @@ TMA descriptor params, and comments."""
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from .. import ir, isa
@@ -12,9 +13,9 @@ from ..types import PtxType
 from ._core import Reg, emit_instruction
 from ._specs import Tile
 from ._tma import describe_tma
-from ._trace import current, user_location, with_location
+from ._trace import Trace, current, user_location, with_location
 
-__all__ = ["TensorArg", "UnboundDim", "param", "global_ptrs", "batch_ptrs", "comment"]
+__all__ = ["TensorArg", "UnboundDim", "tensor_args", "param", "global_ptrs", "batch_ptrs", "comment"]
 
 
 class UnboundDim:
@@ -144,6 +145,29 @@ class TensorArg:
 
     def __repr__(self) -> str:
         return f"TensorArg({self.name!r}, shape={self.shape}, dtype={self.dtype})"
+
+
+def tensor_args(trace: Trace, kernel: str, names: Sequence[str], specs: Sequence[Tile],
+                dims: Mapping[str, int], shared: Collection[str]) -> list[TensorArg]:
+    """Declare a ``.u64`` entry parameter per tensor and make the
+    :class:`TensorArg` the body receives for each.
+
+    Args:
+        trace: the trace (its params are appended to).
+        kernel: the kernel's name, for an unbound dim's message.
+        names: the tensor parameters, inputs then outputs.
+        specs: their Tiles (empty: the kernel has none).
+        dims: the bound symbolic dims.
+        shared: the inputs a batched launch shares.
+    """
+    args = []
+    for i, pname in enumerate(names):
+        trace.params.append(ir.VarDecl("param", "u64", trace.new_symbol(pname)))
+        spec = specs[i] if specs else None
+        shape = () if spec is None else tuple(
+            d if isinstance(d, int) else dims.get(d, UnboundDim(d, kernel)) for d in spec.shape)
+        args.append(TensorArg(pname, spec, shape, spec.dtype if spec else None, pname in shared, i))
+    return args
 
 
 def param(name: str) -> Reg:

@@ -13,6 +13,7 @@ body.
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import types
 import typing
@@ -24,7 +25,7 @@ import numpy as np
 from ..errors import SpecError
 from ._specs import Tile
 
-__all__ = ["check_keywords", "template_types", "check_template_value", "Declared"]
+__all__ = ["check_keywords", "template_types", "check_template_value", "bind_keywords", "Declared"]
 
 # What a template value must be: a predicate and how to say it, and where
 # the rule comes from ("declared `n: int`", "its default is 4").
@@ -90,6 +91,53 @@ def check_template_value(declared: Mapping[str, Declared], name: str, value: Any
     if rule is not None and not rule[0](value):
         raise SpecError(f"{where}: template param {name!r}: expected {rule[1]}, got {value!r} "
                         f"({type(value).__name__}); {rule[2]}")
+
+
+def bind_keywords(name: str, template: Mapping[str, Any], declared: Mapping[str, Declared],
+                  dims: Sequence[str], kwargs: Mapping[str, Any]) -> tuple[tuple, tuple]:
+    """Split a trace's keywords into template values (defaults filled in,
+    each checked against what the function declares) and symbolic dims.
+
+    Args:
+        name: the kernel's name, for messages.
+        template: its template parameters and their defaults.
+        declared: what each template value must be (:func:`template_types`).
+        dims: its symbolic dims.
+        kwargs: the keywords given.
+
+    Returns:
+        ``(template, dims)``, each sorted ``(name, value)`` pairs.
+
+    Raises:
+        SpecError: an unknown keyword, a dim that is not a positive int, a
+            template value missing, of the wrong type or unhashable.
+    """
+    values: dict[str, Any] = {}
+    sizes: dict[str, int] = {}
+    for k, v in kwargs.items():
+        if k in template:
+            values[k] = v
+        elif k in dims:
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise SpecError(f"kernel {name}: dim {k} must be a positive int, got {v!r}")
+            sizes[k] = v
+        else:
+            raise SpecError(
+                f"kernel {name}: unknown keyword {k!r}; template params: "
+                f"{list(template) or 'none'}, dims: {list(dims) or 'none'}")
+    for k, default in template.items():
+        if k not in values:
+            if default is inspect.Parameter.empty:
+                raise SpecError(f"kernel {name}: template param {k!r} has no default; pass {k}=...")
+            values[k] = default
+        else:
+            check_template_value(declared, k, values[k], f"kernel {name}")
+    items = tuple(sorted(values.items()))
+    try:
+        hash(items)
+    except TypeError:
+        raise SpecError(f"kernel {name}: template values must be hashable, got {values}") from None
+    return items, tuple(sorted(sizes.items()))
 
 
 def _is_int(v: Any) -> bool:

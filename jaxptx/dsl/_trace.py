@@ -21,7 +21,8 @@ from ..types import TYPES, PtxType
 from ..validate import check_instruction, normalize
 from ._tma import TmaDescriptor
 
-__all__ = ["Trace", "OpenConstruct", "current", "active", "user_location", "with_location"]
+__all__ = ["Trace", "OpenConstruct", "current", "is_tracing", "active", "user_location",
+           "with_location"]
 
 _ACTIVE: contextvars.ContextVar["Trace | None"] = contextvars.ContextVar("jaxptx_trace", default=None)
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,14 +40,14 @@ _CLASS_ORDER = ("%p", "%rs", "%r", "%rd", "%rq", "%f", "%fd")
 PASSED_THROUGH = (contextlib.__file__,)
 
 
-def user_location() -> tuple[str, int] | None:
+def user_location() -> ir.PythonLocation | None:
     """The innermost stack frame outside the jaxptx package and contextlib
     (file, line)."""
     frame = sys._getframe(1)
     while frame is not None:
         path = frame.f_code.co_filename
         if not path.startswith(PACKAGE_DIR) and path not in PASSED_THROUGH:
-            return path, frame.f_lineno
+            return ir.PythonLocation(path, frame.f_lineno)
         frame = frame.f_back
     return None
 
@@ -69,6 +70,11 @@ def current() -> "Trace":
         raise TraceError("no kernel is being traced: ptx/reg/smem calls only work "
                          "inside a @kernel function while .ptx()/.module() traces it")
     return t
+
+
+def is_tracing() -> bool:
+    """Whether a kernel is being traced (so :func:`current` has a trace)."""
+    return _ACTIVE.get() is not None
 
 
 @contextmanager

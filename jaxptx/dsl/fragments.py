@@ -14,11 +14,15 @@ adds constants::
         dr, dc = fragments.mma_offset("m16n8k16", j)
         ... store acc[j] at (row + dr, col + dc) ...
 
-Facts from the PTX ISA sections "Matrix Fragments for mma.m16n8k*"
-(accumulators C/D), "Register Fragments and Shared Memory Matrix Layouts"
-for ``wgmma`` (matrix D) and "Matrix fragments for tcgen05.ld/st"
-(PTX ISA 9.7.16.2.3). ``groupID = lane >> 2``, ``tig = lane % 4``
-(threadID_in_group) throughout.
+The maps are read from the one table of fragment layouts,
+:mod:`jaxptx.isa.fragments` (:func:`~jaxptx.isa.fragments.mma`,
+:func:`~jaxptx.isa.fragments.wgmma_d`, :func:`~jaxptx.isa.fragments.tcgen05`),
+which the emulator and :mod:`jaxptx.viz` read too: PTX ISA "Matrix
+Fragments for mma.m16n8k*" (accumulators C/D), "Register Fragments and
+Shared Memory Matrix Layouts" for ``wgmma`` (matrix D) and "Matrix
+fragments for tcgen05.ld/st" (PTX ISA 9.7.16.2.3). The DSL forms emit the
+table's thread digits as shifts and masks. ``groupID = lane >> 2``,
+``tig = lane % 4`` (threadID_in_group) throughout.
 
 :func:`swizzle` is the XOR swizzle of the TMA/wgmma swizzle modes (and of
 ldmatrix-friendly shared layouts): the 16-byte chunk index within a row of
@@ -30,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import TraceError
+from ..isa import fragments as layouts
 from ._core import Reg, emit_instruction
 from ._special import special
 
@@ -37,6 +42,54 @@ __all__ = ["mma_coords", "mma_offset", "mma_base", "mma_registers",
            "wgmma_coords", "wgmma_offset", "wgmma_base",
            "tcgen05_ld_coords", "tcgen05_ld_offset", "tcgen05_ld_base", "tcgen05_ld_registers",
            "swizzle"]
+
+# --- the table, as registers ---------------------------------------------------------------
+
+
+def _base(layout: layouts.FragmentLayout, index: Reg, *, bounded: bool) -> tuple[Reg, Reg]:
+    """Emit the (row, col) that ``layout``'s thread digits give for the thread
+    index in register ``index``, as u32 registers. ``bounded``: ``index`` is
+    below ``layout.threads`` (``%laneid``), so its top digit needs no mask."""
+    out = []
+    for axis in ("row", "col"):
+        terms, place = [], 1
+        for i, d in enumerate(layout.thread):
+            stride = getattr(d, axis)
+            if stride:
+                top = bounded and i == len(layout.thread) - 1
+                terms.append(_digit(index, place, d.size, stride, top))
+            place *= d.size
+        total = terms[0] if terms else emit_instruction("mov", ("u32",), (0,))
+        for term in terms[1:]:
+            total = emit_instruction("add", ("u32",), (total, term))
+        out.append(total)
+    return out[0], out[1]
+
+
+def _digit(index: Reg, place: int, size: int, stride: int, top: bool) -> Reg:
+    """``(index // place) % size * stride`` (``% size`` left out for the top
+    digit of a bounded index), for powers of two as shifts and a mask."""
+    assert all(v & (v - 1) == 0 for v in (place, size, stride)), (place, size, stride)
+    down, up = place.bit_length() - 1, stride.bit_length() - 1
+    if top:
+        value = emit_instruction("shr", ("u32",), (index, down)) if down else index
+        return emit_instruction("shl", ("b32",), (value, up)) if up else value
+    if down >= up:          # shift the digit into place, then mask it there
+        value = emit_instruction("shr", ("u32",), (index, down - up)) if down > up else index
+        return emit_instruction("and", ("b32",), (value, (size - 1) << up))
+    value = emit_instruction("and", ("b32",), (index, (size - 1) << down))
+    return emit_instruction("shl", ("b32",), (value, up - down))
+
+
+def _offset(layout: layouts.FragmentLayout, reg: int) -> tuple[int, int]:
+    _, row, col = layout.register_offset(reg)
+    return int(row), int(col)
+
+
+def _coords(layout: layouts.FragmentLayout, thread: int, reg: int) -> tuple[int, int]:
+    _, row, col = layout.coords(thread, reg)
+    return int(row), int(col)
+
 
 # --- mma.sync -------------------------------------------------------------------
 
@@ -47,6 +100,16 @@ _M8N8 = ("m8n8k4", "m8n8k16", "m8n8k32", "m8n8k128")
 _CTYPES = ("f32", "s32", "f64", "f16")
 
 
+def _mma_c(shape: str, ctype: str) -> layouts.FragmentLayout:
+    """The accumulator layout, or a TraceError for what this module does not describe."""
+    if ctype not in _CTYPES:
+        raise TraceError(f"mma fragment ctype: expected one of {_CTYPES}, got {ctype!r}")
+    if shape in _M16N8 or shape in _M8N8 and ctype in ("f64", "s32"):
+        return layouts.mma(shape, "c", ctype)
+    raise TraceError(f"mma fragment: no accumulator layout for shape {shape!r} with .{ctype} "
+                     f"(m16n8k* shapes, or m8n8 with .f64/.s32)")
+
+
 def mma_registers(shape: str, ctype: str = "f32") -> int:
     """Accumulator registers per thread of ``mma.sync.<shape>`` with ``ctype``
     accumulators (f16 accumulators pack two per ``.f16x2`` register).
@@ -55,14 +118,7 @@ def mma_registers(shape: str, ctype: str = "f32") -> int:
         TraceError: a shape or type this module does not describe (the
             quad-pair ``m8n8k4`` f16/f32 forms among them).
     """
-    if ctype not in _CTYPES:
-        raise TraceError(f"mma fragment ctype: expected one of {_CTYPES}, got {ctype!r}")
-    if shape in _M16N8:
-        return 2 if ctype == "f16" else 4
-    if shape in _M8N8 and ctype in ("f64", "s32"):
-        return 2
-    raise TraceError(f"mma fragment: no accumulator layout for shape {shape!r} with .{ctype} "
-                     f"(m16n8k* shapes, or m8n8 with .f64/.s32)")
+    return _mma_c(shape, ctype).registers
 
 
 def mma_offset(shape: str, reg: int, ctype: str = "f32") -> tuple[int, int]:
@@ -70,13 +126,14 @@ def mma_offset(shape: str, reg: int, ctype: str = "f32") -> tuple[int, int]:
 
     For ``.f16`` accumulators register ``reg`` holds two elements: this is
     the low half's column; the high half is the next column.
+
+    Raises:
+        TraceError: an unknown shape or type, or ``reg`` out of range.
     """
-    n = mma_registers(shape, ctype)
-    if not 0 <= reg < n:
-        raise TraceError(f"mma fragment: register {reg} out of range 0..{n - 1}")
-    if ctype == "f16":
-        return 8 * reg, 0
-    return 8 * (reg >> 1), reg & 1
+    layout = _mma_c(shape, ctype)
+    if not 0 <= reg < layout.registers:
+        raise TraceError(f"mma fragment: register {reg} out of range 0..{layout.registers - 1}")
+    return _offset(layout, reg)
 
 
 def mma_coords(shape: str, lane: int, reg: int, ctype: str = "f32") -> tuple[int, int]:
@@ -97,12 +154,16 @@ def mma_coords(shape: str, lane: int, reg: int, ctype: str = "f32") -> tuple[int
     i.e. row = groupID + 8 * (reg // 2), col = 2 * tig + reg % 2. The 8x8
     accumulators (m8n8k4 .f64, integer m8n8k*) are the top half, registers
     c0, c1. ``.f16`` accumulators: register ``reg`` (``.f16x2``) holds row
-    groupID + 8 * reg, columns 2 * tig (low half) and 2 * tig + 1.
+    groupID + 8 * reg, columns 2 * tig (low half) and 2 * tig + 1. The map
+    is :func:`jaxptx.isa.fragments.mma`'s.
+
+    Raises:
+        TraceError: an unknown shape or type, or ``lane``/``reg`` out of range.
     """
     if not 0 <= lane < 32:
         raise TraceError(f"mma fragment: lane {lane} out of range 0..31")
-    dr, dc = mma_offset(shape, reg, ctype)
-    return (lane >> 2) + dr, 2 * (lane & 3) + dc
+    mma_offset(shape, reg, ctype)
+    return _coords(_mma_c(shape, ctype), lane, reg)
 
 
 def mma_base(shape: str = "m16n8k16", lane: Reg | None = None, ctype: str = "f32") -> tuple[Reg, Reg]:
@@ -111,29 +172,29 @@ def mma_base(shape: str = "m16n8k16", lane: Reg | None = None, ctype: str = "f32
     ``lane`` defaults to ``%laneid``. Register ``j`` is at ``mma_offset(shape, j)``
     from it (see :func:`mma_coords` for the picture).
     """
-    mma_registers(shape, ctype)
-    lane = lane if lane is not None else _special("laneid")
-    row = emit_instruction("shr", ("u32",), (lane, 2))
-    quad = emit_instruction("and", ("b32",), (lane, 3))
-    col = emit_instruction("shl", ("b32",), (quad, 1))
-    return row, col
+    layout = _mma_c(shape, ctype)
+    return _base(layout, lane if lane is not None else _special("laneid"), bounded=True)
 
 
 # --- wgmma ------------------------------------------------------------------------
 
 
-def _check_wgmma(n: int, reg: int | None = None) -> None:
+def _wgmma_d(n: int, reg: int | None = None) -> layouts.FragmentLayout:
     if not isinstance(n, int) or not 8 <= n <= 256 or n % 8:
         raise TraceError(f"wgmma fragment: N must be a multiple of 8 in 8..256, got {n!r}")
     if reg is not None and not 0 <= reg < n // 2:
         raise TraceError(f"wgmma fragment: register {reg} out of range 0..{n // 2 - 1} for N={n}")
+    return layouts.wgmma_d(n)
 
 
 def wgmma_offset(n: int, reg: int) -> tuple[int, int]:
     """(row, col) of ``wgmma`` m64nNk* f32/s32 accumulator register ``reg``
-    relative to register 0 (see :func:`wgmma_coords`)."""
-    _check_wgmma(n, reg)
-    return 8 * ((reg >> 1) & 1), 8 * (reg >> 2) + (reg & 1)
+    relative to register 0 (see :func:`wgmma_coords`).
+
+    Raises:
+        TraceError: ``n`` is not a wgmma N, or ``reg`` is out of range.
+    """
+    return _offset(_wgmma_d(n, reg), reg)
 
 
 def wgmma_coords(n: int, thread: int, reg: int) -> tuple[int, int]:
@@ -149,13 +210,15 @@ def wgmma_coords(n: int, thread: int, reg: int) -> tuple[int, int]:
          ...
         row 16w+8 T0:d2 T0:d3 T1:d2 ..   T0:d6 T0:d7 T1:d6 .. ...
 
-    row = 16w + groupID + 8 * ((reg // 2) % 2), col = 8 * (reg // 4) + 2 * tig + reg % 2.
+    row = 16w + groupID + 8 * ((reg // 2) % 2), col = 8 * (reg // 4) + 2 * tig + reg % 2
+    (:func:`jaxptx.isa.fragments.wgmma_d`).
+
+    Raises:
+        TraceError: ``n`` is not a wgmma N, or ``thread``/``reg`` out of range.
     """
     if not 0 <= thread < 128:
         raise TraceError(f"wgmma fragment: thread {thread} out of range 0..127")
-    dr, dc = wgmma_offset(n, reg)
-    lane = thread & 31
-    return 16 * (thread >> 5) + (lane >> 2) + dr, 2 * (lane & 3) + dc
+    return _coords(_wgmma_d(n, reg), thread, reg)
 
 
 def wgmma_base(thread: Reg | None = None) -> tuple[Reg, Reg]:
@@ -166,49 +229,51 @@ def wgmma_base(thread: Reg | None = None) -> tuple[Reg, Reg]:
     ``wgmma_offset(N, j)`` from it.
     """
     tid = thread if thread is not None else _special("tid.x")
-    lane = emit_instruction("and", ("b32",), (tid, 31))
-    warp16 = emit_instruction("and", ("b32",), (emit_instruction("shr", ("u32",), (tid, 1)), 0x30))
-    row = emit_instruction("add", ("u32",), (warp16, emit_instruction("shr", ("u32",), (lane, 2))))
-    col = emit_instruction("shl", ("b32",), (emit_instruction("and", ("b32",), (lane, 3)), 1))
-    return row, col
+    return _base(layouts.wgmma_d(8), tid, bounded=False)        # the thread part is the same for every N
 
 
 # --- tcgen05.ld ---------------------------------------------------------------------
 
-_TC_PER_X1 = {"32x32b": 1, "16x64b": 1, "16x128b": 2, "16x256b": 4}
+_TC_SHAPES = tuple(s for s in layouts.TCGEN05_SHAPES if s != "16x32bx2")
+
+
+def _tcgen05(shape: str, num: int, reg: int | None = None) -> layouts.FragmentLayout:
+    shape = shape.lstrip(".")
+    if shape not in _TC_SHAPES:
+        raise TraceError(f"tcgen05.ld fragment: expected a shape in {_TC_SHAPES}, got {shape!r}")
+    if num not in (1, 2, 4, 8, 16, 32, 64, 128):
+        raise TraceError(f"tcgen05.ld fragment: .x{num} is not a repeat count (1, 2, 4, ..., 128)")
+    layout = layouts.tcgen05(shape, num)
+    if reg is not None and not 0 <= reg < layout.registers:
+        raise TraceError(f"tcgen05.ld fragment: register {reg} out of range 0..{layout.registers - 1}")
+    return layout
 
 
 def tcgen05_ld_registers(shape: str, num: int = 1) -> int:
-    """Registers per thread of ``tcgen05.ld.<shape>.x<num>`` (32-bit, unpacked)."""
-    shape = shape.lstrip(".")
-    if shape not in _TC_PER_X1:
-        raise TraceError(f"tcgen05.ld fragment: expected a shape in {tuple(_TC_PER_X1)}, got {shape!r}")
-    if num not in (1, 2, 4, 8, 16, 32, 64, 128):
-        raise TraceError(f"tcgen05.ld fragment: .x{num} is not a repeat count (1, 2, 4, ..., 128)")
-    return _TC_PER_X1[shape] * num
+    """Registers per thread of ``tcgen05.ld.<shape>.x<num>`` (32-bit, unpacked).
+
+    Raises:
+        TraceError: an unknown shape or repeat count.
+    """
+    return _tcgen05(shape, num).registers
 
 
 def tcgen05_ld_offset(shape: str, reg: int, num: int = 1) -> tuple[int, int]:
     """(lane, column) of register ``reg`` relative to register 0 (see
-    :func:`tcgen05_ld_coords`)."""
-    n = tcgen05_ld_registers(shape, num)
-    if not 0 <= reg < n:
-        raise TraceError(f"tcgen05.ld fragment: register {reg} out of range 0..{n - 1}")
-    shape = shape.lstrip(".")
-    if shape == "32x32b":
-        return 0, reg
-    if shape == "16x64b":
-        return 0, 2 * reg
-    if shape == "16x128b":
-        return 8 * (reg & 1), 4 * (reg >> 1)
-    return 8 * ((reg >> 1) & 1), 8 * (reg >> 2) + (reg & 1)          # 16x256b
+    :func:`tcgen05_ld_coords`).
+
+    Raises:
+        TraceError: an unknown shape or repeat count, or ``reg`` out of range.
+    """
+    return _offset(_tcgen05(shape, num, reg), reg)
 
 
 def tcgen05_ld_coords(shape: str, thread: int, reg: int, num: int = 1) -> tuple[int, int]:
     """(lane, column) of tensor memory that register ``reg`` of warp thread
     ``thread`` (0..31) holds after ``tcgen05.ld.sync.aligned.<shape>.x<num>.b32``,
     relative to ``taddr`` (add its lane, bits 16-31, and column, bits 0-15).
-    Each ``.xN`` repeat continues along the columns.
+    Each ``.xN`` repeat continues along the columns
+    (:func:`jaxptx.isa.fragments.tcgen05`).
 
     ``.32x32b``: thread t holds lane t, register j column j::
 
@@ -243,43 +308,22 @@ def tcgen05_ld_coords(shape: str, thread: int, reg: int, num: int = 1) -> tuple[
         lane 0   T0:r0   T0:r1   T1:r0   T1:r1  ...  T3:r1
          ...
         lane 8   T0:r2   T0:r3   T1:r2   T1:r3  ...  T3:r3
+
+    Raises:
+        TraceError: an unknown shape or repeat count, or ``thread``/``reg``
+            out of range.
     """
     if not 0 <= thread < 32:
         raise TraceError(f"tcgen05.ld fragment: thread {thread} out of range 0..31")
-    dl, dc = tcgen05_ld_offset(shape, reg, num)
-    bl, bc = _tc_base(shape.lstrip("."), thread)
-    return bl + dl, bc + dc
-
-
-def _tc_base(shape: str, t: int) -> tuple[int, int]:
-    if shape == "32x32b":
-        return t, 0
-    if shape == "16x64b":
-        return (t >> 2) + 8 * (t & 1), (t >> 1) & 1
-    if shape == "16x128b":
-        return t >> 2, t & 3
-    return t >> 2, 2 * (t & 3)
+    return _coords(_tcgen05(shape, num, reg), thread, reg)
 
 
 def tcgen05_ld_base(shape: str, lane: Reg | None = None) -> tuple[Reg, Reg]:
     """Emit the (lane, column) offsets of register 0 of ``tcgen05.ld.<shape>``
     as u32 registers (``lane`` defaults to ``%laneid``); register ``j`` adds
     ``tcgen05_ld_offset(shape, j, num)``."""
-    shape = shape.lstrip(".")
-    tcgen05_ld_registers(shape)
-    t = lane if lane is not None else _special("laneid")
-    if shape == "32x32b":
-        return t, emit_instruction("mov", ("u32",), (0,))
-    quarter = emit_instruction("shr", ("u32",), (t, 2))
-    if shape == "16x64b":
-        odd = emit_instruction("shl", ("b32",), (emit_instruction("and", ("b32",), (t, 1)), 3))
-        row = emit_instruction("add", ("u32",), (quarter, odd))
-        col = emit_instruction("and", ("b32",), (emit_instruction("shr", ("u32",), (t, 1)), 1))
-        return row, col
-    low = emit_instruction("and", ("b32",), (t, 3))
-    if shape == "16x128b":
-        return quarter, low
-    return quarter, emit_instruction("shl", ("b32",), (low, 1))
+    layout = _tcgen05(shape, 1)
+    return _base(layout, lane if lane is not None else _special("laneid"), bounded=True)
 
 
 # --- swizzle ------------------------------------------------------------------------

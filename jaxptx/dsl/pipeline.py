@@ -47,7 +47,8 @@ from typing import Any
 from ..errors import TraceError
 from ..types import u32
 from . import ptx, reg, smem
-from ._core import Addr, Reg
+from ._core import Reg
+from ._values import Addr
 
 __all__ = ["Pipeline", "PipelineState", "wait_parity", "warpgroup", "role"]
 

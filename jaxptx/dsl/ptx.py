@@ -26,13 +26,14 @@ from typing import Any
 from .. import isa
 from ..errors import PtxModifierError, TraceError
 from ._control import break_, continue_, else_, if_, label, loop, new_label, range_, while_
-from ._core import SINK, Addr, NegPred, Reg, emit_instruction
+from ._core import Reg, emit_instruction
 from ._trace import current, user_location, with_location
 from ._special import special
 from ._module import (args, block, decl, declare, directive, function, imm, negate, pair, section,
                       sym, unparsed)
 from ._params import batch_ptrs, comment, global_ptrs, param
 from ._printf import printf
+from ._values import SINK, Addr, NegPred
 from .smem import SmemArray
 
 __all__ = ["inst", "special", "if_", "else_", "range_", "while_", "break_", "continue_",

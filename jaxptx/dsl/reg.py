@@ -21,8 +21,9 @@ from .. import ir
 from ..errors import TraceError
 from ..types import PtxType, from_dtype
 from ..types import pred as PRED
-from ._core import NegPred, Reg, RegArray, emit_instruction
+from ._core import Reg, emit_instruction
 from ._trace import current
+from ._values import NegPred, RegArray
 
 __all__ = ["Reg", "RegArray", "NegPred", "scalar", "array", "from_", "pred", "declare"]
 

@@ -30,16 +30,17 @@ from typing import Any
 
 from .. import ir
 from ..errors import TraceError
+from ..isa.encodings import SWIZZLES, EncodingError, MatrixDescriptor, swizzle as swizzle_mode
 from ..types import PtxType, b64, from_dtype
-from ._core import Addr, Reg, emit_instruction
+from ._core import Reg, emit_instruction
 from ._specs import Layout
 from ._trace import current, user_location, with_location
+from ._values import Addr
 
 __all__ = ["SmemArray", "alloc", "wgmma_tile", "mbarrier", "matrix_descriptor_bits", "descriptor_strides",
            "tma_tile", "check_tma"]
 
-_SWIZZLE_CODE = {0: 0, 128: 1, 64: 2, 32: 3}
-
+_SPANS = tuple(sorted(s.span for s in SWIZZLES if s.wgmma is not None))     # 0, 32, 64, 128 bytes
 
 class SmemArray:
     """A shared-memory array: ``arr[i]``/``arr[r, c]`` give addresses.
@@ -191,19 +192,25 @@ def _error(message: str) -> TraceError:
     return with_location(TraceError(message), user_location())
 
 
-def matrix_descriptor_bits(start: int, lbo: int, sbo: int, swizzle: int, base_offset: int = 0) -> int:
-    """Pack a wgmma matrix descriptor (PTX ISA, "Matrix Descriptor Format").
-
-    start>>4 in bits 0–13, LBO>>4 in 16–29, SBO>>4 in 32–45, base offset in
-    49–51, swizzle mode in 62–63 (0 none, 1 128B, 2 64B, 3 32B).
-    """
-    if swizzle not in _SWIZZLE_CODE:
+def _span(swizzle: int) -> str:
+    """The mode name of a wgmma tile's swizzle span (0, 32, 64 or 128 bytes)."""
+    if isinstance(swizzle, bool) or swizzle not in _SPANS:
         raise TraceError(f"swizzle: expected 0, 32, 64 or 128, got {swizzle!r}")
-    return (((start & 0x3FFFF) >> 4)
-            | (((lbo >> 4) & 0x3FFF) << 16)
-            | (((sbo >> 4) & 0x3FFF) << 32)
-            | ((base_offset & 0x7) << 49)
-            | (_SWIZZLE_CODE[swizzle] << 62))
+    return swizzle_mode(swizzle).name
+
+
+def matrix_descriptor_bits(start: int, lbo: int, sbo: int, swizzle: int, base_offset: int = 0) -> int:
+    """Pack a wgmma matrix descriptor (PTX ISA, "Matrix Descriptor Format";
+    :class:`jaxptx.isa.encodings.MatrixDescriptor`): start, LBO and SBO in
+    bytes, ``swizzle`` the span in bytes (0, 32, 64, 128).
+
+    Raises:
+        TraceError: a swizzle span or field the descriptor cannot hold.
+    """
+    try:
+        return MatrixDescriptor(start, lbo, sbo, base_offset, _span(swizzle)).encode()
+    except EncodingError as e:
+        raise _error(f"wgmma matrix descriptor: {e}") from None
 
 
 def descriptor_strides(major: str, swizzle: int, rows: int) -> tuple[int, int]:
@@ -253,8 +260,7 @@ def descriptor_strides(major: str, swizzle: int, rows: int) -> tuple[int, int]:
     """
     if major not in ("K", "MN"):
         raise TraceError(f"descriptor_strides major: expected 'K' or 'MN', got {major!r}")
-    if swizzle not in _SWIZZLE_CODE:
-        raise TraceError(f"swizzle: expected 0, 32, 64 or 128, got {swizzle!r}")
+    _span(swizzle)
     if not swizzle:
         return (rows * 16, 128) if major == "K" else (128, rows * 16)
     return (16, 8 * swizzle) if major == "K" else (rows * swizzle, 8 * swizzle)
@@ -296,7 +302,7 @@ def wgmma_tile(dtype: Any, shape: tuple[int, int], *, major: str = "K", swizzle:
     if swizzle is None:
         row = shape[1] * t.nbytes
         swizzle = next((s for s in (128, 64, 32) if row >= s), 0)
-    if swizzle not in _SWIZZLE_CODE:
+    if isinstance(swizzle, bool) or swizzle not in _SPANS:
         raise TraceError(f"smem.wgmma_tile swizzle: expected 0, 32, 64 or 128, got {swizzle!r}")
     return _declare(t, tuple(shape), 1024, "wgmma_tile", name, swizzle, major)
 

@@ -35,6 +35,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import TraceError
+from ..isa.encodings import SWIZZLES, TCGEN05_FIELDS, EncodingError, InstrDesc, SmemDescriptor
+from ..isa.encodings import swizzle as swizzle_mode
 from ..types import TYPES, PtxType, b32, from_dtype
 from ._core import Reg, emit_instruction
 from ._trace import user_location, with_location
@@ -43,13 +45,11 @@ from .smem import SmemArray, alloc as smem_alloc
 __all__ = ["SWIZZLE_CODES", "swizzle_code", "smem_desc_bits", "canonical_strides", "k_offset",
            "smem_desc", "advance", "instr_desc", "TensorMemory"]
 
-SWIZZLE_CODES = {"none": 0, "128B_base32B": 1, "128B": 2, "64B": 4, "32B": 6}
-"""Swizzle mode name -> the descriptor's bits 61-63 (PTX ISA, "Shared memory descriptor")."""
+SWIZZLE_CODES = {s.name: s.tcgen05 for s in sorted(SWIZZLES, key=lambda s: s.tcgen05 or 0) if s.tcgen05 is not None}
+"""Swizzle mode name -> the descriptor's bits 61-63 (PTX ISA, "Shared memory descriptor"), read
+from :data:`jaxptx.isa.encodings.SWIZZLES`."""
 
-# Bytes of one row of a swizzle atom (16: a no-swizzle core matrix row).
-_ATOM_BYTES = {"none": 16, "128B_base32B": 128, "128B": 128, "64B": 64, "32B": 32}
-_BY_BYTES = {0: "none", 32: "32B", 64: "64B", 128: "128B"}
-_FIELD = 1 << 18            # start, LBO and SBO are 14-bit fields of (bytes >> 4)
+_FIELD = 1 << (4 + TCGEN05_FIELDS[0].width)     # start, LBO and SBO: 14-bit fields of (bytes >> 4)
 
 
 def _error(message: str) -> TraceError:
@@ -69,37 +69,19 @@ def swizzle_code(swizzle: str | int) -> str:
     Raises:
         TraceError: an unknown mode.
     """
-    if isinstance(swizzle, int) and not isinstance(swizzle, bool) and swizzle in _BY_BYTES:
-        return _BY_BYTES[swizzle]
-    if swizzle in SWIZZLE_CODES:
-        return swizzle  # type: ignore[return-value]
+    if swizzle in SWIZZLE_CODES or (isinstance(swizzle, int) and not isinstance(swizzle, bool)
+                                    and swizzle in (s.span for s in SWIZZLES)):
+        return swizzle_mode(swizzle).name
     raise _error(f"tcgen05 swizzle: expected one of {list(SWIZZLE_CODES)} or 0/32/64/128 bytes, "
                  f"got {swizzle!r}")
-
-
-def _field(name: str, value: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value % 16 or not 0 <= value < _FIELD:
-        raise _error(f"tcgen05 shared memory descriptor: {name} must be a multiple of 16 bytes in "
-                     f"[0, {_FIELD}), got {value!r}")
-    return value >> 4
 
 
 def smem_desc_bits(*, start: int = 0, lbo: int = 16, sbo: int, swizzle: str | int = "128B",
                    base_offset: int = 0) -> int:
     """The sm_100 shared-memory descriptor as a Python int (PTX ISA
-    9.7.16.4.1)::
-
-        bits   field
-        0-13   matrix start address  >> 4   (shared::cta byte address)
-        14-15  0
-        16-29  leading byte offset   >> 4   (LBO)
-        30-31  0
-        32-45  stride byte offset    >> 4   (SBO)
-        46-48  fixed 0b001                  (sm_100; Hopper's wgmma has 0 here)
-        49-51  matrix base offset           (where the swizzle pattern starts)
-        52     LBO mode: 0 relative         (1, absolute, is sm_103a only)
-        53-60  0
-        61-63  swizzle: 0 none, 1 128B with 32B atoms, 2 128B, 4 64B, 6 32B
+    9.7.16.4.1): :class:`jaxptx.isa.encodings.SmemDescriptor`, whose module
+    gives the layout (start, LBO and SBO >> 4, the fixed 0b001 in bits 46-48,
+    base offset, swizzle code in bits 61-63).
 
     Args:
         start: the operand's first byte (usually 0 here, OR-ed with a
@@ -117,11 +99,11 @@ def smem_desc_bits(*, start: int = 0, lbo: int = 16, sbo: int, swizzle: str | in
         >>> hex(smem_desc_bits(lbo=16, sbo=1024, swizzle="128B"))
         '0x4000404000010000'
     """
-    if not isinstance(base_offset, int) or not 0 <= base_offset < 8:
-        raise _error(f"tcgen05 shared memory descriptor: base_offset must be 0..7, got {base_offset!r}")
-    code = SWIZZLE_CODES[swizzle_code(swizzle)]
-    return (_field("start", start) | _field("LBO", lbo) << 16 | _field("SBO", sbo) << 32
-            | 1 << 46 | base_offset << 49 | code << 61)
+    mode = swizzle_code(swizzle)
+    try:
+        return SmemDescriptor(start, lbo, sbo, base_offset, mode).encode()
+    except EncodingError as e:
+        raise _error(f"tcgen05 shared memory descriptor: {e}") from None
 
 
 def canonical_strides(major: str, swizzle: str | int, dtype: Any, shape: tuple[int, int]) -> tuple[int, int]:
@@ -165,7 +147,7 @@ def canonical_strides(major: str, swizzle: str | int, dtype: Any, shape: tuple[i
     if major not in ("K", "MN"):
         raise _error(f"tcgen05.canonical_strides: major must be 'K' or 'MN', got {major!r}")
     elem = _elem_bytes(dtype)
-    width = _ATOM_BYTES[mode]
+    width = swizzle_mode(mode).atom_bytes
     rows, cols = shape
     if (cols * elem) % width and cols * elem > width:
         raise _error(f"tcgen05.canonical_strides: rows of {cols * elem} bytes are not whole "
@@ -199,7 +181,7 @@ def k_offset(k: int, *, major: str, swizzle: str | int, dtype: Any, shape: tuple
     """
     mode = swizzle_code(swizzle)
     elem = _elem_bytes(dtype)
-    width = _ATOM_BYTES[mode]
+    width = swizzle_mode(mode).atom_bytes
     if major == "K":
         nbytes = k * elem
         if nbytes % 16:
@@ -272,39 +254,14 @@ def advance(desc: Reg, nbytes: int) -> Reg:
 
 # ---------------------------------------------------------------- instruction descriptor
 
-# PTX ISA Table 42: A/B type codes per kind, D type codes per kind.
-_AB_CODES = {
-    "f16": {"f16": 0, "bf16": 1},
-    "tf32": {"tf32": 2},
-    "f8f6f4": {"e4m3": 0, "e5m2": 1, "e2m3": 3, "e3m2": 4, "e2m1": 5},
-    "i8": {"u8": 0, "s8": 1},
-}
-_D_CODES = {"f16": {"f16": 0, "f32": 1}, "tf32": {"f32": 1}, "f8f6f4": {"f16": 0, "f32": 1},
-            "i8": {"s32": 2}}
-
-
 def instr_desc(*, kind: str = "f16", a: str = "bf16", b: str | None = None, d: str | None = None,
                m: int = 128, n: int = 128, a_major: str = "K", b_major: str = "K",
                negate_a: bool = False, negate_b: bool = False, saturate: bool = False,
                cta_group: int = 1) -> int:
     """The 32-bit ``tcgen05.mma`` instruction descriptor (dense, no block
-    scaling) as a trace-time int (PTX ISA 9.7.16.4.2, Table 42)::
-
-        bits   field
-        0-1    sparsity selector         0 (dense)
-        2      sparsity                  0 (dense)
-        3      saturate (kind::i8)
-        4-5    D type: 0 f16, 1 f32, 2 s32
-        6      0
-        7-9    A type  kind::f16: 0 f16, 1 bf16 | tf32: 2 | f8f6f4: 0 e4m3,
-        10-12  B type  1 e5m2, 3 e2m3, 4 e3m2, 5 e2m1 | i8: 0 u8, 1 s8
-        13     negate A                  14  negate B (not kind::i8)
-        15     transpose A: MN-major     16  transpose B: MN-major
-        17-22  N >> 3
-        23     0
-        24-28  M >> 4
-        29     0
-        30-31  max shift (.ws only)      0
+    scaling) as a trace-time int: :class:`jaxptx.isa.encodings.InstrDesc`,
+    whose docstring gives the layout (PTX ISA 9.7.16.4.2, Tables 42-43),
+    checked against the shapes ``tcgen05.mma.cta_group::N`` takes (Table 39).
 
     Args:
         kind: ``"f16"``, ``"tf32"``, ``"f8f6f4"`` or ``"i8"``.
@@ -317,42 +274,26 @@ def instr_desc(*, kind: str = "f16", a: str = "bf16", b: str | None = None, d: s
     Raises:
         TraceError: a type the kind lacks, or a shape the kind and CTA group
             do not take (M 64/128 for one CTA, 128/256 for a pair; N a
-            multiple of 8 per CTA up to 256).
+            multiple of 8 per CTA up to 256; Table 39's rules for i8).
 
     Example:
         >>> hex(instr_desc(a="bf16", m=128, n=256, b_major="MN"))
         '0x8410490'
     """
-    if kind not in _AB_CODES:
-        raise _error(f"tcgen05.instr_desc: kind must be one of {list(_AB_CODES)}, got {kind!r}")
-    b = a if b is None else b
-    d = ("s32" if kind == "i8" else "f32") if d is None else d
-    codes = _AB_CODES[kind]
-    for name, t in (("a", a), ("b", b)):
-        if t not in codes:
-            raise _error(f"tcgen05.instr_desc: {name}={t!r} is not a kind::{kind} type; expected one of {list(codes)}")
-    if kind == "f16" and a != b:
-        raise _error(f"tcgen05.instr_desc: kind::f16 needs A and B of one type, got {a} and {b}")
-    if d not in _D_CODES[kind]:
-        raise _error(f"tcgen05.instr_desc: d={d!r} is not a kind::{kind} accumulator; expected one of "
-                     f"{list(_D_CODES[kind])}")
     for name, mj in (("a_major", a_major), ("b_major", b_major)):
         if mj not in ("K", "MN"):
             raise _error(f"tcgen05.instr_desc: {name} must be 'K' or 'MN', got {mj!r}")
-    if kind == "i8" and (negate_a or negate_b):
-        raise _error("tcgen05.instr_desc: kind::i8 cannot negate A or B")
-    if saturate and kind != "i8":
-        raise _error("tcgen05.instr_desc: saturate is a kind::i8 field")
     if cta_group not in (1, 2):
         raise _error(f"tcgen05.instr_desc: cta_group must be 1 or 2, got {cta_group!r}")
-    ms = (64, 128) if cta_group == 1 else (128, 256)
-    step = 8 * cta_group
-    if m not in ms or not (isinstance(n, int) and step <= n <= 256 and n % step == 0):
-        raise _error(f"tcgen05.instr_desc: M={m}, N={n} is not a shape of cta_group::{cta_group}; "
-                     f"expected M in {ms} and N a multiple of {step} up to 256")
-    return (int(saturate) << 3 | _D_CODES[kind][d] << 4 | codes[a] << 7 | codes[b] << 10
-            | int(negate_a) << 13 | int(negate_b) << 14 | int(a_major == "MN") << 15
-            | int(b_major == "MN") << 16 | (n >> 3) << 17 | (m >> 4) << 24)
+    d = ("s32" if kind == "i8" else "f32") if d is None else d
+    try:
+        desc = InstrDesc(kind, m, n, a, a if b is None else b, d, negate_a=negate_a, negate_b=negate_b,
+                         mn_major_a=a_major == "MN", mn_major_b=b_major == "MN", saturate=saturate)
+        word = desc.encode()
+        desc.check_shape(cta_group, ws=False)
+    except EncodingError as e:
+        raise _error(f"tcgen05.instr_desc: {e}") from None
+    return word
 
 
 # ---------------------------------------------------------------- tensor memory

@@ -1,5 +1,10 @@
 """The PTX module as plain data (lossless: see ``jaxptx.emit``)."""
 
+from ._location import Location as Location
+from ._location import PtxLocation as PtxLocation
+from ._location import PythonLocation as PythonLocation
+from ._location import ptx_line as ptx_line
+from ._location import python_location as python_location
 from ._nodes import Block as Block
 from ._nodes import Comment as Comment
 from ._nodes import Directive as Directive

@@ -43,3 +43,5 @@ from ._targets import parse_target as parse_target
 from ._targets import parse_version as parse_version
 from ._units import UNITS as UNITS
 from ._units import Unit as Unit
+from ._wmma import fragment_elements as fragment_elements
+from ._wmma import matrix_dims as matrix_dims

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from ..types import TYPES
 from ._schema import Inst, Slot, op, slot
 from ._targets import SM100_FAMILY, Requires
 from ._common import SM80, SM90_PTX78
@@ -49,8 +50,6 @@ SHARED_CTA = {"shared::cta": PTX78}
 # --- vector-length rules ---------------------------------------------------
 
 _SHAPE_RE = re.compile(r"^m(\d+)n(\d+)k(\d+)$")
-_BITS = {"b1": 1, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "e4m3": 8, "e5m2": 8,
-         "f16": 16, "bf16": 16, "tf32": 32, "f32": 32, "s32": 32, "f64": 64}
 
 
 def _mma_dims(values: Mapping[str, str]) -> tuple[int, int, int, int]:
@@ -66,7 +65,7 @@ def _regs(elements: int, type_name: str) -> int:
     """32-bit registers (64-bit for f64) that hold ``elements`` of a type."""
     if type_name == "f64":
         return elements
-    return max(1, elements * _BITS[type_name] // 32)
+    return max(1, elements * TYPES[type_name].bits // 32)
 
 
 def mma_a(values: Mapping[str, str]) -> int:

@@ -41,6 +41,8 @@ class Unit:
             ``"tcgen05"``).
         member_mask: a warp collective whose ``membermask`` lanes must all
             execute it (and whose sources must lie among them).
+        warpgroup: the four warps of a warpgroup execute it together (the
+            emulator runs their threads in one step under every schedule).
     """
 
     cls: str
@@ -49,6 +51,7 @@ class Unit:
     async_reads: str | None = None
     async_results: str | None = None
     member_mask: bool = False
+    warpgroup: bool = False
 
 
 def _each(names: str, unit: Unit) -> dict[str, Unit]:
@@ -73,12 +76,15 @@ UNITS: dict[str, Unit] = {
     "activemask": Unit("warp"),
     "mma_sync": Unit("tensor"),
     "wmma_mma": Unit("tensor"),
-    "wgmma_mma_async": Unit("tensor", traffic="tensor", async_reads="wgmma", async_results="wgmma"),
+    "wgmma_mma_async": Unit("tensor", traffic="tensor", async_reads="wgmma", async_results="wgmma",
+                            warpgroup=True),
     **_each("tcgen05_mma tcgen05_mma_sp tcgen05_mma_ashift", _TENSOR_READS),
-    **_each("ld st atom atom_cas red wmma_load wmma_store", Unit("memory", traffic="lsu")),
+    **_each("ld st atom atom_cas red wmma_load wmma_store multimem_ld_reduce multimem_st multimem_red",
+            Unit("memory", traffic="lsu")),
     **_each("ldmatrix stmatrix", Unit("memory.shared", traffic="lsu")),
     "cp_async": Unit("memory.async_copy", traffic="lsu"),
-    **_each("cp_async_bulk cp_async_bulk_tensor cp_async_bulk_prefetch", Unit("memory.tma", traffic="tma")),
+    **_each("cp_async_bulk cp_async_bulk_tensor cp_async_bulk_prefetch multimem_cp_async_bulk "
+            "multimem_cp_reduce_async_bulk", Unit("memory.tma", traffic="tma")),
     "tcgen05_cp": Unit("tensor_memory", traffic="tensor", async_reads="tcgen05"),
     "tcgen05_ld": Unit("tensor_memory", async_results="tcgen05"),
     **_each("tcgen05_st tcgen05_shift tcgen05_alloc tcgen05_dealloc tcgen05_relinquish", Unit("tensor_memory")),

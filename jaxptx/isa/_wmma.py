@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from ..types import TYPES
 from ._ampere import MMA_FIDELITY, SHARED_CTA, SYNC
 from ._schema import Inst, op, slot
 from ._targets import Requires
@@ -25,8 +26,6 @@ __all__ = ["ENTRIES", "COUNTS", "fragment_elements", "matrix_dims"]
 _SEC = "9.7.14.4 Warp Level Matrix Multiply-Accumulate Instructions: wmma.{}"
 _DIMS = {"m16n16k16": (16, 16, 16), "m8n32k16": (8, 32, 16), "m32n8k16": (32, 8, 16),
          "m16n16k8": (16, 16, 8), "m8n8k4": (8, 8, 4), "m8n8k32": (8, 8, 32), "m8n8k128": (8, 8, 128)}
-_BITS = {"f16": 16, "bf16": 16, "tf32": 32, "f32": 32, "f64": 64, "s8": 8, "u8": 8, "s4": 4, "u4": 4,
-         "b1": 1, "s32": 32}
 
 _F16 = Requires(sm=70, ptx=(6, 0))
 _F16_WIDE = Requires(sm=70, ptx=(6, 1))         # m8n32k16, m32n8k16
@@ -53,7 +52,7 @@ def fragment_elements(shape: str, frag: str, type_name: str) -> int:
 
 def _registers(shape: str, frag: str, type_name: str) -> int:
     elements = fragment_elements(shape, frag, type_name)
-    return elements if type_name == "f64" else max(1, elements * _BITS[type_name] // 32)
+    return elements if type_name == "f64" else max(1, elements * TYPES[type_name].bits // 32)
 
 
 def wmma_regs(values: Mapping[str, str]) -> int:

@@ -37,18 +37,17 @@ Example:
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..dsl import Kernel
-from ..dsl._kernel import set_call_hook
-
+from ..dsl import Kernel, set_call_hook
 from ..dsl.declarations import allow_unwritten as allow_unwritten
 from ..dsl.declarations import in_place as in_place
+from ..runtime import CudaCompileError as CudaCompileError
 from ._ptx_args import Output as Output
 from ._ptx_args import Scratch as Scratch
 from ._ptx_args import TensorMap as TensorMap
-from ..runtime._nvrtc import CudaCompileError as CudaCompileError
 
 __all__ = ["custom_vjp", "primitive", "kernels_in", "register_ffi_targets", "disabled_checks",
            "deserialize", "allow_unwritten", "in_place", "ptx_call", "Output", "Scratch",
@@ -303,7 +302,7 @@ def kernels_in(lowered: Any) -> dict[int, Any]:
         TypeError: ``lowered`` is neither (text that is not StableHLO, say).
         KeyError: a call's kernel was not lowered in this process.
     """
-    from ._registry import kernels_in as find
+    from ._registry import kernels_in as find  # the registry loads the emulator (~0.3 s)
     return find(lowered)
 
 
@@ -324,7 +323,7 @@ def register_ffi_targets() -> None:
     the version and the fix: lower and export the function again with this
     jaxptx, or run the artifact with the jaxptx that exported it.
     """
-    from . import _lowering  # registers on import
+    from . import _lowering  # registers on import; loads jax (heavy)
     del _lowering
 
 
@@ -343,7 +342,7 @@ def disabled_checks() -> list[Any]:
         >>> [str(check) for check in disabled_checks()]
         ['custom_call:jaxptx_launch_v2', 'custom_call:jaxptx_cpu_v2']
     """
-    from jax import export
+    from jax import export      # jax (heavy) loads here
     from ._lowering import CPU_TARGET, CUDA_TARGET
     return [export.DisabledSafetyCheck.custom_call(t) for t in (CUDA_TARGET, CPU_TARGET)]
 
@@ -371,7 +370,6 @@ def deserialize(data: bytes | bytearray) -> Any:
         ...
         ValueError: jaxptx.jax.deserialize: 7 bytes that are not a complete jax.export artifact ...
     """
-    import struct
     from jax import export      # jax (heavy) loads here
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"jaxptx.jax.deserialize: expected the bytes of Exported.serialize(), "

@@ -141,8 +141,7 @@ class _Launch:
         check = sim.check_mode()      # explicit here: "all" raises below rather than returning
         with _LAUNCH_LOCK, capture.suppressed():        # the handler records the call itself
             findings = device.launch(self.module, [*pointers, *self.scalars, *maps], kernel=self.entry,
-                                     grid=self.shape.grid, block=self.shape.block,
-                                     cluster=self.shape.cluster, smem=self.shape.smem, check=check)
+                                     launch=self.shape, check=check)
         if findings:
             raise sim.SanitizerError(f"{len(findings)} sanitizer findings:\n" +
                                      "\n".join(f.message for f in findings), findings)
@@ -184,7 +183,7 @@ def _output_names(registered: _registry.Entry | None, n: int) -> list[str | None
     """The outputs' names in the kernel, where the call is a known kernel's."""
     if registered is None:
         return [None] * n
-    names = list(registered.kernel._tensors[len(registered.inputs):])
+    names = list(registered.kernel.tensors[len(registered.inputs):])
     return [names[j] if j < len(names) else None for j in range(n)]
 
 
@@ -322,8 +321,6 @@ def _cite(m: re.Match, registered: _registry.Entry, kernel_id: int) -> str:
 
 
 def _python_line(registered: _registry.Entry, kernel_id: int, ptx_line: int) -> tuple | None:
-    """The kernel's Python ``(file, line)`` of the instruction at a PTX line."""
-    known = _PARSED.get(kernel_id)
-    if known is None:
-        return None
-    return python_line(registered.spec.module, known[1], ptx_line)
+    """The kernel's Python ``(file, line)`` of the instruction at a PTX line
+    (of the text its traced module emits: the call's PTX)."""
+    return python_line(registered.spec.module, ptx_line)

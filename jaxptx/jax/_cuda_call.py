@@ -30,12 +30,11 @@ import numpy as np
 
 from .. import ir, isa
 from ..check import check
-from ..dsl._kernel import AUTO_FALLBACK_ARCH
+from ..dsl import AUTO_FALLBACK_ARCH
 from ..emit import emit
 from ..errors import SpecError
 from ..parse import parse
-from ..runtime import detect_arch
-from ..runtime._nvrtc import compile_cuda
+from ..runtime import compile_cuda, detect_arch
 from ._ptx_call import ptx_call
 from ._ptx_source import entry_function, parsed
 

@@ -95,9 +95,9 @@ def _call(target: str, kernel: Kernel, ctx: Any, args: tuple, attributes: dict) 
     for i, j in aliases.items():
         given, made = ctx.avals_in[i], ctx.avals_out[j]
         if (given.shape, given.dtype) != (made.shape, made.dtype):
-            output = kernel._tensors[len(kernel.in_specs) + j]
+            output = kernel.tensors[len(kernel.in_specs) + j]
             raise SpecError(f"kernel {kernel.name}: in-place output {output!r} is "
-                            f"{made.str_short()} but its input {kernel._tensors[i]!r} is "
+                            f"{made.str_short()} but its input {kernel.tensors[i]!r} is "
                             f"{given.str_short()}; an in-place output has its input's shape and dtype")
     lowering = jax.ffi.ffi_lowering(target, operand_output_aliases=aliases or None)
     return lowering(ctx, *args, **attributes)
@@ -105,7 +105,7 @@ def _call(target: str, kernel: Kernel, ctx: Any, args: tuple, attributes: dict) 
 
 def _entry(kernel: Kernel, ctx: Any, target: isa.Target, template: tuple, sizes: tuple,
            launch: Launch, shared: tuple) -> _registry.Entry:
-    names = [kernel._tensors[i] for i in shared]
+    names = [kernel.tensors[i] for i in shared]
     return _registry.register(kernel, target, template, sizes, launch,
                               [_registry.buffer_type(a) for a in ctx.avals_in],
                               [_registry.buffer_type(a) for a in ctx.avals_out], names)
@@ -181,7 +181,7 @@ def scalar_records(kernel: Kernel, values: Sequence[Any]) -> np.ndarray:
     """The ``scalars`` attribute: ``(bytes, bits)`` of each raw param value,
     the bits little-endian in the low bytes of an int64."""
     out = []
-    for (ptype, _), value in zip(kernel._raw_params, values):
+    for (ptype, _), value in zip(kernel.raw_params, values):
         nbytes = ptype.bits // 8
         if ptype.kind == "f":
             bits = int.from_bytes(np.array(value, dtype=ptype.np_dtype).tobytes(), "little")

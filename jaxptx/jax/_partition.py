@@ -18,7 +18,6 @@ batching rule of its own).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 from collections.abc import Sequence
@@ -28,8 +27,8 @@ import jax
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ..dsl import Kernel
-from ..dsl._specs import bind_specs
+from .._jax_private import sharding_impls  # the axis contexts have no public API
+from ..dsl import Kernel, bind_specs
 
 __all__ = ["needs_partitioning", "partitioned"]
 
@@ -43,7 +42,6 @@ def needs_partitioning(kernel: Kernel, ctx: Any) -> bool:
     manual) mode."""
     if not kernel.shardable:
         return False
-    from .._jax_private import sharding_impls  # the axis contexts have no public API
     context = ctx.module_context.axis_context
     if isinstance(context, sharding_impls.ShardingContext):
         return context.num_devices > 1
@@ -122,11 +120,11 @@ def _local_launch(prim: Any, kernel: Kernel, params: dict[str, Any], *xs: jax.Ar
         if batch and i not in shared:
             local_batch, shape = shape[0], shape[1:]
         shapes.append((shape, x.dtype))
-    env = bind_specs(kernel.in_specs, shapes, kernel._tensors[:len(kernel.in_specs)])
+    env = bind_specs(kernel.in_specs, shapes, kernel.tensors[:len(kernel.in_specs)])
     template = params["template"]
     sizes = tuple(sorted({**dict(params["sizes"]), **env}.items()))
     launch = kernel.specialize(**dict(template), **dict(sizes)).launch
     if batch:
-        launch = dataclasses.replace(launch, grid=(*launch.grid[:2], local_batch))
+        launch = launch.with_grid_z(local_batch)
     return tuple(prim.bind(*xs, template=template, sizes=sizes, launch=launch, batch=local_batch,
                            shared=shared, scalars=params["scalars"]))

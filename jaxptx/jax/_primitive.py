@@ -14,7 +14,6 @@ kernel as their first argument.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -27,8 +26,7 @@ from .._jax_private import core as jcore  # varying manual axes have no public A
 from .._jax_private import dispatch as jdispatch
 from jax.interpreters import ad, batching, xla
 
-from ..dsl import Kernel, Tile
-from ..dsl._specs import bind_specs
+from ..dsl import Kernel, Tile, bind_specs
 from ..errors import SpecError
 from ..launch import MAX_GRID, Launch
 from . import _lowering
@@ -38,9 +36,10 @@ __all__ = ["call", "primitive"]
 
 def primitive(kernel: Kernel) -> jex.core.Primitive:
     """The kernel's primitive, created and registered on first use."""
-    if kernel._jax_primitive is None:
-        kernel._jax_primitive = _make_primitive(kernel)
-    return kernel._jax_primitive
+    made = kernel.extensions.get("jax.primitive")
+    if made is None:
+        made = kernel.extensions["jax.primitive"] = _make_primitive(kernel)
+    return made
 
 
 def call(kernel: Kernel, args: tuple, kwargs: dict) -> Any:
@@ -58,10 +57,10 @@ def _raw_params_from_dims(kernel: Kernel, args: tuple, kwargs: dict) -> dict:
     """The keywords with each raw param named like a symbolic dim set to the
     size the inputs give that dim (pyptx's convention); a value given for
     it must be that size."""
-    named = [name for _, name in kernel._raw_params if name in kernel.dims]
+    named = [name for _, name in kernel.raw_params if name in kernel.dims]
     if not named:
         return kwargs
-    raw = {name for _, name in kernel._raw_params}
+    raw = {name for _, name in kernel.raw_params}
     _, dims = _bind_arguments(kernel, args, {k: v for k, v in kwargs.items() if k not in raw})
     bound, out = dict(dims), dict(kwargs)
     for name in named:
@@ -78,7 +77,7 @@ def _scalar_arguments(kernel: Kernel, kwargs: dict) -> tuple[tuple, dict]:
     keywords: static numbers passed to the launch, not specialising the PTX."""
     where = f"kernel {kernel.name}"
     values, rest = [], dict(kwargs)
-    for ptype, name in kernel._raw_params:
+    for ptype, name in kernel.raw_params:
         if name not in rest:
             raise SpecError(f"{where}: raw param {name} (.{ptype.name}) has no value; pass {name}=...")
         value = rest.pop(name)
@@ -115,12 +114,12 @@ def _bind_arguments(kernel: Kernel, args: tuple, kwargs: dict) -> tuple[tuple, t
     """Check the inputs against ``in_specs`` and split the keywords into
     template values and dims; every symbolic dim must end up bound."""
     where = f"kernel {kernel.name}"
-    if kernel._module:
+    if kernel.is_module:
         raise SpecError(f"{where}: a module=True kernel builds a whole PTX module and cannot be "
                         "called on arrays; call a @kernel with in_specs and out_specs")
     if not kernel.out_specs:
         raise SpecError(f"{where}: {_missing_specs(kernel)}")
-    names = kernel._tensors[:len(kernel.in_specs)]
+    names = kernel.tensors[:len(kernel.in_specs)]
     if len(args) != len(names):
         raise SpecError(f"{where}: expected {len(names)} input(s) "
                         f"({', '.join(map(repr, names))}), got {len(args)}")
@@ -137,7 +136,7 @@ def _bind_arguments(kernel: Kernel, args: tuple, kwargs: dict) -> tuple[tuple, t
         if k in env and v != env[k]:
             raise SpecError(f"{where}: dim {k}={v!r} given as a keyword, but the inputs "
                             f"bind {k}={env[k]}")
-    template, dims = kernel._bind({**kwargs, **env})
+    template, dims = kernel.bind_keywords({**kwargs, **env})
     missing = [d for d in kernel.dims if d not in dict(dims)]
     if missing:
         raise SpecError(f"{where}: no input binds dim(s) {missing}; pass "
@@ -149,13 +148,13 @@ def _missing_specs(kernel: Kernel) -> str:
     """What a kernel without ``out_specs`` lacks to be called, and the fix."""
     example = "@kernel(in_specs=(Tile('N', f32),), out_specs=(Tile('N', f32),), ...)"
     if kernel.in_specs:
-        inputs = ", ".join(kernel._tensors[:len(kernel.in_specs)])
+        inputs = ", ".join(kernel.tensors[:len(kernel.in_specs)])
         return (f"calling it on arrays needs out_specs, a Tile (shape and dtype) for each output; "
                 f"it declares in_specs for its inputs ({inputs}) and no output: add a positional "
                 f"parameter per output after the inputs and declare it, as in {example}")
-    if kernel._tensors:
+    if kernel.tensors:
         return (f"calling it on arrays needs in_specs and out_specs, a Tile (shape and dtype) for "
-                f"each tensor parameter ({', '.join(kernel._tensors)}), inputs then outputs; "
+                f"each tensor parameter ({', '.join(kernel.tensors)}), inputs then outputs; "
                 f"declare them, as in {example}")
     return (f"calling it on arrays needs in_specs and out_specs, and it has no tensor parameters: "
             f"give it a positional parameter per input and output and a Tile for each, as in "
@@ -183,7 +182,7 @@ def kernel_abstract_eval(kernel: Kernel, *avals: Any, template: tuple, sizes: tu
                          scalars: tuple) -> list[jax.core.ShapedArray]:
     """Output avals from ``out_specs`` (with a leading ``batch`` dim when
     batched); re-checks the inputs against the dims."""
-    names = kernel._tensors[:len(kernel.in_specs)]
+    names = kernel.tensors[:len(kernel.in_specs)]
     shapes = [a.shape for a in avals]
     if batch:
         for i, (name, shape) in enumerate(zip(names, shapes)):
@@ -256,19 +255,44 @@ def _tma_of_batched(kernel: Kernel, axes: Sequence[Any], *, template: tuple, siz
 def fold_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], size: int, *,
                template: tuple, sizes: tuple, launch: Launch, batch: int, shared: tuple,
                scalars: tuple):
-    """One launch for the whole batch: grid z runs over it.
-
-    A new batch over an already batched call (nested vmap) multiplies the
-    two: element ``(i, j)`` is ``i * batch + j``. Inputs batched at one level
-    only are broadcast over the other; inputs batched at neither stay shared.
-    """
+    """One launch for the whole batch: grid z runs over it (:func:`fold_into_grid_z`;
+    inputs the kernel shares across the batch stay shared)."""
     if launch.grid[2] != 1 and not batch:
         raise SpecError(f"kernel {kernel.name}: batch='z' folds a vmap into grid z, but its "
                         f"grid is {launch.grid}; a batch='z' kernel launches with grid z = 1")
+    new_args, new_shared, folded = fold_into_grid_z(args, axes, size, launch, batch, shared)
+    outs = primitive(kernel).bind(*new_args, template=template, sizes=sizes,
+                                  launch=folded, batch=folded.grid[2],
+                                  shared=new_shared, scalars=scalars)
+    return unfold_outputs(outs, size, batch)
+
+
+def fold_into_grid_z(args: Sequence[Any], axes: Sequence[Any], size: int, launch: Launch, batch: int,
+                     shared: tuple | None = None) -> tuple[list[Any], tuple, Launch]:
+    """The operands and launch of one launch over grid z for a vmap of
+    ``size`` (the one rule, for kernels and :func:`jaxptx.jax.ptx_call`).
+
+    Each batched operand gets the batch as its leading dim; grid z becomes
+    the batch. A vmap of an already folded call (``batch`` > 0) multiplies
+    the two: element ``(i, j)`` is ``i * batch + j``.
+
+    Args:
+        args, axes: the vmapped operands and their batch axes (None: unbatched).
+        size: the new batch's size.
+        launch: the call's launch; batch: its folded batch so far (0: none).
+        shared: indices of operands the kernel shares across the batch
+            (its body does not offset them by ``%ctaid.z``); an unbatched
+            operand stays shared, one batched at one level only is broadcast
+            over the other. ``None``: the kernel offsets every operand, so an
+            unbatched one is broadcast.
+
+    Returns:
+        ``(operands, indices shared after folding, the folded launch)``.
+    """
     new_args, new_shared = [], []
     for i, (x, ax) in enumerate(zip(args, axes)):
-        inner = bool(batch) and i not in shared  # batched by the call being batched again
-        if ax is None and not inner:
+        inner = bool(batch) and (shared is None or i not in shared)   # batched by the call batched again
+        if ax is None and not inner and shared is not None:
             new_shared.append(i)
             new_args.append(x)
             continue
@@ -278,11 +302,12 @@ def fold_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], size: i
                 x = jnp.broadcast_to(x[:, None], (size, batch, *x.shape[1:]))
             x = x.reshape((size * batch, *x.shape[2:]))
         new_args.append(x)
-    total = size * (batch or 1)
-    folded = dataclasses.replace(launch, grid=(*launch.grid[:2], total))
-    outs = primitive(kernel).bind(*new_args, template=template, sizes=sizes,
-                                  launch=folded, batch=total,
-                                  shared=tuple(new_shared), scalars=scalars)
+    return new_args, tuple(new_shared), launch.with_grid_z(size * (batch or 1))
+
+
+def unfold_outputs(outs: Sequence[Any], size: int, batch: int) -> tuple[list[Any], list[int]]:
+    """The outputs of a folded launch as vmap returns them (batch axis 0)."""
+    outs = list(outs)
     if batch:
         outs = [o.reshape((size, batch, *o.shape[1:])) for o in outs]
     return outs, [0] * len(outs)

@@ -11,12 +11,13 @@ import operator
 from typing import Any
 
 from ..errors import SpecError
+from ..isa.encodings import SWIZZLES as _ENCODED_SWIZZLES
 
 __all__ = ["Output", "Scratch", "TensorMap", "SWIZZLES"]
 
 # The shared-memory swizzle spans a tiled tensor map may have, in bytes
 # (CUtensorMapSwizzle: none, 32B, 64B, 128B).
-SWIZZLES = (0, 32, 64, 128)
+SWIZZLES = tuple(s.span for s in _ENCODED_SWIZZLES if s.atom == "16B")   # 0, 32, 64, 128 bytes
 
 
 def _index(value: Any, what: str) -> int:

@@ -22,7 +22,6 @@ from typing import Any
 
 import jax
 import jax.extend as jex
-import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching, mlir, xla
 
@@ -31,7 +30,8 @@ from ..dsl import Specialization
 from ..errors import SpecError
 from ..launch import Launch
 from . import _lowering, _registry, _tma, _writes
-from ._primitive import GRID_Z_LIMIT, _shaped_array, map_over_batch, varying_axes
+from ._primitive import (GRID_Z_LIMIT, _shaped_array, fold_into_grid_z, map_over_batch, unfold_outputs,
+                         varying_axes)
 from ._ptx_args import TensorMap
 from ._ptx_source import Binding, bind, buffer_type, parsed
 
@@ -67,7 +67,7 @@ class PtxCall:
         return self.binding.entry
 
     @property
-    def _tensors(self) -> tuple[str, ...]:
+    def tensors(self) -> tuple[str, ...]:
         # Read by _cpu for the name of an output in its messages, as for a kernel.
         return self.binding.names
 
@@ -180,21 +180,13 @@ def ptx_call_batch(args: Sequence[Any], axes: Sequence[Any], *, call: PtxCall, l
 
 def _fold(args: Sequence[Any], axes: Sequence[Any], size: int, *, call: PtxCall,
           launch: Launch, batch: int) -> tuple[list[Any], list[int]]:
-    """One launch over grid z = the batch. Every operand gets the batch as
-    its leading dim (an unbatched one is broadcast), as do the outputs: the
-    kernel offsets each pointer by ``%ctaid.z`` times one element's bytes.
-    A vmap of a folded call multiplies the batches (element ``(i, j)`` is
-    ``i * batch + j``)."""
-    new = []
-    for x, ax in zip(args, axes):
-        x = jnp.moveaxis(x, ax, 0) if ax is not None else jnp.broadcast_to(x, (size, *x.shape))
-        new.append(x.reshape((size * batch, *x.shape[2:])) if batch else x)
-    total = size * (batch or 1)
-    folded = dataclasses.replace(launch, grid=(*launch.grid[:2], total))
-    outs = ptx_call_p.bind(*new, call=call, launch=folded, batch=total)
-    if batch:
-        outs = [o.reshape((size, batch, *o.shape[1:])) for o in outs]
-    return list(outs), [0] * len(outs)
+    """One launch over grid z = the batch (:func:`._primitive.fold_into_grid_z`):
+    every operand gets the batch as its leading dim (an unbatched one is
+    broadcast), as do the outputs; the kernel offsets each pointer by
+    ``%ctaid.z`` times one element's bytes."""
+    new, _, folded = fold_into_grid_z(args, axes, size, launch, batch)
+    outs = ptx_call_p.bind(*new, call=call, launch=folded, batch=folded.grid[2])
+    return unfold_outputs(outs, size, batch)
 
 
 def ptx_call_jvp(primals: Sequence[Any], tangents: Sequence[Any], *, call: PtxCall,

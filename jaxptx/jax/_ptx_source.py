@@ -21,7 +21,6 @@ user's; PTX already in launch order travels as it came.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,18 +28,15 @@ from typing import Any
 import numpy as np
 
 from .. import ir
-from ..dsl import TmaDescriptor
-from ..dsl._kernel import _static_shared_bytes
-from ..emit import emit, function_header_tokens
+from ..dsl import TmaDescriptor, static_shared_bytes
 from ..errors import SpecError
-from ..parse import parse
-from ..sim.precheck import PrecheckError, module_problems
 from ..types import TYPES, from_dtype
 from . import _tma
 from ._primitive import scalar_value
 from ._ptx_args import Output, Scratch, TensorMap
+from ._ptx_text import carried_ptx, entry_function, parsed
 
-__all__ = ["Binding", "parsed", "entry_function", "bind", "carried_ptx"]
+__all__ = ["Binding", "parsed", "entry_function", "bind", "carried_ptx"]   # the last three: ._ptx_text's
 
 # Types of a parameter that may hold a device pointer (8 bytes).
 POINTER_TYPES = frozenset(["u64", "b64", "s64"])
@@ -49,42 +45,6 @@ TENSOR_MAP_BYTES = 128
 _SM = re.compile(r"^sm_\d+[af]?$")
 
 BufferType = tuple[tuple[int, ...], np.dtype]
-
-
-@functools.lru_cache(maxsize=64)
-def parsed(text: str) -> ir.Module:
-    """The module of ``text``, parsed and checked once per text.
-
-    Raises:
-        ParseError: the text does not parse (with its line and column).
-        PrecheckError: ``jaxptx.check`` finds what ptxas would reject,
-            each finding with its PTX line and text.
-    """
-    module = parse(text, "<ptx_call>")
-    problems = module_problems(module)
-    if problems:
-        raise PrecheckError("ptx_call", problems)
-    return module
-
-
-def entry_function(module: ir.Module, kernel: str | None) -> ir.Function:
-    """The ``.entry`` named ``kernel``, or the module's only one.
-
-    Raises:
-        SpecError: no such entry, or several and no ``kernel`` to choose.
-    """
-    entries = [f for f in module.functions if f.kind == "entry" and f.body is not None]
-    names = ", ".join(f.name for f in entries) or "none"
-    if kernel is None:
-        if len(entries) != 1:
-            raise SpecError(f"ptx_call: the PTX defines {len(entries)} .entry functions "
-                            f"({names}); pick one with kernel='name'")
-        return entries[0]
-    for f in entries:
-        if f.name == kernel:
-            return f
-    raise SpecError(f"ptx_call: kernel={kernel!r}, but the PTX defines no such .entry "
-                    f"(it defines {names})")
 
 
 def _ptx_type(p: ir.VarDecl) -> str:
@@ -343,7 +303,7 @@ def _binding(text: str, module: ir.Module, f: ir.Function, got: _Params,
     _tma.records(tma, f.name, types)   # the driver's rules, checked at trace time
     target = next((t for t in module.target if _SM.match(t)), None)
     return Binding(f.name, carried_ptx(text, f.name, order), target or "sm_90a",
-                   _static_shared_bytes(module), tuple(k for k, _ in got.inputs), tuple(zeros),
+                   static_shared_bytes(module), tuple(k for k, _ in got.inputs), tuple(zeros),
                    tuple(n for n, _ in got.scratch), tuple(pairs),
                    tuple(v for _, nbytes, bits in got.scalars for v in (nbytes, bits)), tma,
                    tuple(names))
@@ -390,58 +350,3 @@ def _count_message(where: str, f: ir.Function, args: Sequence[Any], n_out: int,
                  f"outputs follow the arguments; mark where they go with Output(i))")
     return (f"{where}: the entry declares {len(f.params)} parameter(s) ({declared}), but the "
             f"call passes {came}: {len(args) + (0 if explicit else n_out)} in all")
-
-
-@functools.lru_cache(maxsize=256)
-def carried_ptx(text: str, entry: str, order: tuple[int | None, ...]) -> str:
-    """``text`` with ``entry``'s parameters in ``order`` (indices into its
-    declared list; None adds an unused ``.u64`` parameter)."""
-    module = parsed(text)
-    f = module.function(entry)
-    if order == tuple(range(len(f.params))):
-        return text
-    taken = {p.name for p in f.params}
-    unused = (f"jaxptx_unused_{k}" for k in range(len(order) + len(taken)))
-    names = iter([n for n in unused if n not in taken])
-    params = [f.params[i] if i is not None else ir.VarDecl("param", "u64", next(names))
-              for i in order]
-    new = dataclasses.replace(f, params=params, params_parens=True,
-                              trivia=_header_trivia(f, order, params))
-    items = [new if item is f else item for item in module.items]
-    return emit(ir.Module(items, module.trailing))
-
-
-def _header_trivia(f: ir.Function, order: Sequence[int | None],
-                   params: list[ir.VarDecl]) -> ir.Trivia:
-    """The reordered header's whitespace and comments: the gaps around each
-    parameter slot stay where they were, the gaps inside a parameter move
-    with it, and an added parameter sits on its slot's line. So the header
-    spans the same lines. None (a canonical header) when the header had none."""
-    if f.trivia is None or not f.params_parens:
-        return None
-    head = len(function_header_tokens(dataclasses.replace(f, params=[]))) - 1   # through "("
-    sizes = [_tokens(f, p) for p in f.params]
-    gaps = list(f.trivia)
-    slots, inner, start = [], [], head
-    for n in sizes:
-        slots.append((gaps[start], gaps[start + n]))
-        inner.append(gaps[start + 1:start + n])
-        start += n + 1
-    # Added slots go before the last one, which keeps the gap before ")".
-    added = len(params) - len(slots)
-    if slots:
-        slots = slots[:-1] + [(" ", "")] * added + slots[-1:]
-    else:
-        slots = [(" ", "")] * added
-    out = gaps[:head]
-    for (lead, after), i, p in zip(slots, order, params):
-        out += [lead, *(inner[i] if i is not None else [" "] * (_tokens(f, p) - 1)), after]
-    out.append(gaps[-1])
-    new = dataclasses.replace(f, params=params)
-    return tuple(out) if len(out) == len(function_header_tokens(new)) + 1 else None
-
-
-def _tokens(f: ir.Function, p: ir.VarDecl) -> int:
-    """How many header tokens parameter ``p`` spells."""
-    return (len(function_header_tokens(dataclasses.replace(f, params=[p])))
-            - len(function_header_tokens(dataclasses.replace(f, params=[]))))

@@ -27,11 +27,11 @@ import numpy as np
 from .. import isa
 from ..dsl import Kernel, Specialization
 from ..errors import SpecError
-from ..launch import Launch
+from ..launch import Launch, launch_integers
 from ._tma import records as tma_records
 
 __all__ = ["Entry", "register", "add", "find", "lookup", "kernels_in", "content_bytes",
-           "content_id", "launch_integers"]
+           "content_id"]
 
 ID_BITS = 48
 
@@ -73,18 +73,6 @@ class Entry:
 
 
 CONTENT_TAG = b"jaxptx-kernel-v1\n"
-
-
-def launch_integers(launch: Launch, input_bytes: Sequence[int], output_bytes: Sequence[int],
-                    tma: Sequence[int]) -> list[int]:
-    """The launch's grid, block, cluster and smem, the input and output
-    counts, their byte sizes, then the TMA record count and records: the
-    order ffi/call_identity.h hashes (its ``LaunchShape``, then the buffers).
-    ``launch`` is a :class:`~jaxptx.launch.Launch`, or any object with those
-    four fields (a hand-edited call's, unvalidated)."""
-    return [*launch.grid, *launch.block, *launch.cluster, launch.smem,
-            len(input_bytes), len(output_bytes), *map(int, input_bytes), *map(int, output_bytes),
-            len(tma), *map(int, tma)]
 
 
 def content_bytes(ptx: bytes, entry: str, launch: Sequence[int]) -> bytes:
@@ -213,14 +201,14 @@ def _entry_function(kernel: Kernel, spec: Specialization, buffers: int) -> str:
         raise SpecError(f"kernel {kernel.name}: a JAX call needs a module with one .entry, "
                         f"got {[f.name for f in entries]}")
     params = entries[0].params
-    want = ([("u64", None)] * buffers + [(t.name, n) for t, n in kernel._raw_params]
+    want = ([("u64", None)] * buffers + [(t.name, n) for t, n in kernel.raw_params]
             + [("b8", d.param) for d in spec.tma])
     got = [(p.type, p.name) for p in params]
     if len(got) != len(want) or any(w[0] != g[0] or w[1] not in (None, g[1]) for w, g in zip(want, got)):
         declared = ", ".join(f".{p.type} {p.name}" for p in params) or "none"
         raise SpecError(f"kernel {kernel.name}: a JAX call passes {buffers} buffer pointers "
                         f"(inputs then outputs), the raw params "
-                        f"({', '.join(n for _, n in kernel._raw_params) or 'none'}), then the TMA "
+                        f"({', '.join(n for _, n in kernel.raw_params) or 'none'}), then the TMA "
                         f"descriptors ({', '.join(d.param for d in spec.tma) or 'none'}), but the "
                         f"entry's parameters are {declared}")
     return entries[0].name

@@ -8,8 +8,8 @@ records with the buffers' device addresses and passes the 128-byte maps by
 value after the buffer pointers, and the CPU handler (:func:`sim_maps`) has
 the emulator encode them with the addresses it gives the buffers.
 
-One record, ``RECORD`` int64s (per-dimension fields innermost first, the
-unused ones 0)::
+One record, ``RECORD`` int64s (:data:`jaxptx.launch.TMA_RECORD`; the
+per-dimension fields innermost first, the unused ones 0)::
 
     0       buffer index (inputs, then outputs)
     1       CUtensorMapDataType
@@ -26,7 +26,6 @@ unused ones 0)::
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -34,11 +33,13 @@ import numpy as np
 from .. import sim
 from ..dsl import TmaDescriptor
 from ..errors import SpecError
+from ..isa.encodings import swizzle
+from ..launch import TMA_RECORD as RECORD
+from ..sim.memory.tensormap import maps_from_records
 from ..types import TYPES
 
 __all__ = ["RECORD", "records", "sim_maps"]
 
-RECORD = 26
 MAX_RANK = 5
 # CU_TENSOR_MAP_L2_PROMOTION_L2_128B: fetch whole 128-byte lines into L2.
 L2_PROMOTION_128B = 2
@@ -46,10 +47,6 @@ L2_PROMOTION_128B = 2
 # other type copies as unsigned bits of its size.
 _CU_DTYPE = {"s32": 3, "s64": 5, "f16": 6, "f32": 7, "f64": 8, "bf16": 9, "tf32": 11}
 _CU_UNSIGNED = {1: 0, 2: 1, 4: 2, 8: 4}
-# CUtensorMapDataType -> the emulator's name for the type.
-_SIM_DTYPE = {0: "u8", 1: "u16", 2: "u32", 3: "s32", 4: "u64", 5: "s64", 6: "f16", 7: "f32",
-              8: "f64", 9: "bf16", 10: "f32.ftz", 11: "tf32", 12: "tf32.ftz"}
-_SWIZZLE_CODE = {0: 0, 32: 1, 64: 2, 128: 3}
 
 
 def _padded(values: Sequence[int], width: int) -> list[int]:
@@ -61,7 +58,7 @@ def record(d: TmaDescriptor) -> list[int]:
     t = TYPES[d.dtype]
     dtype = _CU_DTYPE.get(d.dtype, _CU_UNSIGNED[t.bits // 8])
     rank = len(d.shape)
-    return [d.tensor, dtype, rank, _SWIZZLE_CODE[d.swizzle],
+    return [d.tensor, dtype, rank, swizzle(d.swizzle).cu_tensor_map,
             *_padded(d.shape[::-1], MAX_RANK), *_padded(d.strides[::-1][1:], MAX_RANK - 1),
             *_padded(d.box[::-1], MAX_RANK), *_padded([1] * rank, MAX_RANK),
             0, L2_PROMOTION_128B, 0]
@@ -95,32 +92,10 @@ def records(descriptors: Sequence[TmaDescriptor], kernel: str,
 
 
 def _sim_map(rec: Sequence[int]) -> sim.ArgTensorMap:
-    rank = int(rec[2])
-    shape = [int(x) for x in rec[4:4 + rank]][::-1]
-    elem = TYPES[_SIM_DTYPE[int(rec[1])].split(".")[0]].bits // 8
-    strides = [int(x) for x in rec[9:9 + rank - 1]][::-1] + [elem]
-    box = [int(x) for x in rec[13:13 + rank]][::-1]
-    swizzle = {code: b for b, code in _SWIZZLE_CODE.items()}[int(rec[3])]
-    return sim.ArgTensorMap(int(rec[0]), shape, _SIM_DTYPE[int(rec[1])], box, strides=strides,
-                            swizzle=swizzle, oob_fill="nan" if rec[25] else "zero")
+    return maps_from_records(rec)[0]
 
 
 def sim_maps(tma: Sequence[int]) -> tuple[sim.ArgTensorMap, ...]:
-    """The emulator's maps for a call's ``tma`` attribute (buffer indices
-    are launch argument indices: inputs then outputs come first); the same
-    attribute gives the same (immutable) maps, checked once.
-
-    Raises:
-        ValueError: the attribute is not whole records, or a record is invalid.
-    """
-    return _sim_maps(tuple(int(v) for v in tma))
-
-
-@functools.lru_cache(maxsize=256)
-def _sim_maps(tma: tuple[int, ...]) -> tuple[sim.ArgTensorMap, ...]:
-    if len(tma) % RECORD:
-        raise ValueError(f"the tma attribute has {len(tma)} entries, not a multiple of {RECORD}")
-    try:
-        return tuple(_sim_map(tma[i:i + RECORD]) for i in range(0, len(tma), RECORD))
-    except KeyError as e:
-        raise ValueError(f"the tma attribute has an unknown code {e}") from None
+    """The emulator's maps for a call's ``tma`` attribute
+    (:func:`jaxptx.sim.memory.tensormap.maps_from_records`)."""
+    return maps_from_records(tma)

@@ -10,7 +10,7 @@ whose ``mma.sync`` every later GPU runs.
 from __future__ import annotations
 
 from .. import isa
-from ..dsl._kernel import AUTO_FALLBACK_ARCH
+from ..dsl import AUTO_FALLBACK_ARCH
 from ..errors import SpecError
 from ..runtime import detect_arch
 

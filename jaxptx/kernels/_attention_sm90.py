@@ -35,9 +35,9 @@ import math
 import jax
 
 from .. import Layout, Tile, kernel, ptx, reg, smem
-from ..dsl._kernel import Kernel
+from ..dsl import Kernel
 from ..errors import SpecError
-from ..types import b32, bf16, f16, f32, s32, u32
+from ..types import b32, bf16, f16, f32, u32
 
 __all__ = ["attention_sm90", "attention_kernel", "BM", "BN"]
 

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from jaxptx import Layout, Tile, kernel, ptx, reg, smem
 from jaxptx.dsl import Kernel, tcgen05
 from jaxptx.errors import SpecError
@@ -275,8 +277,6 @@ def matmul_sm100(a, b, *, cta_group: int = 1):
             multiple of 8 (TMA needs 16-byte row strides), or a bad
             ``cta_group``.
     """
-    import numpy as np
-
     if cta_group not in (1, 2):
         raise SpecError(f"matmul_sm100: cta_group must be 1 or 2, got {cta_group!r}")
     if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:

@@ -39,8 +39,7 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from ..dsl import Kernel, Layout, TensorArg, Tile, kernel, ptx, reg, smem
-from ..dsl._core import Reg
+from ..dsl import Kernel, Layout, Reg, TensorArg, Tile, kernel, ptx, reg, smem
 from ..dsl.smem import SmemArray
 from ..dsl.pipeline import Pipeline, PipelineState, role
 from ..errors import SpecError

@@ -18,8 +18,7 @@ import functools
 
 from collections.abc import Callable
 
-from ..dsl import Kernel, TensorArg, Tile, kernel, ptx, reg
-from ..dsl._core import Reg
+from ..dsl import Kernel, Reg, TensorArg, Tile, emit_instruction, kernel, ptx, reg
 from ..dsl.reduce import cta_reduce, warp_reduce
 from ..types import TYPES, f32
 from ._norms_rows import ITEMSIZE, MAX_CACHED, ROWS_PER_CTA, Plan, chunks, load, plan, store
@@ -33,12 +32,18 @@ ELEMENTWISE_THREADS = 256
 Reduce = Callable[[Reg, str], Reg]
 
 
+Save = Callable[[list[Reg]], None]
+
+
 def _each_row(x: TensorArg, tensors: tuple[Reg, ...], p: Plan,
-              body: Callable[[Reg, list[Reg], Reduce], None]) -> None:
-    """Run ``body(lane, rows, reduce)`` for this CTA's row(s).
+              body: Callable[[Reg, list[Reg], Reduce, Save], None], stats: tuple[Reg, ...] = ()) -> None:
+    """Run ``body(lane, rows, reduce, save)`` for this CTA's row(s).
 
     ``lane`` is the thread's index within its row, ``rows`` the row's address
-    in each of ``tensors`` (``(R, N)`` arrays) and ``reduce(value, op)``
+    in each of ``tensors`` (``(R, N)`` arrays), ``save(values)`` has lane 0
+    store the row's f32 ``values`` to ``stats`` (one ``(R,)`` or ``(R, 2)``
+    array: the statistics the backward kernels read; called last, so the
+    address is computed late), and ``reduce(value, op)``
     reduces over the threads of the row: ``cta_reduce`` for a CTA per row,
     ``warp_reduce`` for a warp per row (rows past ``R`` in the last CTA do
     nothing; the branch is uniform per warp, so the shuffles stay converged).
@@ -53,11 +58,21 @@ def _each_row(x: TensorArg, tensors: tuple[Reg, ...], p: Plan,
         reduce = warp_reduce
     offset = ptx.mul.wide.u32(row, p.n * ITEMSIZE[p.dtype])
     rows = [t + offset for t in tensors]
+
+    def save(values: list[Reg]) -> None:
+        (base,) = stats
+        with ptx.if_(lane == 0):
+            address = ptx.addr(base + ptx.mul.wide.u32(row, 4 * len(values)))
+            if len(values) == 1:
+                emit_instruction("st", ("global", "f32"), (address, values[0]))
+            else:
+                emit_instruction("st", ("global", f"v{len(values)}", "f32"), (address, values))
+
     if x.shape[0] % p.rows:
         with ptx.if_(row < x.shape[0]):
-            body(lane, rows, reduce)
+            body(lane, rows, reduce, save)
     else:
-        body(lane, rows, reduce)
+        body(lane, rows, reduce, save)
 
 
 def _prefetch(p: Plan, vectors: int) -> bool:
@@ -74,11 +89,12 @@ def _row_plan(x: TensorArg, threads: int, cached: bool, max_cached: int) -> Plan
     return p
 
 
-def _rms_norm_body(x, w, y, *, eps: float, threads: int, cached: bool, max_cached: int) -> None:
+def _rms_norm_body(x, w, y, rstd_out, *, eps: float, threads: int, cached: bool,
+                   max_cached: int) -> None:
     p = _row_plan(x, threads, cached, max_cached)
-    xp, wp, yp = ptx.batch_ptrs(x, w, y)
+    xp, wp, yp, rp = ptx.batch_ptrs(x, w, y, rstd_out)
 
-    def row(lane: Reg, rows: list[Reg], reduce: Reduce) -> None:
+    def row(lane: Reg, rows: list[Reg], reduce: Reduce, save: Save) -> None:
         x_row, y_row = rows
         acc = reg.scalar(f32, 0.0)
         cache, early = {}, {}
@@ -93,15 +109,17 @@ def _rms_norm_body(x, w, y, *, eps: float, threads: int, cached: bool, max_cache
             values = cache[k] if k is not None else load(p, x_row, i, m)
             weights = early[k] if k in early else load(p, wp, i, m, nc=True)
             store(p, y_row, i, [v * rstd * g for v, g in zip(values, weights)], m)
+        save([rstd])
 
-    _each_row(x, (xp, yp), p, row)
+    _each_row(x, (xp, yp), p, row, (rp,))
 
 
-def _layer_norm_body(x, w, b, y, *, eps: float, threads: int, cached: bool, max_cached: int) -> None:
+def _layer_norm_body(x, w, b, y, stats_out, *, eps: float, threads: int, cached: bool,
+                     max_cached: int) -> None:
     p = _row_plan(x, threads, cached, max_cached)
-    xp, wp, bp, yp = ptx.batch_ptrs(x, w, b, y)
+    xp, wp, bp, yp, sp = ptx.batch_ptrs(x, w, b, y, stats_out)
 
-    def row(lane: Reg, rows: list[Reg], reduce: Reduce) -> None:
+    def row(lane: Reg, rows: list[Reg], reduce: Reduce, save: Save) -> None:
         x_row, y_row = rows
         acc = reg.scalar(f32, 0.0)
         cache, early = {}, {}
@@ -128,8 +146,9 @@ def _layer_norm_body(x, w, b, y, *, eps: float, threads: int, cached: bool, max_
                 weights, biases = load(p, wp, i, m, nc=True), load(p, bp, i, m, nc=True)
             out = [ptx.fma.rn.f32((v - mean) * rstd, g, c) for v, g, c in zip(values, weights, biases)]
             store(p, y_row, i, out, m)
+        save([mean, rstd])
 
-    _each_row(x, (xp, yp), p, row)
+    _each_row(x, (xp, yp), p, row, (sp,))
 
 
 def _exp_below(v: Reg, peak: Reg) -> Reg:
@@ -154,7 +173,7 @@ def _softmax_body(x, y, *, threads: int, cached: bool, max_cached: int) -> None:
     p = _row_plan(x, threads, cached, max_cached)
     xp, yp = ptx.batch_ptrs(x, y)
 
-    def row(lane: Reg, rows: list[Reg], reduce: Reduce) -> None:
+    def row(lane: Reg, rows: list[Reg], reduce: Reduce, save: Save) -> None:
         x_row, y_row = rows
         peak = reg.scalar(f32, float("-inf"))
         cache = {}
@@ -189,6 +208,10 @@ def row_kernel(op: str, dtype: str, arch: str, threads: int, cached: bool = True
     and ``arch`` with ``threads`` per row: one CTA per row, or with 32 threads
     (a warp) per row, ``ROWS_PER_CTA`` rows per CTA.
 
+    Outputs: ``y``, then the row statistics the backward kernels read, f32:
+    ``rstd`` ``(R,)`` for ``rms_norm``, ``(mean, rstd)`` pairs ``(R, 2)`` for
+    ``layer_norm`` (none for ``softmax``, whose backward uses ``y``).
+
     ``threads`` and ``cached`` must be what :func:`plan` gives for the row
     length (``max_cached`` lowers the register budget: tests use it to reach
     the looping path with short rows).
@@ -196,25 +219,27 @@ def row_kernel(op: str, dtype: str, arch: str, threads: int, cached: bool = True
     t = TYPES[dtype]
     opts = {"threads": threads, "cached": cached, "max_cached": max_cached}
     if op == "rms_norm":
-        def rms_norm(x, w, y, *, eps=1e-6):
-            _rms_norm_body(x, w, y, eps=eps, **opts)
-        fn, vectors = rms_norm, 1
+        def rms_norm(x, w, y, rstd, *, eps=1e-6):
+            _rms_norm_body(x, w, y, rstd, eps=eps, **opts)
+        fn, vectors, stats = rms_norm, 1, (Tile("R", f32),)
     elif op == "layer_norm":
-        def layer_norm(x, w, b, y, *, eps=1e-5):
-            _layer_norm_body(x, w, b, y, eps=eps, **opts)
-        fn, vectors = layer_norm, 2
+        def layer_norm(x, w, b, y, stats, *, eps=1e-5):
+            _layer_norm_body(x, w, b, y, stats, eps=eps, **opts)
+        fn, vectors, stats = layer_norm, 2, (Tile("R", 2, f32),)
     else:
         def softmax(x, y):
             _softmax_body(x, y, **opts)
-        fn, vectors = softmax, 0
+        fn, vectors, stats = softmax, 0, ()
     path = "" if cached else "_loop"
     rows = ROWS_PER_CTA if threads == 32 else 1
     return kernel(in_specs=(Tile("R", "N", t), *[Tile("N", t)] * vectors),
-                  out_specs=(Tile("R", "N", t),), grid=lambda R: (-(-R // rows), 1, 1),
+                  out_specs=(Tile("R", "N", t), *stats),
+                  grid=lambda R: (-(-R // rows), 1, 1),
                   block=(threads * rows, 1, 1), arch=arch, batch="z", shardable=("R",),
-                  # One CTA per SM is enough: without it ptxas squeezes 1024-thread
-                  # kernels to 32 registers (for two CTAs per SM) and spills.
-                  raw_directives=[("minnctapersm", (1,))],
+                  # 2048 threads an SM (64 registers a thread): without it ptxas
+                  # squeezes 1024-thread kernels to 32 registers (for two CTAs per
+                  # SM) and spills, or gives a 512-thread layer_norm 69 (one CTA).
+                  raw_directives=[("minnctapersm", (max(1, 1024 // (threads * rows)),))],
                   name=f"{op}_{dtype}_{arch}_t{threads}{path}")(fn)
 
 

@@ -26,8 +26,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
-from ..dsl import ptx, reg
-from ..dsl._core import Reg, emit_instruction, new_reg
+from ..dsl import Reg, emit_instruction, new_reg, ptx, reg
 from ..types import PtxType, b16, b32, f32, u32
 
 __all__ = ["Plan", "plan", "chunks", "load", "store", "ITEMSIZE"]

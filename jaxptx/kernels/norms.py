@@ -12,9 +12,17 @@ row length keeps every row aligned, narrower otherwise (see
 Each call is one kernel launch: one primitive in ``jax.make_jaxpr``, also
 under ``jax.vmap`` (the kernels are ``batch="z"``: the batch runs as grid
 z). Under ``jax.grad`` the ops are differentiable through
-:func:`jaxptx.custom_vjp`; the backward pass is plain ``jnp`` (XLA): it
-recomputes the op's f32 reference from the saved inputs and differentiates
-that (softmax uses its saved output instead: ``dx = y * (dy - sum(dy * y))``).
+:func:`jaxptx.custom_vjp`. ``rms_norm`` and ``layer_norm`` have backward
+kernels (:mod:`jaxptx.kernels._norms_backward`): their forward kernels also
+write each row's f32 statistics (``rstd``; ``mean`` and ``rstd``), 4 or 8
+bytes a row, which the backward reads instead of recomputing them; one
+launch computes ``dx`` and per-worker column sums of ``dy * xhat`` (and
+``dy``) into an f32 scratch, a second sums that scratch into ``dw`` (and
+``db``) in a fixed order, with no atomics, so gradients are bitwise
+reproducible. ``softmax`` and ``swiglu`` differentiate in plain ``jnp``
+(XLA): softmax from its saved output, ``dx = y * (dy - sum(dy * y))``,
+swiglu by recomputing its f32 reference. The ``*_reference`` functions are
+the ops in ``jnp``, the tests' oracle.
 
 ``arch`` picks the variant: ``"sm_80"``, ``"sm_90a"``, ``"sm_100a"`` or
 ``"auto"`` (see :func:`jaxptx.kernels._arch.variant`). The code is the same
@@ -32,7 +40,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
@@ -42,6 +49,8 @@ import numpy as np
 from ..errors import SpecError
 from ..jax import custom_vjp
 from ._arch import variant
+from ._norms_backward import backward_plan, column_sum_kernel, row_backward_kernel
+from ._norms_backward import workers as backward_workers
 from ._norms_kernels import row_kernel, swiglu_kernel
 from ._norms_rows import plan
 
@@ -54,6 +63,10 @@ _DTYPES = {np.dtype(jnp.float32): "f32", np.dtype(jnp.bfloat16): "bf16", np.dtyp
 
 def rms_norm(x: Any, w: Any, eps: float = 1e-6, *, arch: str = "auto") -> jax.Array:
     """``y = x / sqrt(mean(x², axis=-1) + eps) * w`` over the last axis.
+
+    Differentiable: ``jax.grad`` runs two backward kernels (``dx``, and
+    ``dw`` summed over rows in a fixed order), reading the ``rstd`` per row
+    the forward saved.
 
     Args:
         x: an array of shape ``(..., N)``, f32, bf16 or f16.
@@ -77,14 +90,16 @@ def rms_norm(x: Any, w: Any, eps: float = 1e-6, *, arch: str = "auto") -> jax.Ar
     """
     x, dtype = _operand("rms_norm", "x", x)
     w = _vector("rms_norm", "w", w, x, dtype)
-    return _RMS_NORM(x, w, eps=_eps("rms_norm", eps), arch=variant(arch, "rms_norm"))
+    return _RMS_NORM(x, w, eps=_eps("rms_norm", eps), arch=variant(arch, "rms_norm"))[0]
 
 
 def layer_norm(x: Any, w: Any, b: Any, eps: float = 1e-5, *, arch: str = "auto") -> jax.Array:
     """``y = (x - mean) / sqrt(var + eps) * w + b`` over the last axis.
 
     The variance is the mean squared deviation from the mean, computed in a
-    second pass over the row (no cancellation).
+    second pass over the row (no cancellation). Differentiable: ``jax.grad``
+    runs two backward kernels (``dx``; ``dw`` and ``db`` summed over rows in
+    a fixed order), reading the ``mean`` and ``rstd`` the forward saved.
 
     Args:
         x: an array of shape ``(..., N)``, f32, bf16 or f16.
@@ -107,7 +122,7 @@ def layer_norm(x: Any, w: Any, b: Any, eps: float = 1e-5, *, arch: str = "auto")
     x, dtype = _operand("layer_norm", "x", x)
     w = _vector("layer_norm", "w", w, x, dtype)
     b = _vector("layer_norm", "b", b, x, dtype)
-    return _LAYER_NORM(x, w, b, eps=_eps("layer_norm", eps), arch=variant(arch, "layer_norm"))
+    return _LAYER_NORM(x, w, b, eps=_eps("layer_norm", eps), arch=variant(arch, "layer_norm"))[0]
 
 
 def softmax(x: Any, axis: int = -1, *, arch: str = "auto") -> jax.Array:
@@ -187,12 +202,25 @@ def _rows_call(op: str, x: jax.Array, vectors: tuple, arch: str, **template: Any
     return y.reshape(x.shape)
 
 
-def _rms_norm_fwd(x, w, *, eps: float, arch: str) -> jax.Array:
-    return _rows_call("rms_norm", x, (w,), arch, eps=eps)
+def _rms_norm_fwd(x, w, *, eps: float, arch: str) -> tuple[jax.Array, jax.Array]:
+    return _stats_call("rms_norm", x, (w,), arch, (), eps=eps)
 
 
-def _layer_norm_fwd(x, w, b, *, eps: float, arch: str) -> jax.Array:
-    return _rows_call("layer_norm", x, (w, b), arch, eps=eps)
+def _layer_norm_fwd(x, w, b, *, eps: float, arch: str) -> tuple[jax.Array, jax.Array]:
+    return _stats_call("layer_norm", x, (w, b), arch, (2,), eps=eps)
+
+
+def _stats_call(op: str, x: jax.Array, vectors: tuple, arch: str, per_row: tuple[int, ...],
+                **template: Any) -> tuple[jax.Array, jax.Array]:
+    """``y`` and the row statistics the backward reads: f32 of shape
+    ``x.shape[:-1] + per_row`` (``rstd``; ``(mean, rstd)`` pairs for layer_norm)."""
+    n, stats_shape = x.shape[-1], (*x.shape[:-1], *per_row)
+    if x.size == 0:
+        return jnp.zeros_like(x), jnp.zeros(stats_shape, jnp.float32)
+    p = plan(n, _DTYPES[np.dtype(x.dtype)])
+    k = row_kernel(op, p.dtype, arch, p.threads, p.cached)
+    y, stats = k(x.reshape(-1, n), *vectors, **template)
+    return y.reshape(x.shape), stats.reshape(stats_shape)
 
 
 def _softmax_fwd(x, *, arch: str) -> jax.Array:
@@ -206,10 +234,10 @@ def _swiglu_fwd(gate, up, *, arch: str) -> jax.Array:
     return k(gate.reshape(-1), up.reshape(-1)).reshape(gate.shape)
 
 
-# -- backward: jnp references in f32, differentiated by JAX -----------------------------------
+# -- backward: kernels for the norms; jnp references (the tests' oracle) ---------------------
 
 def rms_norm_reference(x: jax.Array, w: jax.Array, eps: float = 1e-6) -> jax.Array:
-    """``rms_norm`` in ``jnp`` with f32 statistics (what the backward differentiates)."""
+    """``rms_norm`` in ``jnp`` with f32 statistics (the tests' oracle, its vjp too)."""
     xf = x.astype(jnp.float32)
     rstd = jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
     return (xf * rstd * w.astype(jnp.float32)).astype(x.dtype)
@@ -230,12 +258,29 @@ def swiglu_reference(gate: jax.Array, up: jax.Array) -> jax.Array:
     return (jax.nn.silu(g) * up.astype(jnp.float32)).astype(gate.dtype)
 
 
-def _rms_norm_bwd(x, w, y, dy, *, eps: float) -> tuple:
-    return jax.vjp(functools.partial(rms_norm_reference, eps=eps), x, w)[1](dy)
+def _rms_norm_bwd(x, w, y, rstd, dy, drstd, *, arch: str) -> tuple:
+    # The statistics are residuals the public op drops, never differentiated: drstd is zero.
+    return _norm_backward("rms_norm", x, w, rstd, dy, arch)
 
 
-def _layer_norm_bwd(x, w, b, y, dy, *, eps: float) -> tuple:
-    return jax.vjp(functools.partial(layer_norm_reference, eps=eps), x, w, b)[1](dy)
+def _layer_norm_bwd(x, w, b, y, stats, dy, dstats, *, arch: str) -> tuple:
+    return _norm_backward("layer_norm", x, w, stats, dy, arch)
+
+
+def _norm_backward(op: str, x, w, stats, dy, arch: str) -> tuple:
+    """``dx`` and the weight gradients (``dw``, and ``db`` for ``layer_norm``):
+    the row kernel, then the column sum of its per-worker scratch (two launches)."""
+    sums = 1 if op == "rms_norm" else 2
+    if x.size == 0:
+        return (jnp.zeros_like(x), *[jnp.zeros_like(w)] * sums)
+    n, dtype = x.shape[-1], _DTYPES[np.dtype(x.dtype)]
+    rows = x.reshape(-1, n)
+    workers = backward_workers(rows.shape[0], backward_plan(n, dtype, sums))
+    k = row_backward_kernel(op, dtype, arch, n)
+    stats = stats.reshape(rows.shape[0], *stats.shape[x.ndim - 1:])
+    dx, part = k(rows, w, stats, dy.reshape(-1, n), W=workers)
+    total = column_sum_kernel(dtype, arch)(part.reshape(workers, sums * n))
+    return (dx.reshape(x.shape), *[total[s * n:(s + 1) * n] for s in range(sums)])
 
 
 def _softmax_bwd(x, y, dy) -> jax.Array:

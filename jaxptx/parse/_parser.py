@@ -6,19 +6,21 @@ node's trailing trivia runs to the end of its line, the rest of the gap
 leads the next node. After building a node it checks that the node's tokens
 (as the emitter spells them) are exactly the tokens it read, so anything the
 IR cannot represent is a ParseError, never a silent change.
+
+The grammar is layered: :mod:`._cursor` (token access, trivia),
+:mod:`._operands` (operands, initialisers), and here the module, functions,
+declarations and statements.
 """
 
 from __future__ import annotations
 
 import functools
 import gc
-import re
 
 from .. import ir, isa
 from ..emit import function_header_tokens, statement_tokens
-from ._lexer import Tokens, lex
-from ._constexpr import constant_expression, continues_expression, starts_expression
-from ._literals import immediate, offset_value
+from ._lexer import lex
+from ._operands import OperandParser
 
 __all__ = ["parse"]
 
@@ -27,9 +29,6 @@ _SPACES = frozenset([".global", ".const", ".shared", ".local", ".param", ".reg",
                      ".shared::cta", ".shared::cluster"])
 _DECL_START = (_LINKAGE | _SPACES) - {".reg"}
 _KINDS = frozenset([".entry", ".func"])
-# Tokens that begin a constant expression that does not begin with a number.
-_EXPRESSION_START = frozenset(["(", "-", "+", "~", "!"])
-_NAME = re.compile(r"^[A-Za-z_$%][A-Za-z0-9_$.]*(?:::[A-Za-z0-9_$.]+)*$")
 
 
 @functools.lru_cache(maxsize=8192)
@@ -41,81 +40,8 @@ def _split_opcode(name: str) -> tuple[str, tuple[str, ...]]:
     return opcode, tuple(mods)
 
 
-class _Parser:
-    def __init__(self, toks: Tokens) -> None:
-        self.toks = toks
-        # Two sentinels let look-ahead run past the end without bounds checks.
-        self.t = [*toks.tokens, "", ""]
-        self.g = toks.gaps
-        self.n = len(toks.tokens)
-        self.i = 0
-        self.rest: dict[int, str] = {}
-        # Register names declared so far in the current function: PTX lets a
-        # register be named without `%`, so only declarations tell them apart.
-        self.registers: ir.Registers[bool] = ir.Registers()
-        # (node, token): each instruction and its opcode token, each other
-        # statement, declaration and function and its first token.
-        self.located: list[tuple[object, int]] = []
-
-    # token access --------------------------------------------------------
-    def peek(self, k: int = 0) -> str | None:
-        j = self.i + k
-        return self.t[j] if j < self.n else None
-
-
-    def next(self, what: str = "a token") -> str:
-        if self.i >= self.n:
-            raise self.toks.error(f"expected {what}, got end of input", self.i)
-        tok = self.t[self.i]
-        self.i += 1
-        return tok
-
-    def expect(self, tok: str) -> int:
-        if self.peek() != tok:
-            raise self.toks.error(f"expected {tok!r}, got {self._shown()}", self.i)
-        self.i += 1
-        return self.i - 1
-
-    def name(self, what: str) -> str:
-        """The next token, which must be a name (identifier, ``%reg``, ``$label``)."""
-        tok = self.next(what)
-        if not _NAME.match(tok):
-            raise self.toks.error(f"expected {what}, got {tok!r}", self.i - 1)
-        return tok
-
-    def is_register(self, tok: str) -> bool:
-        """A declared register, or a component of one (``v.x``)."""
-        return tok in self.registers or tok.rsplit(".", 1)[0] in self.registers
-
-    def _shown(self) -> str:
-        tok = self.peek()
-        return "end of input" if tok is None else repr(tok)
-
-    # trivia ----------------------------------------------------------------
-    def trivia(self, first: int, last: int) -> tuple[str, ...]:
-        """Gaps of tokens ``first..last``: the lead, the inner gaps, and the
-        trail up to the end of the line."""
-        g = self.g
-        lead = self.rest.pop(first, None)
-        if lead is None:
-            lead = g[first]
-        after = g[last + 1]
-        cut = after.find("\n") + 1
-        if cut:
-            self.rest[last + 1] = after[cut:]
-            after = after[:cut]
-        else:
-            self.rest[last + 1] = ""
-        return (lead, *g[first + 1:last + 1], after)
-
-    def finish(self, node, first: int, tokens: list[str]):
-        last = self.i - 1
-        if tokens != self.t[first:self.i]:
-            raise self.toks.error("jaxptx cannot represent this statement exactly: "
-                                  f"read {' '.join(self.t[first:self.i])!r}", first)
-        node.trivia = self.trivia(first, last)
-        self.located.append((node, first))
-        return node
+class _Parser(OperandParser):
+    """Module, functions, declarations and statements."""
 
     # module ----------------------------------------------------------------
     def module(self) -> ir.Module:
@@ -124,12 +50,6 @@ class _Parser:
             items.append(self.item())
         self.locate()
         return ir.Module(items, trailing=self.rest.pop(self.n, self.g[self.n]))
-
-    def locate(self) -> None:
-        """Give each located node its ``(source, line, column)``, all in one pass."""
-        starts, position, source = self.toks.starts, self.toks.position, self.toks.source
-        for node, at in self.located:
-            node.loc = (source, *position(starts[at]))
 
     def item(self) -> ir.Item:
         tok = self.peek()
@@ -312,12 +232,6 @@ class _Parser:
                 self.registers.declare(n.name, True, n.count)
         return self.finish(d, first, statement_tokens(d))
 
-    def int_token(self, what: str) -> int:
-        tok = self.next(what)
-        if not tok.isdigit():
-            raise self.toks.error(f"expected {what} (a decimal integer), got {tok!r}", self.i - 1)
-        return int(tok)
-
     def vardecl(self, *, semicolon: bool, trivia: bool = True) -> ir.VarDecl:
         first = self.i
         linkage, attrs, layout = [], [], []
@@ -407,147 +321,6 @@ class _Parser:
         # (the corpus round trip and the fuzz test hold it to that).
         ins.trivia = self.trivia(first, self.i - 1)
         return ins
-
-    # initialisers --------------------------------------------------------------
-    def initialiser(self) -> ir.Operand:
-        """One item of a variable's initialiser: a nested ``{...}``,
-        ``generic(name)[+offset]``, a ``name = value`` field of an opaque
-        type, or an operand (a number, a name, ``name+offset``)."""
-        t, i = self.t, self.i
-        if t[i] == "{":
-            self.i += 1
-            items = []
-            while self.peek() != "}":
-                if items:
-                    self.expect(",")
-                items.append(self.initialiser())
-            self.next()
-            return ir.Vector(tuple(items))
-        if t[i] == "generic" and t[i + 1] == "(":
-            return self.generic()
-        if t[i + 1] == "=" and _NAME.match(t[i]):
-            return self.field()
-        return self.operand()
-
-    def generic(self) -> ir.Generic:
-        """``generic(name)``, then ``+offset`` if one follows."""
-        self.i += 2                                 # `generic` `(`
-        name = self.name("a variable name in generic(...)")
-        self.expect(")")
-        offset = None
-        if self.t[self.i] == "+" and self.starts_offset(self.i + 1):
-            self.i += 1
-            offset = self.offset()
-        elif self.t[self.i] == "-":
-            raise self.toks.error(f"generic({name}) takes a '+' offset only (ptxas: syntax error at '-'); "
-                                  f"write generic({name})+-N", self.i)
-        return ir.Generic(name, offset)
-
-    def field(self) -> ir.Field:
-        """``name = value`` in the initialiser of a ``.texref``,
-        ``.samplerref`` or ``.surfref``: an enumerator name or a number."""
-        name = self.next()
-        self.i += 1                                 # `=`
-        tok = self.t[self.i]
-        if tok[:1].isalpha() or tok[:1] == "_":
-            self.i += 1
-            return ir.Field(name, tok)
-        value = self.operand()
-        if not isinstance(value, ir.Immediate):
-            raise self.toks.error(f"expected a number or a name as the value of field {name}, "
-                                  f"got {' '.join(value.tokens())!r}", self.i - 1)
-        return ir.Field(name, value)
-
-    # operands ----------------------------------------------------------------
-    def operand(self) -> ir.Operand:
-        if self.i >= self.n:
-            raise self.toks.error("expected an operand, got end of input", self.i)
-        tok = self.t[self.i]
-        nxt = self.t[self.i + 1] if self.i + 1 < self.n else None
-        if starts_expression(self.t, self.i) or (_is_number(tok) and continues_expression(nxt)):
-            imm, self.i = constant_expression(self.toks, self.i)
-            return imm
-        self.i += 1
-        if tok == "!":
-            return ir.Negated(self.operand())
-        if tok in ("{", "("):
-            close = "}" if tok == "{" else ")"
-            items = []
-            while self.peek() != close:
-                if items:
-                    self.expect(",")
-                items.append(self.operand())
-            self.next()
-            return ir.Vector(tuple(items)) if tok == "{" else ir.Parens(tuple(items))
-        if tok == "[":
-            return self.address()
-        first = tok[:1]
-        if first.isdigit() or (first == "-" and tok[1:2].isdigit()):
-            return immediate(tok, self.toks, self.i - 1)
-        if not (first.isalpha() or first in "_$%."):
-            raise self.toks.error(f"expected an operand, got {tok!r}", self.i - 1)
-        value = self.name_operand(tok)
-        if self.t[self.i] == "|":
-            self.next()
-            return ir.Pair(value, self.operand())
-        return value
-
-    def name_operand(self, tok: str) -> ir.Operand:
-        if tok == "_":
-            return ir.Sink()
-        nxt = self.t[self.i]
-        if nxt != "+" and nxt != "-" and (tok[0] == "%" or self.is_register(tok)):
-            return ir.Register(tok)
-        if (nxt == "+" or nxt == "-") and self.starts_offset(self.i + 1):
-            minus = self.next() == "-"
-            return ir.Symbol(tok, self.offset(), minus)
-        return ir.Symbol(tok)
-
-    def starts_offset(self, i: int) -> bool:
-        """Whether token ``i`` starts an offset: a number or a constant
-        expression (``(2*2)``, ``~3``)."""
-        tok = self.t[i]
-        return _is_number(tok) or tok in _EXPRESSION_START
-
-    def offset(self) -> int | ir.Immediate:
-        """The offset at the cursor: a number, or a constant expression
-        (``[%rd1+(2*2)]``, ``[%rd1+4*2]``), whose tokens it keeps."""
-        tok, nxt = self.t[self.i], self.t[self.i + 1]
-        if _is_number(tok) and not continues_expression(nxt):
-            self.i += 1
-            return offset_value(tok, self.toks, self.i - 1)
-        imm, self.i = constant_expression(self.toks, self.i)   # or its error, at the token
-        return imm
-
-    def address(self) -> ir.Address:
-        base = offset = extra = None
-        minus = False
-        if self.i >= self.n:
-            raise self.toks.error("expected an address, got end of input", self.i)
-        tok = self.t[self.i]
-        if self.starts_offset(self.i):
-            offset = self.offset()
-        elif tok[:1].isalpha() or tok[:1] in "_$%":
-            self.i += 1
-            base = ir.Register(tok) if tok.startswith("%") or self.is_register(tok) else ir.Symbol(tok)
-            if self.peek() in ("+", "-"):
-                minus = self.next() == "-"
-                if self.i >= self.n:
-                    raise self.toks.error("expected an offset, got end of input", self.i)
-                offset = self.offset()
-        else:
-            self.i += 1
-            raise self.toks.error(f"expected a register, name or offset in [...], got {tok!r}", self.i - 1)
-        if self.peek() == ",":
-            self.next()
-            extra = self.operand()
-        self.expect("]")
-        return ir.Address(base, offset, extra, minus)
-
-
-def _is_number(tok: str) -> bool:
-    return tok[:1].isdigit() or (tok[:1] == "-" and tok[1:2].isdigit())
-
 
 def parse(text: str, source: str = "<string>") -> ir.Module:
     """Parse PTX text into an IR module that re-emits it byte for byte.

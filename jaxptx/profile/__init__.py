@@ -27,6 +27,7 @@ import sys
 import types
 from typing import Any
 
+from . import counters as _counters  # registers the emulator's profiler (sim.device.PROFILER)
 from .api import attach_resources, occupancy_table, profile
 from .collect import Profiling, profiling
 from .occupancy import LIMITS, occupancy

@@ -10,6 +10,8 @@ from typing import Any
 from .. import ir
 from .occupancy import LIMITS, limits_for, occupancy
 from .report import Profile
+from ..runtime import resources_all
+from ..sim.launch import from_kernel
 
 __all__ = ["profile", "attach_resources"]
 
@@ -78,8 +80,7 @@ def _ptx_text(source: Any, args: tuple, template: dict) -> str:
     from ..dsl import Kernel
     from ..emit import emit
     if isinstance(source, Kernel):
-        from ..sim.launch import _from_kernel
-        module = _from_kernel(source, args, None, None, None, 0, template)[0]
+        module = from_kernel(source, args, None, None, None, 0, template)[0]
         return emit(module)
     if isinstance(source, ir.Module):
         return emit(source)
@@ -91,7 +92,6 @@ def attach_resources(p: Profile, ptx: str, arch: str, entry: str | None = None) 
     for that target (when :data:`.occupancy.LIMITS` has it). On a ptxas
     failure ``p.resources`` is ``{"error": message}``."""
     try:
-        from ..runtime._toolchain import resources_all
         table = resources_all(ptx, arch)
         res = table.get(entry or p.name) or next(iter(table.values()))
     except Exception as e:          # no ptxas here, or it rejects this target

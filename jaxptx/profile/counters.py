@@ -1,13 +1,15 @@
-"""The profiler's hooks in the emulator: per-instruction execution counts
-and every memory access, grouped into warp-level requests.
+"""The profiler in the emulator: per-instruction execution counts and every
+memory access, grouped into warp-level requests.
 
-The machine calls :meth:`Counter.before` ahead of every step (one PC, the
-threads at it); the memory calls :meth:`Counter.access` for every gather or
-scatter the instruction's semantics make. The accesses of one step are
-one instruction's, so when the next step starts (or the launch ends) they
-are turned into requests (:mod:`.requests`) for that instruction's line.
-Nothing here runs when a launch is not profiled: the machine's
-``profiler`` and the memory's ``counter`` stay ``None``.
+:class:`Counter` is an observer of the launch's events
+(:mod:`jaxptx.sim.core.observers`): ``before_step`` ahead of every step
+(one PC, the threads at it) and ``access`` for every gather or scatter the
+instruction's semantics make. The accesses of one step are one
+instruction's, so when the next step starts (or the launch ends) they are
+turned into requests (:mod:`.requests`) for that instruction's line.
+Nothing here runs when a launch is not profiled. Importing this module
+registers :func:`attach` with the emulator (``jaxptx.sim.device.PROFILER``),
+which does not import the layers above it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ from typing import Any
 import numpy as np
 
 from .. import ir
+from ..sim import device as _device
+from ..sim.core.observers import Observer
 from ..isa import UNITS
+from ..isa.encodings import EncodingError, InstrDesc
+from ..sim.errors import SimError
 from . import mix, requests
 from .requests import LineCounts
 
@@ -25,13 +31,10 @@ __all__ = ["Counter", "attach"]
 
 def attach(machine: Any, module: ir.Module) -> "Counter":
     """Hook a :class:`Counter` into a prepared machine (``Device._run``)."""
-    counter = Counter(machine, module)
-    machine.profiler = counter
-    machine.memory.counter = counter.access
-    return counter
+    return machine.observe(Counter(machine, module))
 
 
-class Counter:
+class Counter(Observer):
     """Counts of one launch, per PC (see the module docstring).
 
     Attributes:
@@ -58,13 +61,14 @@ class Counter:
         self.pending: list[tuple] = []
         self.pc = -1
         self.tensor_flops: dict[str, int] = {}       # element type -> FLOPs
+        self.unknown: dict[int, str] = {}             # pc -> why its tensor FLOPs are not counted
         self.samples: dict[int, dict] = {}            # pc -> one warp's shared access
         self.touched: dict[int, np.ndarray] = {}      # global buffer id -> sectors ever touched
         self._buffers: dict[int, int] = {}
         self._warp_shift = 5 if self.ntid % 32 == 0 else None
 
     # hooks -----------------------------------------------------------------------
-    def before(self, pc: int, threads: np.ndarray) -> None:
+    def before_step(self, pc: int, threads: np.ndarray) -> None:
         """The machine is about to run ``pc`` on ``threads`` (ascending)."""
         if self.pending:
             self.flush()
@@ -89,9 +93,10 @@ class Counter:
         if kind.flops_per_issue is not None and len(taken):
             self._tensor(pc, kind, taken)
 
-    def access(self, buf: np.ndarray, off: np.ndarray, threads: np.ndarray, width: int, write: bool) -> None:
-        """One gather or scatter of the current instruction (``Memory``'s hook)."""
-        self.pending.append((buf, off, threads, width, write))
+    def access(self, buf: np.ndarray, off: np.ndarray, threads: np.ndarray, width: int, kind: str,
+               values: np.ndarray | None = None) -> None:
+        """One gather or scatter of the current instruction."""
+        self.pending.append((buf, off, threads, width, kind))
 
     # requests --------------------------------------------------------------------------
     def warp_of(self, threads: np.ndarray) -> np.ndarray:
@@ -147,8 +152,6 @@ class Counter:
         """The :class:`~.report.Profile` of the finished launch."""
         if self.pending:
             self.flush()
-        self.m.memory.counter = None
-        self.m.profiler = None
         from .report import build
         return build(self, findings)
 
@@ -156,9 +159,10 @@ class Counter:
 def _tcgen05_flops(c: Counter, pc: int, taken: np.ndarray) -> dict[str, int]:
     """``2 * M * N * K`` of each issuing thread's ``tcgen05.mma`` (M, N from
     its instruction descriptor, K from the kind; PTX ISA "Instruction
-    descriptor"), by A's element type."""
+    descriptor"), by A's element type. A descriptor that cannot be read or
+    decoded adds nothing and leaves its reason in ``c.unknown[pc]`` (the
+    line's ``tensor_flops_unknown``); the launch itself refuses it next."""
     from ..sim.core.step import Step
-    from ..sim.semantics.tcgen05_idesc import decode_idesc
     from ..types import TYPES
     m = c.m
     ins, r = m.program.code[pc], m.program.resolved[pc]
@@ -168,14 +172,20 @@ def _tcgen05_flops(c: Counter, pc: int, taken: np.ndarray) -> dict[str, int]:
     ws = ins.opcode.endswith(".ws")
     try:
         words = s.src(3, TYPES["u32"]).astype(np.int64)
-    except Exception:          # an operand form the profiler does not read: the launch reports it
+    except SimError as e:
+        c.unknown[pc] = f"instruction descriptor not read: {e}"
         return {}
     out: dict[str, int] = {}
     values, counts = np.unique(words, return_counts=True)
     for word, count in zip(values.tolist(), counts.tolist()):
         try:
-            d = decode_idesc(word, kind, cta_group=cta_group, ws=ws, what=ins.name)
-        except Exception:
+            d = InstrDesc.decode(word, kind)
+            d.check_shape(cta_group, ws)
+        except EncodingError as e:
+            c.unknown[pc] = f"instruction descriptor {word:#010x}: {e}"
             continue
         out[d.atype] = out.get(d.atype, 0) + 2 * d.m * d.n * d.k * count
     return out
+
+
+_device.PROFILER[0] = attach

@@ -29,7 +29,9 @@ class Profile:
             ``average_active_lanes`` (divergence), the sync counts
             (``barrier_waits``, ``mbarrier_waits``, ``fences``), FLOPs
             (``tensor_flops``, ``fp32_flops``, ``fp64_flops``) and
-            ``compulsory_bytes`` (distinct global sectors x 32).
+            ``compulsory_bytes`` (distinct global sectors x 32) and
+            ``tensor_flops_unknown``: how many lines' tensor FLOPs are not
+            counted (their entries say why, as ``tensor_flops_unknown``).
         lines: one dict per executed PTX line, in line order: ``line``,
             ``instruction``, ``source`` (``file:line`` of a traced kernel,
             else ``None``), ``class``, ``executions``, ``active_lanes``
@@ -195,6 +197,8 @@ def build(c: Any, findings: list | None) -> Profile:
             entry[f] = v
             total[f] += v
         entry["width"] = counts.width if counts is not None else 0
+        if pc in c.unknown:
+            entry["tensor_flops_unknown"] = c.unknown[pc]
         _ratios(entry)
         lines.append(entry)
         mix[kind.cls] = mix.get(kind.cls, 0) + ex
@@ -219,6 +223,7 @@ def build(c: Any, findings: list | None) -> Profile:
         "average_active_lanes": _ratio(sum(c.active), executions),
         "average_threads_at_pc": _ratio(sum(c.lanes), executions),
         "compulsory_bytes": 32 * sum(int(t.sum()) for t in c.touched.values()),
+        "tensor_flops_unknown": len(c.unknown),
         "ctas": m.nctas,
         "emulator_steps": m.steps,
     })

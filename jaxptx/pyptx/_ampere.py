@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dsl._core import emit_instruction, new_reg
+from ..dsl import emit_instruction, new_reg
 from ..types import PtxType, b16, b32
 from ._emit import emit, register
 from ._regs import adopt

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..dsl._kernel import AUTO_FALLBACK_ARCH
+from ..dsl import AUTO_FALLBACK_ARCH
+from ..runtime import detect_arch as _detect
 
 __all__ = ["detect_arch"]
 
@@ -14,5 +15,4 @@ def detect_arch() -> str:
     pyptx raises without a GPU; here a CPU-only machine gets the same
     fallback as ``arch="auto"`` (kernels then run on the emulator).
     """
-    from ..runtime._toolchain import detect_arch as _detect
     return _detect() or AUTO_FALLBACK_ARCH

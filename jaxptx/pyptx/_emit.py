@@ -1,6 +1,6 @@
 """The one emission path of the pyptx surface: a dotted PTX name through
 jaxptx's instruction table (:class:`jaxptx.dsl.ptx.Instr`, which ends in
-:func:`jaxptx.dsl._core.emit_instruction`), results given pyptx's
+:func:`jaxptx.dsl.emit_instruction`), results given pyptx's
 register semantics; and the dotted chain objects of ``ptx.*``."""
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..dsl import Label
 from ..dsl import ptx as _ptx
-from ..dsl._core import Label
 from ..errors import TraceError
 from ..isa import to_ptx
 from ._regs import PipeRef, adopt

@@ -14,13 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..dsl import ptx as _ptx
-from ..dsl._core import Addr, RegArray, emit_instruction
-from ..dsl._core import Reg as _CoreReg
-from ..dsl._trace import current
+from ..dsl import Addr, RegArray, current, emit_instruction
+from ..dsl import Reg as _CoreReg
 from ..errors import TraceError
+from ..isa.encodings import MatrixDescriptor, swizzle_from_code
 from ..types import PtxType
 from ._emit import emit, register
 from ._regs import adopt
+from .smem import SharedAlloc, SharedSlice, gmma_layout
 
 __all__ = ["arrive_remote", "descriptor_from", "smem_address"]
 
@@ -48,8 +49,13 @@ def smem_address(value: Any, offset: int = 0) -> Any:
 
 
 def _descriptor_bits(lbo: int, sbo: int, swizzle_code: int, base_offset: int = 0) -> int:
-    return (((lbo >> 4) & 0x3FFF) << 16) | (((sbo >> 4) & 0x3FFF) << 32) \
-        | ((base_offset & 7) << 49) | ((swizzle_code & 3) << 62)
+    """The constant part (start 0) of a wgmma descriptor (:class:`MatrixDescriptor`).
+
+    Raises:
+        ValueError: a field the descriptor cannot hold.
+    """
+    mode = swizzle_from_code("wgmma", swizzle_code).name
+    return MatrixDescriptor(0, lbo, sbo, base_offset, mode).encode()
 
 
 def _descriptor(address: Any, const: int) -> Any:
@@ -62,7 +68,6 @@ def descriptor_from(value: Any, k_offset: int = 0) -> Any:
     """The wgmma descriptor of a ``smem.wgmma_tile`` tile (or a slice of one),
     its start moved by ``k_offset`` bytes; anything else (a descriptor
     register, A's registers) passes through."""
-    from .smem import SharedAlloc, SharedSlice
     if not isinstance(value, (SharedAlloc, SharedSlice)):
         return list(value) if isinstance(value, (RegArray, list, tuple)) else value
     alloc = value.alloc if isinstance(value, SharedSlice) else value
@@ -129,7 +134,6 @@ def _make_descriptor(smem_base: Any, *, leading_byte_offset: int, stride_byte_of
 @register("wgmma", "auto_descriptor")
 def _auto_descriptor(smem_base: Any, *, dtype: PtxType, shape: tuple[int, int], major: str) -> Any:
     """A descriptor for a canonical ``(M, K)`` K-major or ``(K, N)`` MN-major tile."""
-    from .smem import gmma_layout
     g = gmma_layout(dtype, shape, "K" if str(major).upper() in ("K", "0") else "MN")
     return _descriptor(smem_address(smem_base), _descriptor_bits(g.lbo, g.sbo, g.swizzle_code))
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dsl._core import Reg as _CoreReg
-from ..dsl._core import emit_instruction, new_reg
+from ..dsl import Reg as _CoreReg
+from ..dsl import emit_instruction, new_reg
 from ..types import u32
 from ._emit import register
 from ._hopper import _cluster_rank, _TensorCopy

@@ -1,8 +1,8 @@
 """pyptx's register arithmetic on top of jaxptx registers.
 
-:class:`Reg` is a jaxptx :class:`~jaxptx.dsl._core.Reg` whose integer
+:class:`Reg` is a jaxptx :class:`~jaxptx.dsl.Reg` whose integer
 operators follow what pyptx 0.1.1 *emits* (one or two instructions each,
-all through :func:`jaxptx.dsl._core.emit_instruction`, so the table
+all through :func:`jaxptx.dsl.emit_instruction`, so the table
 validates them):
 
 * 64-bit left operand (a pointer): ``p + x`` / ``p - x`` / ``p * x`` /
@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dsl._core import NegPred, RegArray, emit_instruction, new_reg
-from ..dsl._core import Reg as _CoreReg
+from ..dsl import NegPred, RegArray, emit_instruction, new_reg
+from ..dsl import Reg as _CoreReg
 from ..errors import TraceError
 from ..types import PtxType, u64
 
@@ -74,6 +74,12 @@ class PipeRef(tuple):
 
     def __repr__(self) -> str:
         return f"PipeRef({self[0]!r} | {self[1]!r})"
+
+
+# jaxptx's operator for an opcode pyptx has no rule for: (plain, in place).
+_OPERATORS = {"shl": ("__lshift__", "__ilshift__"), "shr": ("__rshift__", "__irshift__"),
+              "and": ("__and__", "__iand__"), "or": ("__or__", "__ior__"),
+              "xor": ("__xor__", "__ixor__")}
 
 
 def _is_pred(value: Any) -> bool:
@@ -143,19 +149,24 @@ class Reg(_CoreReg):
     def __rmul__(self, o: Any) -> Any: return self._mul(o)
     def __imul__(self, o: Any) -> Any: return self._mul(o, self)
 
-    def _shift(self, amount: Any, opcode: str, dst: Any = None) -> Any:  # type: ignore[override]
+    def _shift_by(self, amount: Any, opcode: str, dst: Any = None) -> Any:
         bits = _bits(self)
-        if bits is None:
-            return adopt(super()._shift(amount, opcode, dst))
+        if bits is None:   # jaxptx's operator (``<<``, ``>>=``...)
+            return adopt(getattr(super(), _OPERATORS[opcode][dst is not None])(amount))
         ty = f"b{bits}" if opcode == "shl" else f"u{bits}"
         out = dst if dst is not None else new_reg(self.type)
         emit_instruction(opcode, (ty,), (out, self, amount))
         return adopt(out)
 
+    def __lshift__(self, o: Any) -> Any: return self._shift_by(o, "shl")
+    def __rshift__(self, o: Any) -> Any: return self._shift_by(o, "shr")
+    def __ilshift__(self, o: Any) -> Any: return self._shift_by(o, "shl", self)
+    def __irshift__(self, o: Any) -> Any: return self._shift_by(o, "shr", self)
+
     def _bitop(self, opcode: str, o: Any, dst: "Reg | None" = None) -> Any:
         bits = _bits(self)
-        if bits is None:
-            return adopt(super()._bits(o, opcode, dst))
+        if bits is None:   # jaxptx's operator (``&``, ``|=``...)
+            return adopt(getattr(super(), _OPERATORS[opcode][dst is not None])(o))
         out = dst if dst is not None else new_reg(self.type)
         emit_instruction(opcode, (f"b{bits}",), (out, self, _widen(o) if bits == 64 else o))
         return adopt(out)
@@ -186,15 +197,12 @@ class Reg(_CoreReg):
         """``min`` of this register and ``other``."""
         return adopt(super().min(other))
 
-    def _cmp(self, other: Any, op: str) -> Any:  # type: ignore[override]
-        return adopt(super()._cmp(other, op))
-
-    def __lt__(self, o: Any) -> Any: return self._cmp(o, "lt")
-    def __le__(self, o: Any) -> Any: return self._cmp(o, "le")
-    def __gt__(self, o: Any) -> Any: return self._cmp(o, "gt")
-    def __ge__(self, o: Any) -> Any: return self._cmp(o, "ge")
-    def __eq__(self, o: Any) -> Any: return self._cmp(o, "eq")  # type: ignore[override]
-    def __ne__(self, o: Any) -> Any: return self._cmp(o, "ne")  # type: ignore[override]
+    def __lt__(self, o: Any) -> Any: return adopt(super().__lt__(o))
+    def __le__(self, o: Any) -> Any: return adopt(super().__le__(o))
+    def __gt__(self, o: Any) -> Any: return adopt(super().__gt__(o))
+    def __ge__(self, o: Any) -> Any: return adopt(super().__ge__(o))
+    def __eq__(self, o: Any) -> Any: return adopt(super().__eq__(o))  # type: ignore[override]
+    def __ne__(self, o: Any) -> Any: return adopt(super().__ne__(o))  # type: ignore[override]
     __hash__ = _CoreReg.__hash__
 
     def __invert__(self) -> Any:

@@ -1,11 +1,9 @@
 """pyptx's Blackwell ``ptx.tcgen05`` wrappers, through jaxptx's table.
 
-Descriptor layouts (PTX ISA 9.7.16.4): the instruction descriptor of the
-dense f16/bf16 -> f32 kinds (C format bits 4-5, A/B formats 7-9 / 10-12,
-negate 13/14, majors 15/16, N>>3 at 17, M>>4 at 24, max shift 30); the
-sm_100 shared-memory descriptor (start>>4 in 0-13, LBO>>4 in 16-29,
-SBO>>4 in 32-45, version 46-47, base offset 49-51, LBO mode 52, layout
-61-63). Where pyptx writes a constant ``enable_input_d`` as ``mov`` +
+The instruction descriptor of the dense f16/bf16/tf32 -> f32 kinds and
+the sm_100 shared-memory descriptor (PTX ISA 9.7.16.4) are packed by
+:mod:`jaxptx.isa.encodings` (``InstrDesc``, ``SmemDescriptor``), where their
+layouts are written down. Where pyptx writes a constant ``enable_input_d`` as ``mov`` +
 ``setp``, we do the same (a predicate operand).
 """
 
@@ -13,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dsl._core import emit_instruction, new_reg
-from ..dsl._core import Reg as _CoreReg
+from ..dsl import Reg as _CoreReg
+from ..dsl import emit_instruction, new_reg
+from ..isa.encodings import SWIZZLES, InstrDesc, SmemDescriptor
 from ..types import b64, pred as PRED
 from ._emit import emit, register
 from ._hopper import smem_address
@@ -23,9 +22,9 @@ from ._regs import adopt
 __all__ = ["instr_desc_f16bf16_f32", "B128_MASKED_DESC"]
 
 B128_MASKED_DESC = 0x4000404000010000
-_LAYOUT = {"NONE": 0, "128B_BASE32B": 1, "128B": 2, "64B": 4, "32B": 6}
-_FORMAT = {"f16": 0, "bf16": 1, "tf32": 2}
-_MAJOR = {"K": 0, "MN": 1}
+# pyptx's layout names ("NONE", "128B_BASE32B", "128B", "64B", "32B") -> the mode's name.
+_LAYOUT = {s.name.upper(): s.name for s in SWIZZLES if s.tcgen05 is not None}
+_MAJOR = ("K", "MN")
 
 
 def instr_desc_f16bf16_f32(*, m: int = 128, n: int = 256, ab_dtype: str = "bf16", a_major: str = "K",
@@ -38,14 +37,14 @@ def instr_desc_f16bf16_f32(*, m: int = 128, n: int = 256, ab_dtype: str = "bf16"
     """
     if m not in (64, 128, 256) or n % 8 or not 8 <= n <= 256:
         raise ValueError(f"tcgen05 instr desc: m in (64, 128, 256), n a multiple of 8 in 8..256; got {m}, {n}")
-    if ab_dtype not in _FORMAT or a_major not in _MAJOR or b_major not in _MAJOR:
+    if ab_dtype not in ("f16", "bf16", "tf32") or a_major not in _MAJOR or b_major not in _MAJOR:
         raise ValueError(f"tcgen05 instr desc: bad dtype/major {ab_dtype!r}, {a_major!r}, {b_major!r}")
     if scale_a not in (1, -1) or scale_b not in (1, -1) or not 0 <= max_shift <= 3:
         raise ValueError("tcgen05 instr desc: scales are 1 or -1, max_shift 0..3")
-    f = _FORMAT[ab_dtype]
-    return (int(sparse) << 2 | int(saturate) << 3 | 1 << 4 | f << 7 | f << 10
-            | int(scale_a < 0) << 13 | int(scale_b < 0) << 14 | _MAJOR[a_major] << 15
-            | _MAJOR[b_major] << 16 | (n >> 3) << 17 | (m >> 4) << 24 | max_shift << 30)
+    kind = "tf32" if ab_dtype == "tf32" else "f16"
+    return InstrDesc(kind, m, n, ab_dtype, ab_dtype, "f32", negate_a=scale_a < 0, negate_b=scale_b < 0,
+                     mn_major_a=a_major == "MN", mn_major_b=b_major == "MN", saturate=saturate, sparse=sparse,
+                     max_shift=(0, 8, 16, 32)[max_shift]).encode()
 
 
 register("tcgen05", "make_instr_desc_f16bf16_f32")(instr_desc_f16bf16_f32)
@@ -182,10 +181,9 @@ def _descriptor(smem_addr: Any, *, byte_offset: int = 0, stride_bytes: int, lead
     """
     if swizzle not in _LAYOUT or stride_bytes % 16 or leading_bytes % 16:
         raise ValueError(f"tcgen05.descriptor: swizzle in {tuple(_LAYOUT)}, strides multiples of 16")
-    if not (0 <= version <= 3 and 0 <= base_offset <= 7 and lbo_mode in (0, 1)):
-        raise ValueError("tcgen05.descriptor: version 0..3, base_offset 0..7, lbo_mode 0/1")
-    const = ((leading_bytes >> 4) << 16 | (stride_bytes >> 4) << 32 | version << 46
-             | base_offset << 49 | lbo_mode << 52 | _LAYOUT[swizzle] << 61)
+    if version != 1:
+        raise ValueError(f"tcgen05.descriptor: version must be 1 (bits 46-48 of sm_100 descriptors), got {version}")
+    const = SmemDescriptor(0, leading_bytes, stride_bytes, base_offset, _LAYOUT[swizzle], lbo_mode).encode()
     return _masked(smem_addr, byte_offset, 0x3FFF0, const)
 
 

@@ -21,13 +21,11 @@ The options are pyptx's; what differs:
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import ir, isa
-from ..dsl._kernel import Kernel, Specialization, _static_shared_bytes
-from ..dsl._params import TensorArg
+from ..dsl import Kernel, Specialization, TensorArg, static_shared_bytes
 from ..launch import Launch
 
 __all__ = ["Kernel", "PyptxKernel", "TensorSpec", "kernel"]
@@ -48,25 +46,30 @@ class PyptxKernel(Kernel):
     params named after a symbolic dim from the arguments' shapes, and
     static shared buffers past 48 KB move to dynamic shared memory."""
 
-    def _trace(self, target: isa.Target, template: tuple, dims: tuple,
-               shared: frozenset[str] = frozenset()) -> Specialization:
+    def trace_specialization(self, target: isa.Target, template: tuple, dims: tuple,
+                             shared: frozenset[str] = frozenset()) -> Specialization:
+        """:meth:`jaxptx.Kernel.trace_specialization`, traced again carving
+        every buffer from ``dyn_smem`` when the static ones pass 48 KB."""
         try:
-            return super()._trace(target, template, dims, shared)
+            return super().trace_specialization(target, template, dims, shared)
         except _StaticSmemTooLarge:
             pass
         # The same kernel, carving from `dyn_smem` for this trace only (a
         # smaller specialisation keeps its static buffers).
-        dynamic = copy.copy(self)
-        dynamic._extern = "dyn_smem"
-        return Kernel._trace(dynamic, target, template, dims, shared)
+        dynamic = self.with_extern_smem("dyn_smem")
+        return Kernel.trace_specialization(dynamic, target, template, dims, shared)
 
-    def _launch_for(self, target: isa.Target, smem: int, module: ir.Module, env: dict[str, Any]) -> Launch:
-        if self._extern is None and self._validate and _static_shared_bytes(module) > _STATIC_SMEM_LIMIT:
+    def launch_for(self, target: isa.Target, smem: int, module: ir.Module, env: dict[str, Any]) -> Launch:
+        """:meth:`jaxptx.Kernel.launch_for`, first refusing static shared
+        buffers past CUDA's 48 KB static limit (the trace is redone)."""
+        if self.extern_smem is None and self.validate and static_shared_bytes(module) > _STATIC_SMEM_LIMIT:
             raise _StaticSmemTooLarge()
-        return super()._launch_for(target, smem, module, env)
+        return super().launch_for(target, smem, module, env)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        names = {name for _, name in self._raw_params} - set(kwargs)
+        """:meth:`jaxptx.Kernel.__call__`, a raw param named like a symbolic
+        dim taking that dim's size from the arguments (pyptx's rule)."""
+        names = {name for _, name in self.raw_params} - set(kwargs)
         specs = list(self.in_specs or ()) + list(self.out_specs or ())
         for spec, arg in zip(specs, args):
             shape = getattr(arg, "shape", None)

@@ -20,9 +20,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..dsl import ptx as _ptx
-from ..dsl._core import Label, emit_instruction, new_reg
-from ..dsl._core import Reg as _CoreReg
-from ..dsl._trace import _ACTIVE
+from ..dsl import Label, emit_instruction, is_tracing, new_reg
+from ..dsl import Reg as _CoreReg
 from ..types import PtxType, b64, from_dtype, s32
 from . import _ampere, _hopper, _pipeline, _tcgen05  # noqa: F401  (register their wrappers)
 from ._emit import Chain, emit, lookup, register
@@ -267,7 +266,7 @@ def intrinsic(fn: Callable[..., Any]) -> Callable[..., Any]:
     comments; outside a trace it is a plain call."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if _ACTIVE.get() is None:
+        if not is_tracing():
             return fn(*args, **kwargs)
         _ptx.comment(f"BEGIN {fn.__name__}")
         result = fn(*args, **kwargs)

@@ -25,10 +25,11 @@ from typing import Any
 
 from .. import ir
 from ..dsl import smem as _smem
-from ..dsl._core import Addr, emit_instruction, new_reg
-from ..dsl._core import Reg as _CoreReg
-from ..dsl._trace import current
+from ..dsl import Addr, current, emit_instruction, new_reg
+from ..dsl import Reg as _CoreReg
 from ..errors import TraceError
+from ..isa.encodings import SWIZZLES
+from ..isa.encodings import swizzle as swizzle_mode
 from ..types import PtxType, from_dtype, u32
 from ._regs import Reg, adopt
 
@@ -36,7 +37,8 @@ __all__ = ["CarvedName", "SharedAlloc", "SharedSlice", "MbarrierArray", "Mbarrie
            "alloc_with_layout", "mbarrier", "base", "load", "store", "apply_swizzle", "GmmaLayout",
            "gmma_layout"]
 
-_SWIZZLE_BYTES = {None: 0, "NONE": 0, "32B": 32, "64B": 64, "128B": 128}
+# pyptx's swizzle names (None, "NONE", "32B", "64B", "128B") -> span in bytes.
+_SWIZZLE_BYTES = {None: 0, **{s.name.upper(): s.span for s in SWIZZLES if s.wgmma is not None}}
 
 
 class GmmaLayout:
@@ -50,8 +52,8 @@ class GmmaLayout:
 
     @property
     def swizzle_code(self) -> int:
-        """The descriptor's 2-bit swizzle mode (0 none, 1 128B, 2 64B, 3 32B)."""
-        return {0: 0, 128: 1, 64: 2, 32: 3}[self.swizzle]
+        """The wgmma descriptor's 2-bit swizzle mode (0 none, 1 128B, 2 64B, 3 32B)."""
+        return swizzle_mode(self.swizzle).wgmma
 
     def __repr__(self) -> str:
         return f"GmmaLayout({self.major}-major, swizzle={self.swizzle}, lbo={self.lbo}, sbo={self.sbo})"
@@ -276,7 +278,7 @@ def wgmma_tile(dtype: PtxType, shape: tuple[int, int], major: str = "K", *, alig
         raise ValueError(f"wgmma_tile major: expected 'K' or 'MN', got {major!r}")
     t = from_dtype(dtype)
     layout = gmma_layout(t, (int(shape[0]), int(shape[1])), major)
-    swz = {0: None, 32: "32B", 64: "64B", 128: "128B"}[layout.swizzle]
+    swz = swizzle_mode(layout.swizzle).name if layout.swizzle else None
     return SharedAlloc(_declare(t, shape, align or 1024, name), swz, layout)
 
 

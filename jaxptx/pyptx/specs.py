@@ -7,8 +7,8 @@ with pyptx's wgmma operand shortcuts :meth:`Tile.wgmma_a` and
 
 from __future__ import annotations
 
-from ..dsl._specs import Dim, Layout
-from ..dsl._specs import Tile as _Tile
+from ..dsl import Dim, Layout
+from ..dsl import Tile as _Tile
 from ..types import PtxType
 
 __all__ = ["Tile", "Layout", "wgmma_layout"]

@@ -1,5 +1,6 @@
 """Runtime support: the CUDA toolchain (ptxas, nvJitLink, nvdisasm, NVRTC), devices,
-and which module image (cubin or PTX) the installed driver can load."""
+which module image (cubin or PTX) the installed driver can load, and the custom
+calls of a CUDA lowering as the CUDA handler receives them."""
 
 from ._cache import cache_dir as cache_dir
 from ._cache import cache_max_bytes as cache_max_bytes
@@ -17,6 +18,9 @@ from ._toolchain import resources_all as resources_all
 from ._toolchain import sass as sass
 from ._toolchain import tool_version as tool_version
 from ._compat import ModuleImage as ModuleImage
+from ._cuda_calls import XLA_DTYPES as XLA_DTYPES
+from ._cuda_calls import CudaCall as CudaCall
+from ._cuda_calls import cuda_calls as cuda_calls
 from ._compat import driver_cuda_version as driver_cuda_version
 from ._compat import module_image as module_image
 from ._compat import plan_image as plan_image

@@ -7,13 +7,13 @@ import warnings
 from collections.abc import Sequence
 
 from .. import capture
+from ..launch import TMA_RECORD
+from ._cuda_calls import XLA_DTYPES
 
 __all__ = ["wanted", "failed", "record_cuda"]
 
-# XLA_FFI_DataType -> numpy dtype name (xla_data.proto's PrimitiveType).
-_DTYPES = {1: "bool", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "uint8", 7: "uint16",
-           8: "uint32", 9: "uint64", 10: "float16", 11: "float32", 12: "float64", 16: "bfloat16",
-           19: "float8_e5m2", 20: "float8_e4m3fn"}
+# XLA_FFI_DataType -> numpy dtype name.
+_DTYPES = {code: name for name, code in XLA_DTYPES.items()}
 
 
 def wanted(entry: str, nbytes: int) -> bool:
@@ -37,9 +37,7 @@ def record_cuda(kernel_id: int, ptx: bytes, entry: str, shape: tuple, n_in: int,
     call's (bytes, bits) pairs."""
     if capture.directory() is None:
         return
-    from ..jax._tma import RECORD   # the tma attribute's record length (imports jax)
-
     types = [(_DTYPES.get(int(d)), s) for d, s in zip(dtypes, shapes)]
     raw = [capture.scalar_bytes(n, bits) for n, bits in zip(scalars[::2], scalars[1::2])]
     capture.record_ffi("cuda", kernel_id, bytes(ptx).decode(), entry, shape, n_in, buffer_of,
-                       before, after, types, raw, tma, len(tma) // RECORD)
+                       before, after, types, raw, tma, len(tma) // TMA_RECORD)

@@ -1,5 +1,7 @@
 """The custom calls of a CUDA lowering as XLA would hand them to the
-``jaxptx_launch_v2`` handler (for :mod:`jaxptx.runtime.standin`)."""
+``jaxptx_launch_v2`` handler: what :mod:`jaxptx.torch` launches through the
+handler's call frame (``jaxptx._ffi.call_cuda_handler``), and what
+:mod:`jaxptx.testing.standin` runs on the emulator."""
 
 from __future__ import annotations
 
@@ -12,10 +14,15 @@ import ml_dtypes
 import numpy as np
 
 from .. import _ffi
-from ..jax._registry import launch_integers
-from ..launch import Launch
+from ..launch import Launch, launch_integers
 
-__all__ = ["CudaCall", "cuda_calls"]
+__all__ = ["CudaCall", "cuda_calls", "XLA_DTYPES"]
+
+# numpy dtype name -> XLA_FFI_DataType (xla/ffi/api/c_api.h): the dtype codes
+# of a call frame's buffers and of a capture's.
+XLA_DTYPES = {"bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8": 6, "uint16": 7,
+              "uint32": 8, "uint64": 9, "float16": 10, "float32": 11, "float64": 12,
+              "bfloat16": 16, "float8_e5m2": 19, "float8_e4m3fn": 20}
 
 # MLIR element type -> numpy dtype.
 _MLIR_DTYPES = {"i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,

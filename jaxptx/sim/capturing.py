@@ -53,9 +53,9 @@ class TooLarge(Exception):
 
 
 def record(device: Any, source: str | ir.Module, module: ir.Module, program: Any,
-           bases: dict[str, int], raw_params: list[bytes], shape: tuple, smem: int,
-           was: Before) -> Path | None:
-    """Write the capture of a launch that has just run."""
+           bases: dict[str, int], raw_params: list[bytes], launch: Any, was: Before) -> Path | None:
+    """Write the capture of a launch that has just run (``launch``: its
+    :class:`jaxptx.launch.Launch`)."""
     slots = sorted(was.allocations)
     index = {k: i for i, k in enumerate(slots)}
     buffers = tuple(capture.Buffer(f"allocation {k}", was.allocations[k], _slot_bytes(device, k),
@@ -63,13 +63,12 @@ def record(device: Any, source: str | ir.Module, module: ir.Module, program: Any
     params = []
     for p, raw in zip(program.params, raw_params):
         params.append(_param(p, raw, device, index))
-    grid, block, cluster = shape
     found = tuple((name, data, _slot_bytes(device, (bases[name] >> GLOBAL_SHIFT) - 1))
                   for name, data in was.globals.items())
     ptx = source if isinstance(source, str) else emit(module)
     return capture.record(capture.Capture(
-        source="sim", ptx=ptx, entry=program.name, grid=grid, block=block, cluster=cluster,
-        smem=int(smem), buffers=buffers, params=tuple(params), arch=device.arch, globals=found,
+        source="sim", ptx=ptx, entry=program.name, grid=launch.grid, block=launch.block,
+        cluster=launch.cluster, smem=launch.smem, buffers=buffers, params=tuple(params), arch=device.arch, globals=found,
         meta=capture.meta()), was.where)
 
 

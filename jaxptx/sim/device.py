@@ -46,30 +46,40 @@ launches and the device's lifetime (``close``).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import capture, ir, isa
-from ..launch import validate_launch
+from ..launch import Launch, validate_launch
 from ..errors import LaunchError, PtxError
 from .core.host import tune_allocator
 from .core.machine import Machine
+from .core.observers import Observer
+from .core.view import MachineView
 from .core.progress import max_seconds_option
 from .core.program import Program
+from .core.schedules import schedule_option
 from .device_memory import is_int
 from .device_modules import DeviceModules, ParamInfo, initial_bytes
-from .errors import SimError, SimFault, SimLaunchError
+from .errors import SimDeadlock, SimError, SimFault, SimLaunchError
 from .faults import located
 from .memory.spaces import GLOBAL_SHIFT, Memory
 from .params import pack_params
 from . import capturing
 from .checking import check_mode, valid_mode
-from .fidelity import attach as track_fidelity
+from .observing import open_observers
+from .fidelity.tracker import Tracker as FidelityTracker
 from .semantics import SEMANTICS
 
 __all__ = ["Device", "ParamInfo"]
+
+# The profile layer's counter: PROFILER[0](machine, module) joins a
+# jaxptx.profile counter to a prepared machine as an observer and returns it
+# (its .result(findings) is the Profile). jaxptx.profile registers it when it
+# is imported: the emulator never imports the layers above it.
+PROFILER: list[Any] = [None]
 
 # While a jaxptx.profile.profiling() block is open, in any thread (XLA runs
 # CPU custom calls on threads of its own), PROFILING[0] is the function the
@@ -162,7 +172,9 @@ class Device(DeviceModules):
     def launch(self, source: str | ir.Module, params: Sequence[Any], *, grid: Any = (1, 1, 1),
                block: Any = (1, 1, 1), cluster: Any = (1, 1, 1), smem: int = 0, kernel: str | None = None,
                check: Any = None, max_steps: int | None = None, profile: bool = False,
-               fidelity: bool = False, max_seconds: float | None = None) -> Any:
+               fidelity: bool = False, max_seconds: float | None = None,
+               observers: Sequence[Callable[[MachineView], Observer]] = (), launch: Launch | None = None,
+               schedule: str | None = None, seed: int | None = None) -> Any:
         """Run a kernel on the device's memory (``cuLaunchKernelEx``).
 
         Args:
@@ -174,6 +186,8 @@ class Device(DeviceModules):
                 for a ``.u64`` pointer).
             grid, block, cluster: launch shape, 1 to 3 ints each.
             smem: bytes of dynamic shared memory.
+            launch: the whole shape as a :class:`jaxptx.launch.Launch`
+                instead of ``grid``/``block``/``cluster``/``smem``.
             kernel: the ``.entry`` to run when the module has several.
             check: run the sanitizer (:mod:`jaxptx.sim.core.sanitizer`):
                 ``True`` raises ``SanitizerError`` at the first finding,
@@ -185,7 +199,8 @@ class Device(DeviceModules):
                 machine's own).
             profile: count every warp-level request and return a
                 :class:`jaxptx.profile.Profile` (the sanitizer's findings,
-                if any, in its ``findings``).
+                if any, in its ``findings``). The profiler is
+                ``jaxptx.profile``'s: importing it registers it here.
             fidelity: return a :class:`jaxptx.sim.Fidelity` instead: which
                 instructions ran exactly, within the ISA's stated error or
                 by the emulator's reading of the ISA, and whether a value of
@@ -196,6 +211,16 @@ class Device(DeviceModules):
                 (default: ``JAXPTX_SIM_TIMEOUT``, else none; ``math.inf``:
                 none). A launch that runs longer than a few seconds reports
                 its progress (``JAXPTX_SIM_PROGRESS_SECONDS``).
+            observers: tools to watch the launch: each is called with the
+                prepared machine (a :class:`jaxptx.sim.MachineView`) and
+                returns a :class:`jaxptx.sim.Observer`, which hears the
+                launch's events (:mod:`jaxptx.sim.core.observers`);
+                :func:`jaxptx.sim.observing` adds tools to every launch.
+            schedule, seed: ``schedule="random"`` with an int ``seed`` runs
+                another interleaving of the warps, the same for the same seed
+                (:mod:`jaxptx.sim.core.schedules`); default: as
+                ``JAXPTX_SIM_SCHEDULE`` says (``random:N``), else the default
+                schedule.
 
         Raises:
             PrecheckError: PTX that ptxas would reject, or instructions the
@@ -204,6 +229,12 @@ class Device(DeviceModules):
                 runs, or a fault while running.
         """
         module, program, bases = self._entry(source, kernel)
+        if launch is None:
+            launch = launch_of(program, grid, block, cluster, smem)
+        elif (grid, block, cluster, smem) != ((1, 1, 1), (1, 1, 1), (1, 1, 1), 0):
+            raise SimError(f"launch of {program.name}: give launch= or grid/block/cluster/smem, not both")
+        else:
+            launch = launch_of(program, launch.grid, launch.block, launch.cluster, launch.smem)
         where = capture.directory()
         was = None
         if where is not None:
@@ -211,21 +242,30 @@ class Device(DeviceModules):
                 was = capturing.before(self, bases, where)
             except capturing.TooLarge:
                 pass
-        result = self._run(program, bases, params, grid, block, cluster, smem, check, max_steps,
-                           profile=module if profile else None, fidelity=fidelity, max_seconds=max_seconds,
-                           module=module)
+        try:
+            result = self._run(program, bases, params, launch, check, max_steps,
+                               profile=module if profile else None, fidelity=fidelity, max_seconds=max_seconds,
+                               module=module, observers=observers, schedule=schedule, seed=seed)
+        except SimDeadlock as e:        # saved for replay too: the hang is the point of the capture
+            if was is not None:
+                e.capture = capturing.record(self, source, module, program, bases,
+                                             pack_params(program.name, program.params, params), launch, was)
+                if e.capture is not None:
+                    e.args = (f"{e.args[0]}\n  the launch is saved for replay: {e.capture}",)
+            raise
         if was is not None:
             capturing.record(self, source, module, program, bases,
-                             pack_params(program.name, program.params, params),
-                             _launch_shape(program, grid, block, cluster, smem), smem, was)
+                             pack_params(program.name, program.params, params), launch, was)
         return result
 
-    def _run(self, program: Program, bases: dict[str, int], params: Sequence[Any], grid: Any, block: Any,
-             cluster: Any, smem: Any, check: Any, max_steps: int | None, profile: Any = None,
-             fidelity: bool = False, max_seconds: float | None = None, module: ir.Module | None = None) -> Any:
+    def _run(self, program: Program, bases: dict[str, int], params: Sequence[Any], launch: Launch,
+             check: Any, max_steps: int | None, profile: Any = None,
+             fidelity: bool = False, max_seconds: float | None = None, module: ir.Module | None = None,
+             observers: Sequence[Callable[[MachineView], Observer]] = (), schedule: str | None = None,
+             seed: int | None = None) -> Any:
         """:meth:`launch` once the kernel is prepared and checked (``module``:
-        the one ``program`` came from, for the PTX and Python lines of a fault)."""
-        grid, block, cluster = _launch_shape(program, grid, block, cluster, smem)
+        the one ``program`` came from, for the PTX and Python lines of a fault;
+        ``launch``: checked for it by :func:`launch_of`)."""
         raw = pack_params(program.name, program.params, params)
         options: dict[str, Any] = {}
         if max_steps is not None:
@@ -234,8 +274,7 @@ class Device(DeviceModules):
             options["max_steps"] = int(max_steps)
         if max_seconds is not None:
             options["max_seconds"] = max_seconds_option(max_seconds)
-        nctas = grid[0] * grid[1] * grid[2]
-        ntid = block[0] * block[1] * block[2]
+        nctas, ntid, smem = launch.blocks, launch.threads, launch.smem
         # Each CTA's shared memory starts 16-aligned (8-byte mbarriers of every CTA stay aligned).
         shared = -(-(-(-program.shared_size // 16) * 16 + smem) // 16) * 16
         _check_host_memory(program, nctas, ntid, shared)
@@ -249,22 +288,27 @@ class Device(DeviceModules):
             if v.space == "const" and v.init:
                 data = initial_bytes(program, bases, v)
                 memory.const[v.offset:v.offset + len(data)] = data
-        if self._stored is not None:
-            memory.stored = self._store_recorder(self._stored)
-            memory.updated = self._store_recorder(self._updated)
         memory.names = self._buffer_names(program, bases, params)
         memory.freed = frozenset(k for k, owner in enumerate(self._owners) if owner is None)
         tune_allocator()
         check = check_mode() if check is None else valid_mode(check)
-        machine = Machine(program, grid, block, memory, SEMANTICS, cluster=cluster, dynamic_smem=smem,
-                          global_bases=bases, check=check, **options)
+        schedule, seed = schedule_option(schedule, seed)
+        machine = Machine(program, launch, memory, SEMANTICS, global_bases=bases, check=check, schedule=schedule,
+                          seed=seed, **options)
+        recorder = self.store_recorder()
+        if recorder is not None:
+            machine.observe(recorder)
         hook = PROFILING[0]
         counted = profile if profile is not None else module if hook is not None else None
         counter = None
         if counted is not None:         # the module: jaxptx.profile counts this launch
-            from ..profile.counters import attach
-            counter = attach(machine, counted)
-        tracker = track_fidelity(machine) if fidelity else None
+            if PROFILER[0] is None:
+                raise SimError("launch(profile=True): the profiler is jaxptx.profile's; import jaxptx.profile "
+                               "first (the emulator does not import the layers above it)")
+            counter = PROFILER[0](machine, counted)
+        tracker = machine.observe(FidelityTracker(machine)) if fidelity else None
+        for make in (*open_observers(), *observers):
+            machine.observe(make(machine))
         try:
             machine.run()
             findings = machine.sanitizer.findings if check == "all" else None
@@ -322,9 +366,9 @@ def _host_memory() -> int:
         return 0
 
 
-def _launch_shape(program: Program, grid: Any, block: Any, cluster: Any, smem: Any):
-    """The launch's (grid, block, cluster), checked once against CUDA's limits
-    for the program's target (:func:`jaxptx.launch.validate_launch`)."""
+def launch_of(program: Program, grid: Any, block: Any, cluster: Any, smem: Any) -> Launch:
+    """The launch of ``program``, checked once against CUDA's limits for the
+    program's target (:func:`jaxptx.launch.validate_launch`) and its ``.reqntid``."""
     try:
         launch = validate_launch(grid, block, cluster, smem, program.shared_size, program.target,
                                  where=f"launch of {program.name}")
@@ -333,5 +377,5 @@ def _launch_shape(program: Program, grid: Any, block: Any, cluster: Any, smem: A
     block = launch.block
     if program.reqntid is not None and tuple(program.reqntid) + (1,) * (3 - len(program.reqntid)) != block:
         raise SimError(f"launch block {block} does not match {program.name}'s .reqntid {program.reqntid}")
-    return launch.grid, block, launch.cluster
+    return launch
 

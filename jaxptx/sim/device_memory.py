@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from .core.observers import LOAD, STORE, Observer
 from .errors import SimError
 from .memory.spaces import GLOBAL_SHIFT, SHARED_WINDOW
 
-__all__ = ["DeviceMemory", "is_int"]
+__all__ = ["DeviceMemory", "StoreRecorder", "is_int"]
 
 _OFFSET_MASK = (1 << GLOBAL_SHIFT) - 1
 _MAX_ALLOCATIONS = (SHARED_WINDOW >> GLOBAL_SHIFT) - 1      # addresses stay below the shared window
@@ -198,27 +199,12 @@ class DeviceMemory:
             return np.zeros(int(nbytes), dtype=bool)
         return mask[offset:offset + int(nbytes)].astype(bool)
 
-    def _store_recorder(self, stored: dict[int, np.ndarray]) -> Any:
-        """The memory's ``stored`` (or ``updated``) hook for a launch: it
-        marks the bytes of each store in a per-allocation mask of ``stored``
-        (one scatter of ``width``-byte words of 0x01 bytes per store)."""
-        index = {id(b): k for k, b in enumerate(self._buffers)}
-
-        def record(buf: np.ndarray, off: np.ndarray, width: int) -> None:
-            k = index.get(id(buf))
-            if k is None:                       # shared or local memory
-                return
-            mask = stored.get(k)
-            if mask is None:
-                mask = stored[k] = np.zeros(len(buf), dtype=np.uint8)
-            at = np.asarray(off, dtype=np.int64)
-            if width == 16:
-                words = mask.view(np.uint64)
-                words[at >> 3] = _ONES[8]
-                words[(at >> 3) + 1] = _ONES[8]
-            else:
-                mask.view(_ONES[width].dtype)[at // width] = _ONES[width]
-        return record
+    def store_recorder(self) -> "StoreRecorder | None":
+        """The observer that records a launch's writes into the masks of
+        :meth:`track_stores` (``None`` when nothing is tracked)."""
+        if self._stored is None:
+            return None
+        return StoreRecorder({id(b): k for k, b in enumerate(self._buffers)}, self._stored, self._updated)
 
     def to_device(self, array: Any) -> int:
         """Allocate device memory for ``array`` (a numpy array or bytes) and
@@ -279,3 +265,40 @@ def host_bytes(data: Any, what: str) -> np.ndarray:
     if isinstance(data, np.ndarray) and not data.dtype.hasobject:
         return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
     raise SimError(f"{what}: expected a numpy array or bytes, got {type(data).__name__}")
+
+
+class StoreRecorder(Observer):
+    """Marks the global bytes a launch writes in per-allocation masks: plain
+    stores in ``stored``, read-modify-writes (atomics and the rest) in
+    ``updated`` (one scatter of ``width``-byte words of 0x01 bytes an access).
+
+    Args:
+        index: ``id`` of each global buffer → its allocation index.
+        stored, updated: allocation index → byte mask, filled as writes come.
+    """
+
+    def __init__(self, index: dict[int, int], stored: dict[int, np.ndarray],
+                 updated: dict[int, np.ndarray]) -> None:
+        self._index = index
+        self._stored = stored
+        self._updated = updated
+
+    def access(self, buf: np.ndarray, off: np.ndarray, threads: np.ndarray, width: int, kind: str,
+               values: np.ndarray | None = None) -> None:
+        """Mark the bytes of a store or read-modify-write of global memory."""
+        if kind == LOAD:
+            return
+        k = self._index.get(id(buf))
+        if k is None:                       # shared or local memory
+            return
+        masks = self._stored if kind == STORE else self._updated
+        mask = masks.get(k)
+        if mask is None:
+            mask = masks[k] = np.zeros(len(buf), dtype=np.uint8)
+        at = np.asarray(off, dtype=np.int64)
+        if width == 16:
+            words = mask.view(np.uint64)
+            words[at >> 3] = _ONES[8]
+            words[(at >> 3) + 1] = _ONES[8]
+        else:
+            mask.view(_ONES[width].dtype)[at // width] = _ONES[width]

@@ -19,7 +19,8 @@ import numpy as np
 from .. import ir, isa
 from ..parse import parse
 from ..types import TYPES
-from .core.program import AddressOf, Program, Variable, prepare
+from .core.prepare import prepare
+from .core.program import AddressOf, Program, Variable
 from .device_memory import DeviceMemory
 from .errors import SimError
 from .memory.spaces import GLOBAL_SHIFT

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..errors import LaunchError, PtxError
 
-__all__ = ["SimError", "SimLaunchError", "SimFault"]
+__all__ = ["SimError", "SimLaunchError", "SimFault", "SimDeadlock"]
 
 
 class SimError(PtxError, RuntimeError):
@@ -35,3 +35,19 @@ class SimFault(SimError):
     def __init__(self, message: str, fault: Any = None) -> None:
         super().__init__(message)
         self.fault = fault
+
+
+class SimDeadlock(SimError):
+    """No thread of the launch can ever make progress.
+
+    The message names each group of stuck threads and what it waits on,
+    then prints ``warps``: one :class:`jaxptx.sim.core.forensics.StuckWarp`
+    per stuck warp (CTA, warp, lanes, lines, state, what it waits on).
+    ``capture`` is the path of the launch saved for replay when
+    ``JAXPTX_CAPTURE_DIR`` is set (else ``None``).
+    """
+
+    def __init__(self, message: str, warps: Any = ()) -> None:
+        super().__init__(message)
+        self.warps = list(warps)
+        self.capture: Any = None

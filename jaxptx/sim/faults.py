@@ -25,8 +25,7 @@ import re
 from pathlib import Path
 
 from .. import ir
-from ..emit import emit
-from ..parse import parse
+from ..emit import source_map
 from .core.program import Program
 from .errors import SimFault
 
@@ -88,18 +87,10 @@ def _lines(module: ir.Module, program: Program, pc: int) -> tuple[int | None, st
     found = _instructions(module, name)
     if not 0 <= index < len(found):
         return None, "", None
-    loc = found[index].loc
-    text = emit(module)
-    if loc and len(loc) == 3:               # parsed: loc is (source, line, column)
-        line, python = loc[1], None
-    else:                                   # traced: loc is (file, line); the PTX line is its text's
-        python = tuple(loc) if loc and len(loc) == 2 else None
-        again = _instructions(parse(text), name)
-        if len(again) != len(found) or not again[index].loc:
-            return None, "", python
-        line = again[index].loc[1]
-    lines = text.splitlines()
-    return line, lines[line - 1].strip() if 0 < line <= len(lines) else "", python
+    mapped = source_map(module)
+    ins = found[index]
+    line = mapped.ptx(ins).line
+    return line, mapped.line_text(line).strip(), ir.python_location(ins.loc)
 
 
 def _instructions(module: ir.Module, name: str) -> list[ir.Instruction]:
@@ -110,24 +101,17 @@ def _instructions(module: ir.Module, name: str) -> list[ir.Instruction]:
     return []
 
 
-def python_line(traced: ir.Module, parsed: ir.Module, ptx_line: int, short: bool = False) -> tuple[str, int] | None:
+def python_line(traced: ir.Module, ptx_line: int, short: bool = False) -> tuple[str, int] | None:
     """The Python ``(file, line)`` of the traced instruction at ``ptx_line``
-    of ``parsed`` (the traced module's text, parsed), or None.
+    of the text ``emit(traced)`` writes, or None.
 
     Args:
         traced: the module as the DSL traced it (each instruction's ``loc``
             is its Python line).
-        parsed: the same module parsed from its PTX text.
-        ptx_line: a line of that text.
+        ptx_line: a line of its text.
         short: give the file's name only, not its path.
     """
-    a = [s for f in traced.functions for s in ir.walk(f.body or []) if isinstance(s, ir.Instruction)]
-    b = [s for f in parsed.functions for s in ir.walk(f.body or []) if isinstance(s, ir.Instruction)]
-    if len(a) != len(b):
+    where = source_map(traced).python(ptx_line)
+    if where is None:
         return None
-    for t, p in zip(a, b):
-        if p.loc and len(p.loc) == 3 and p.loc[1] == ptx_line:
-            if not (t.loc and len(t.loc) == 2):
-                return None
-            return (Path(t.loc[0]).name if short else t.loc[0], t.loc[1])
-    return None
+    return (Path(where.file).name if short else where.file, where.line)

@@ -14,16 +14,15 @@ from typing import Any
 import numpy as np
 
 from .. import ir
-from ..dsl import Kernel
-from ..dsl._specs import bind_specs
+from ..dsl import Kernel, bind_specs
 from .core.program import Variable
-from .device import Device
+from .device import Device, launch_of
 from .errors import SimError
 from .unwritten import UnwrittenOutputError, exempt_outputs, message, unwritten
 from .memory.tensormap import SIZE as TENSOR_MAP_SIZE
 from .memory.tensormap import ArgTensorMap
 
-__all__ = ["launch"]
+__all__ = ["launch", "from_kernel"]
 
 _POINTER_TYPES = ("u64", "s64", "b64")
 
@@ -32,7 +31,7 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
            grid: Any = None, block: Any = None, cluster: Any = None, smem: int = 0,
            check: Any = None, max_steps: int | None = None, profile: bool = False,
            max_seconds: float | None = None, allow_unwritten: bool | Sequence[str] = False,
-           **template: Any) -> Any:
+           schedule: str | None = None, seed: int | None = None, **template: Any) -> Any:
     """Run one kernel on the CPU emulator.
 
     Args:
@@ -64,6 +63,10 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
             :func:`jaxptx.jax.allow_unwritten`; every other output (not an
             in-place one, nor an array also passed as an input) must be
             written in full (:mod:`jaxptx.sim.unwritten`).
+        schedule, seed: ``schedule="random"`` with an int ``seed`` runs
+            another interleaving of the warps, reproducible by its seed
+            (:mod:`jaxptx.sim.core.schedules`); default: as
+            ``JAXPTX_SIM_SCHEDULE`` says, else the default schedule.
 
     Raises:
         PrecheckError: PTX that ptxas would reject, or that the emulator
@@ -77,7 +80,7 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
     """
     traced = source if isinstance(source, Kernel) else None
     if traced is not None:
-        source, grid, block, cluster, smem = _from_kernel(source, args, grid, block, cluster, smem, template)
+        source, grid, block, cluster, smem = from_kernel(source, args, grid, block, cluster, smem, template)
     elif template:
         raise SimError(f"launch: unexpected keyword arguments {sorted(template)}")
     elif allow_unwritten:
@@ -90,9 +93,9 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
     checked = _checked_outputs(traced, args, allow_unwritten) if traced is not None else []
     if checked:
         device.track_stores()
-    findings = device._run(program, bases, params, grid or (1, 1, 1), block or (1, 1, 1),
-                           cluster or (1, 1, 1), smem, check, max_steps, profile=module if profile else None,
-                           max_seconds=max_seconds, module=module)
+    shape = launch_of(program, grid or (1, 1, 1), block or (1, 1, 1), cluster or (1, 1, 1), smem)
+    findings = device._run(program, bases, params, shape, check, max_steps, profile=module if profile else None,
+                           max_seconds=max_seconds, module=module, schedule=schedule, seed=seed)
     before = {i: args[i].reshape(-1).view(np.uint8).copy() for _, i in checked}
     for _, array, address in outputs:
         array.reshape(-1).view(np.uint8)[:] = np.frombuffer(device.read(address, array.nbytes), np.uint8)
@@ -101,7 +104,7 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
         a = args[i]
         mask = unwritten(before[i], a.reshape(-1).view(np.uint8), device.written(address[i], a.nbytes))
         if mask.any():
-            raise UnwrittenOutputError(message(traced.name, j, traced._tensors[i], mask, a.dtype, a.shape))
+            raise UnwrittenOutputError(message(traced.name, j, traced.tensors[i], mask, a.dtype, a.shape))
     return findings
 
 
@@ -123,14 +126,14 @@ def _checked_outputs(k: Kernel, args: tuple, allow: bool | Sequence[str]) -> lis
     return out
 
 
-def _from_kernel(k: Kernel, args: tuple, grid: Any, block: Any, cluster: Any, smem: int, template: dict):
+def from_kernel(k: Kernel, args: tuple, grid: Any, block: Any, cluster: Any, smem: int, template: dict):
     """The traced module and its launch (the specialisation's, where the call
     does not give grid, block, cluster or smem)."""
     specs = k.in_specs + k.out_specs
     env = {}
     if specs:
         arrays = [(np.shape(a), np.asarray(a).dtype) for a in args[:len(specs)]]
-        env = bind_specs(specs, arrays, list(k._tensors))
+        env = bind_specs(specs, arrays, list(k.tensors))
     spec = k.specialize(**{**env, **template})
     launch = spec.launch
     return (spec.module, grid or launch.grid, block or launch.block, cluster or launch.cluster,

@@ -30,10 +30,10 @@ from collections.abc import Iterator
 
 from .. import ir
 from ..check import check
-from ..emit import emit
+from ..emit import source_map
 from ..parse import parse
 from .core.calls import BUILTINS
-from .core.machine import MACHINE, NO_OPS
+from .core.scheduled import MACHINE, NO_OPS
 from .core.program import Program
 from .errors import SimError
 from .semantics import SEMANTICS, UNSUPPORTED
@@ -95,25 +95,19 @@ class _Source:
 
     def __init__(self, module: ir.Module) -> None:
         own = list(_instructions(module.functions))
-        if own and all(i.loc is not None and len(i.loc) == 3 for i in own):
-            self.parsed = module                   # parsed text: its own line numbers
-            self.python: list[tuple[str, int] | None] = [None] * len(own)
-        else:
-            # A traced (or hand-built) module: number the lines of the text it emits.
-            self.parsed = parse(emit(module))
-            twin = list(_instructions(self.parsed.functions))
-            self.python = [i.loc if i.loc is not None and len(i.loc) == 2 else None for i in own]
-            if len(twin) == len(own):       # always, as emit/parse round-trip; else no PTX lines
-                own = twin
-        self.lines = [i.loc[1] if i.loc is not None and len(i.loc) == 3 else 0 for i in own]
+        mapped = source_map(module)
+        self.lines = [mapped.ptx(i).line for i in own]
+        self.python: list[ir.PythonLocation | None] = [ir.python_location(i.loc) for i in own]
+        # jaxptx.check reads PTX lines from its instructions' locations: a
+        # traced module is checked as the text it emits.
+        parsed = all(ir.ptx_line(i.loc) is not None for i in own)
+        self.parsed = module if parsed else parse(mapped.text)
         self._python_by_line = {line: py for line, py in zip(self.lines, self.python) if py is not None}
-        self._text: list[str] | None = None
+        self._mapped = mapped
 
     def text(self, line: int) -> str:
         """The PTX text of ``line`` (1-based; "" when unknown)."""
-        if self._text is None:
-            self._text = emit(self.parsed).splitlines()
-        return self._text[line - 1] if 0 < line <= len(self._text) else ""
+        return self._mapped.line_text(line)
 
     def problem(self, line: int, message: str, emulator: bool, python: tuple[str, int] | None = None) -> Problem:
         """A :class:`Problem` at ``line`` with its text and Python line."""
@@ -227,7 +221,7 @@ def _program_lines(module: ir.Module, program: Program,
                    source: _Source) -> list[tuple[int, tuple[str, int] | None]]:
     """``(PTX line, Python line)`` of each instruction of ``program.code``:
     the entry's instructions, then each ``.func`` in module order (the
-    order :func:`~.core.program.prepare` lays them out)."""
+    order :func:`~.core.prepare.prepare` lays them out)."""
     index = {}
     k = 0
     for f in module.functions:
@@ -277,3 +271,12 @@ def refuse(module: ir.Module, program: Program, arch: str | None = None) -> None
     problems = module_problems(module, arch) + program_problems(module, program)
     if problems:
         raise PrecheckError(program.name, problems)
+
+
+# A multimem instruction reads or writes the memory of every GPU a multicast
+# address maps; one emulated device has no such memory, so these table
+# operations are refused with a reason until jaxptx.sim.System runs them.
+UNSUPPORTED.update(dict.fromkeys(
+    ("multimem_ld_reduce", "multimem_st", "multimem_red", "multimem_cp_async_bulk",
+     "multimem_cp_reduce_async_bulk"),
+    "the emulator does not run multimem yet (jaxptx.sim.System is coming)"))

@@ -75,7 +75,7 @@ def exempt_outputs(kernel: Kernel, allow: bool | Sequence[str] = False) -> set[i
         SimError: ``allow`` names something that is not an output.
     """
     n_in, n_out = len(kernel.in_specs), len(kernel.out_specs)
-    names = list(kernel._tensors[n_in:n_in + n_out])
+    names = list(kernel.tensors[n_in:n_in + n_out])
     if allow is True:
         return set(range(n_out))
     allowed = [allow] if isinstance(allow, str) else list(allow or ())

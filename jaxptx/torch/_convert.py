@@ -47,7 +47,7 @@ def torch_dtype(dtype: Any) -> Any:
     Raises:
         SpecError: torch has no such dtype.
     """
-    import torch
+    import torch  # optional, heavy
 
     name = np.dtype(dtype).name
     if name == "bool":
@@ -60,7 +60,7 @@ def torch_dtype(dtype: Any) -> Any:
 
 def to_numpy(t: Any) -> np.ndarray:
     """A CPU tensor's data as a numpy array (a view where torch allows it)."""
-    import torch
+    import torch  # optional, heavy
 
     name = _name(t.dtype)
     t = t.detach().contiguous()
@@ -71,7 +71,7 @@ def to_numpy(t: Any) -> np.ndarray:
 
 def from_numpy(a: Any) -> Any:
     """A CPU tensor holding a copy of array ``a``."""
-    import torch
+    import torch  # optional, heavy
 
     a = np.array(a)  # owned and writable
     name = a.dtype.name

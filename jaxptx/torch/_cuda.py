@@ -2,7 +2,7 @@
 
 The kernel is lowered for CUDA once per shape (``jax.jit(...).lower(
 lowering_platforms=("cuda",))``, which needs no GPU) and its custom call read
-back (:func:`jaxptx.runtime.standin.cuda_calls`). Each launch hands that
+back (:func:`jaxptx.runtime.cuda_calls`). Each launch hands that
 call to the same handler XLA runs (``jaxptx_launch_v2``), with a call frame
 whose buffers are the tensors' device pointers, on torch's current stream;
 scratch memory (private copies of inputs a kernel may write) comes from
@@ -20,8 +20,7 @@ import numpy as np
 
 from .. import _ffi
 from ..errors import SpecError
-from ..runtime._cuda_calls import CudaCall
-from ..runtime.standin import XLA_DTYPES
+from ..runtime import XLA_DTYPES, CudaCall
 
 __all__ = ["Buffer", "TorchScratch", "launch", "register_image", "frames"]
 

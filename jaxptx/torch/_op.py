@@ -27,8 +27,7 @@ from typing import Any
 import numpy as np
 
 from .. import isa
-from ..dsl import Kernel
-from ..dsl._specs import bind_specs
+from ..dsl import Kernel, bind_specs
 from ..errors import SpecError
 from . import _convert, _cuda
 
@@ -99,7 +98,7 @@ def _input_names(target: Any) -> tuple[str, ...]:
     tensor parameters (as :mod:`jaxptx.jax` names them), a function's
     positional parameters (none when it takes ``*args``)."""
     if isinstance(target, Kernel):
-        return tuple(target._tensors[:len(target.in_specs)])
+        return tuple(target.tensors[:len(target.in_specs)])
     try:
         params = inspect.signature(target).parameters.values()
     except (TypeError, ValueError):
@@ -265,14 +264,14 @@ class TorchOp:
 
     def cuda_call(self, tensors: list[Any], params: str) -> Any:
         """The kernel's CUDA custom call for inputs like ``tensors``
-        (:class:`jaxptx.runtime.standin.CudaCall`), lowered once per shape.
+        (:class:`jaxptx.runtime.CudaCall`), lowered once per shape.
 
         Raises:
             SpecError: a function op (it runs through JAX, not one call).
         """
         import jax
 
-        from ..runtime.standin import cuda_calls
+        from ..runtime import cuda_calls
 
         if not isinstance(self.kernel, Kernel):
             raise SpecError(f"{self.where}: a function op runs through JAX, not as one CUDA call")

@@ -1,12 +1,12 @@
 """Register-fragment pictures: which lane (thread) and register holds which
-matrix element, drawn from the emulator's own layout tables.
+matrix element, drawn from the one table of fragment layouts.
 
 Each function returns a matplotlib ``Figure`` whose ``.data`` holds the
-numbers it draws, computed by the functions the emulator runs:
-:func:`jaxptx.sim.semantics.fragments.mma_layout` (``mma.sync``),
-:func:`jaxptx.sim.semantics.wgmma.wgmma_a_layout` / ``wgmma_d_layout``,
-:func:`jaxptx.sim.semantics.matrix_ldst.fragment_map` (``ldmatrix`` /
-``stmatrix``) and :func:`jaxptx.sim.semantics.tcgen05_move.fragment_cells`
+numbers it draws, read from :mod:`jaxptx.isa.fragments` — the layouts the
+emulator and the DSL's epilogue helpers read too: :func:`~jaxptx.isa.fragments.mma`
+(``mma.sync``), :func:`~jaxptx.isa.fragments.wgmma_a` /
+:func:`~jaxptx.isa.fragments.wgmma_d`, :func:`~jaxptx.isa.fragments.ldmatrix`
+(``ldmatrix`` / ``stmatrix``) and :func:`~jaxptx.isa.fragments.tcgen05`
 (``tcgen05.ld`` / ``tcgen05.st``). A picture and an emulator run cannot
 disagree.
 """
@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..isa import fragments as layouts
 from ._draw import cell_grid, figure_with_data, pyplot
 
 __all__ = ["layout_grid", "mma_fragment", "wgmma_fragment", "ldmatrix_map", "tcgen05_ld_map"]
@@ -68,10 +69,9 @@ def mma_fragment(shape: str = "m16n8k16", operand: str = "a", type_name: str = "
     Returns:
         A ``Figure``; ``fig.data`` is the ``(2, rows, cols)`` array of
         :func:`layout_grid` (lane, element) of
-        ``jaxptx.sim.semantics.fragments.mma_layout(shape, operand, type_name, major)``.
+        ``jaxptx.isa.fragments.mma(shape, operand, type_name, major).flat``.
     """
-    from ..sim.semantics.fragments import mma_layout
-    data = layout_grid(*mma_layout(shape, operand, type_name, major))
+    data = layout_grid(*layouts.mma(shape, operand, type_name, major).flat)
     dims = {"a": ("row (M)", "column (K)"), "b": ("row (K)", "column (N)"), "c": ("row (M)", "column (N)")}
     ylabel, xlabel = dims[operand]
     fig = _grid_figure(data, operand, f"mma.sync.{shape} {operand.upper()} ({type_name})", xlabel, ylabel)
@@ -93,15 +93,14 @@ def wgmma_fragment(n: int = 16, operand: str = "d", k: int = 16, type_name: str 
 
     Returns:
         A ``Figure``; ``fig.data`` is the ``(2, 64, cols)`` (thread, element)
-        array of ``jaxptx.sim.semantics.wgmma.wgmma_d_layout(n)`` or
-        ``wgmma_a_layout(k, type_name)``.
+        array of ``jaxptx.isa.fragments.wgmma_d(n)`` or
+        ``wgmma_a(k, type_name)``.
     """
-    from ..sim.semantics.wgmma import wgmma_a_layout, wgmma_d_layout
     if operand == "d":
-        data = layout_grid(*wgmma_d_layout(n))
+        data = layout_grid(*layouts.wgmma_d(n).flat)
         title, xlabel = f"wgmma.m64n{n} D (f32 accumulator)", "column (N)"
     elif operand == "a":
-        data = layout_grid(*wgmma_a_layout(k, type_name))
+        data = layout_grid(*layouts.wgmma_a(k, type_name).flat)
         title, xlabel = f"wgmma.m64nNk{k} A in registers ({type_name})", "column (K)"
     else:
         raise ValueError(f"wgmma_fragment: operand must be 'd' or 'a', got {operand!r}")
@@ -129,21 +128,16 @@ def ldmatrix_map(shape: str = "m8n8", trans: bool = False, num: int = 1) -> Any:
     Returns:
         A ``Figure``; ``fig.data`` is ``(3, rows, num * cols)``: lane,
         destination register (``j * registers_per_matrix + r``) and element
-        within the register, from
-        ``jaxptx.sim.semantics.matrix_ldst.fragment_map(shape, trans)``.
+        within the register, from ``jaxptx.isa.fragments.ldmatrix(shape, trans, num)``.
     """
-    from ..sim.semantics.matrix_ldst import fragment_map
     if num not in (1, 2, 4):
         raise ValueError(f"ldmatrix_map: num must be 1, 2 or 4, got {num!r}")
-    row, col = fragment_map(shape, trans)
-    nregs, per = row.shape[1:]
-    rows, cols = int(row.max()) + 1, int(col.max()) + 1
+    _, row, col = layouts.ldmatrix(shape, trans, num).grid
+    rows, cols = layouts.LDMATRIX_SHAPES[shape], int(col.max()) + 1
     data = np.full((3, rows, num * cols), -1, dtype=np.int64)
-    lane, reg, elem = np.meshgrid(np.arange(32), np.arange(nregs), np.arange(per), indexing="ij")
-    for j in range(num):
-        data[0, row, col + j * cols] = lane
-        data[1, row, col + j * cols] = reg + j * nregs
-        data[2, row, col + j * cols] = elem
+    lane, reg, elem = np.meshgrid(*(np.arange(n) for n in row.shape), indexing="ij")
+    # matrix j (rows R*j.. of the layout) drawn to the right of matrix j - 1
+    data[:, row % rows, col + (row // rows) * cols] = lane, reg, elem
     plt = pyplot()
     # Matrices in a grid, matrix j at row j % 2, column j // 2 for .x4: the
     # four 8 x 8 quarters of a 16 x 16 tile as mma.m16n8k16's A uses them.
@@ -163,9 +157,6 @@ def ldmatrix_map(shape: str = "m8n8", trans: bool = False, num: int = 1) -> Any:
     return figure_with_data(fig, data)
 
 
-_PER_X1 = {"32x32b": 1, "16x64b": 1, "16x128b": 2, "16x256b": 4}
-
-
 def tcgen05_ld_map(shape: str = "16x256b", num: int = 1) -> Any:
     """The tensor-memory cells one warp's ``tcgen05.ld.<shape>.x<num>`` reads
     (``tcgen05.st`` writes): lanes down, 32-bit columns across, each cell
@@ -173,17 +164,16 @@ def tcgen05_ld_map(shape: str = "16x256b", num: int = 1) -> Any:
 
     Returns:
         A ``Figure``; ``fig.data`` is ``(2, lanes, columns)`` (thread,
-        register) from ``jaxptx.sim.semantics.tcgen05_move.fragment_cells``.
+        register) from ``jaxptx.isa.fragments.tcgen05(shape, num)``.
     """
-    from ..sim.semantics.tcgen05_move import fragment_cells
     shape = shape.lstrip(".")
-    if shape not in _PER_X1:
-        raise ValueError(f"tcgen05_ld_map: shape must be one of {tuple(_PER_X1)}, got {shape!r}")
-    nregs = _PER_X1[shape] * num
-    lane, cols = fragment_cells(shape, nregs, False)
-    col = cols[:, :, 0]
-    data = np.full((2, int(lane.max()) + 1, int(col.max()) + 1), -1, dtype=np.int64)
-    thread, reg = np.meshgrid(np.arange(32), np.arange(nregs), indexing="ij")
+    shapes = tuple(s for s in layouts.TCGEN05_SHAPES if s != "16x32bx2")
+    if shape not in shapes:
+        raise ValueError(f"tcgen05_ld_map: shape must be one of {shapes}, got {shape!r}")
+    layout = layouts.tcgen05(shape, num)
+    _, lane, col = (a[:, :, 0] for a in layout.grid)
+    data = np.full((2, *layout.dims[1:]), -1, dtype=np.int64)
+    thread, reg = np.meshgrid(np.arange(32), np.arange(layout.registers), indexing="ij")
     data[0, lane, col] = thread
     data[1, lane, col] = reg
     plt = pyplot()

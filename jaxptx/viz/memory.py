@@ -73,11 +73,11 @@ def tma_box_data(shape: Sequence[int], box: Sequence[int], coords: Sequence[int]
             must not exceed it (the driver's rule).
     """
     from ..sim.memory.tensormap import decode, tensor_map
-    from ..sim.semantics.bulk_copy import _box
+    from ..sim.semantics.bulk_copy import tma_box_addresses
     from ..sim.semantics.bulk_copy import swizzle as swz
     base = 1 << 36
     tm = decode(tensor_map(base, shape, dtype, box=box, swizzle=swizzle))
-    gaddr, inb = _box(tm, np.asarray([list(coords)[::-1]], dtype=np.int64))
+    gaddr, inb = tma_box_addresses(tm, np.asarray([list(coords)[::-1]], dtype=np.int64))
     w = tm.elem_bytes
     src = np.where(inb[0], (gaddr[0].astype(np.int64) - base) // w, -1)
     slot = swz(np.arange(src.size, dtype=np.uint64) * np.uint64(w), tm.swizzle).astype(np.int64) // w

@@ -1,12 +1,11 @@
 """A kernel's pipeline over time, from an emulator run: when each mbarrier
 completes a phase, and when threads issue TMA copies, MMAs and commits.
 
-:func:`record_pipeline` wraps the emulator's semantics functions for the
-asynchronous families (mbarrier, bulk/tensor copies, ``wgmma``,
-``tcgen05.mma``/``commit``) for the duration of a ``with`` block, without
-changing how they compute; every launch inside the block (``sim.launch``,
-``sim.Device.launch``, a kernel called under ``jax.jit`` on the CPU) is
-recorded. Time is the emulator's step counter (what ``%clock`` reads): one
+:func:`record_pipeline` joins an observer to every emulator launch inside
+a ``with`` block (``sim.launch``, ``sim.Device.launch``, a kernel called
+under ``jax.jit`` on the CPU), which hears the asynchronous families' issues
+(mbarrier, bulk/tensor copies, ``wgmma``, ``tcgen05.mma``/``commit``) and
+every mbarrier phase completion. Time is the emulator's step counter (what ``%clock`` reads): one
 step runs one instruction for the threads at one PC.
 """
 
@@ -14,12 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from ..isa import UNITS
+from ..sim.core.observers import Observer
+from ..sim.core.view import MachineView
+from ..sim.observing import observing
 from ._draw import figure_with_data, pyplot
 
 __all__ = ["PipelineTrace", "record_pipeline", "pipeline_timeline", "EVENT_KINDS"]
@@ -35,6 +37,7 @@ EVENT_KINDS: dict[str, str] = {
     "mbarrier_test_wait": "wait",
 }
 KIND_CODES = ("TMA copy", "bulk copy", "MMA issue", "commit", "arrive", "wait")
+_KIND_CODE = {sim: KIND_CODES.index(kind) for sim, kind in EVENT_KINDS.items()}
 
 
 @dataclasses.dataclass
@@ -67,46 +70,38 @@ class PipelineTrace:
         return np.asarray(self.events, dtype=np.int64).reshape(-1, 5)
 
 
-class _Recorder:
-    """Per-machine barrier phases, updated after every wrapped call."""
+class _Recorder(Observer):
+    """One launch's pipeline events, heard as the emulator's events
+    (:mod:`jaxptx.sim.core.observers`) and added to ``trace``."""
 
-    def __init__(self, trace: PipelineTrace) -> None:
+    def __init__(self, trace: PipelineTrace, machine: MachineView) -> None:
         self.trace = trace
-        self.machine: Any = None
-        self.known: dict[int, int] = {}          # word index -> last phase
+        self.m = machine
+        self.launch = trace.launches
+        trace.launches += 1
 
-    def wrap(self, name: str, fn: Callable) -> Callable:
-        kind = KIND_CODES.index(EVENT_KINDS[name]) if name in EVENT_KINDS else None
+    def after(self, sim: str, step: Any) -> None:
+        """A recorded instruction ran: an event at this step."""
+        kind = _KIND_CODE.get(sim)
+        if kind is not None:
+            first, per_cta = int(step.threads[0]), self.m.ntid
+            self.trace.events.append((self.launch, self.m.steps, kind, first // per_cta, (first % per_cta) // 32))
 
-        def recorded(s: Any) -> None:
-            if s.m is not self.machine:
-                self.machine, self.known = s.m, {}
-                self.trace.launches += 1
-            launch = self.trace.launches - 1
-            fn(s)
-            step, per_cta = s.m.steps, s.m.ntid
-            if name == "mbarrier_init":
-                from ..sim.semantics.mbarrier import barrier_index
-                for idx in np.unique(barrier_index(s, 0)):
-                    self.known[int(idx)] = self._phase(s, int(idx))
-                    self.trace.barriers.append((launch, *self._where(s, int(idx))))
-            if kind is not None:
-                first = int(s.threads[0])
-                self.trace.events.append((launch, step, kind, first // per_cta, (first % per_cta) // 32))
-            for idx, old in list(self.known.items()):
-                new = self._phase(s, idx)
-                if new != old:
-                    self.known[idx] = new
-                    self.trace.flips.append((launch, step, *self._where(s, idx), new))
-        return recorded
+    def mbarrier_init(self, words: Any) -> None:
+        """Mbarriers initialised: rows of the figure."""
+        for idx in np.unique(words).tolist():
+            self.trace.barriers.append((self.launch, *self._where(int(idx))))
 
-    @staticmethod
-    def _phase(s: Any, idx: int) -> int:
-        return int(s.m.memory.shared.view(np.uint64)[idx] >> np.uint64(63))
+    def mbarrier_phases(self, words: Any, completed: Any) -> None:
+        """Phase bits about to flip (the words still hold the old phase)."""
+        shared = self.m.memory.shared.view(np.uint64)
+        for idx, flip in zip(np.asarray(words).reshape(-1).tolist(), np.asarray(completed).reshape(-1).tolist()):
+            if flip:
+                new = int(shared[idx] >> np.uint64(63)) ^ 1
+                self.trace.flips.append((self.launch, self.m.steps, *self._where(idx), new))
 
-    @staticmethod
-    def _where(s: Any, idx: int) -> tuple[int, int]:
-        size = s.m.memory.shared_size or 1
+    def _where(self, idx: int) -> tuple[int, int]:
+        size = self.m.memory.shared_size or 1
         cta, off = divmod(idx * 8, size)
         return cta, off
 
@@ -114,7 +109,8 @@ class _Recorder:
 @contextlib.contextmanager
 def record_pipeline() -> Iterator[PipelineTrace]:
     """Record mbarrier phase completions and asynchronous issues of every
-    emulator launch inside the block.
+    emulator launch inside the block (an observer of each launch, through
+    :func:`jaxptx.sim.observing`).
 
     Example::
 
@@ -122,18 +118,9 @@ def record_pipeline() -> Iterator[PipelineTrace]:
             jaxptx.sim.launch(kernel, a, b, c, **dims)
         fig = viz.pipeline_timeline(trace)
     """
-    from ..sim.semantics import SEMANTICS
     trace = PipelineTrace()
-    rec = _Recorder(trace)
-    names = [n for n in SEMANTICS if n in EVENT_KINDS or n.startswith(("mbarrier_", "cp_async_bulk"))
-             or n == "cp_async_mbarrier_arrive"]
-    saved = {n: SEMANTICS[n] for n in names}
-    try:
-        for n in names:
-            SEMANTICS[n] = rec.wrap(n, saved[n])
+    with observing(lambda machine: _Recorder(trace, machine)):
         yield trace
-    finally:
-        SEMANTICS.update(saved)
 
 
 def pipeline_timeline(trace: PipelineTrace, cta: int = 0, names: Mapping[int, str] | None = None,

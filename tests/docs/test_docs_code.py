@@ -45,6 +45,8 @@ def test_page_code_runs(page: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> 
         pytest.importorskip("matplotlib")
     if "\nimport torch\n" in text:
         pytest.importorskip("torch", reason="the torch guide needs torch (pip install -e '.[torch]')")
+    if "import triton" in text:
+        pytest.importorskip("triton.language", reason="the Triton examples need Triton (pip install -e '.[triton]')")
     try:
         import matplotlib
         matplotlib.use("Agg")

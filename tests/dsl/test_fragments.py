@@ -1,6 +1,13 @@
-"""jaxptx.dsl.fragments: each accumulator layout checked against the
-emulator's mma.sync / wgmma / tcgen05.ld, the DSL forms against the Python
-ones, and the swizzle against the emulator's wgmma swizzle modes."""
+"""jaxptx.dsl.fragments: the pure-Python maps and the registers the DSL
+forms emit, both against the PTX ISA's fragment formulas written out here
+(``isa_c``, ``isa_wgmma_d``, ``ISA_TCGEN05``), with an emulator run that
+moves known values through mma.sync / wgmma / tcgen05.ld; and the swizzle
+against the emulator's wgmma swizzle modes.
+
+The DSL helpers and the emulator both read :mod:`jaxptx.isa.fragments`, so
+"the DSL agrees with the emulator" holds by construction; what these tests
+pin is that the one table (and the DSL's shift-and-mask emission of it) is
+the ISA's."""
 
 from __future__ import annotations
 
@@ -27,6 +34,14 @@ def dims(shape: str) -> tuple[int, int, int]:
     m, rest = shape[1:].split("n")
     n, k = rest.split("k")
     return int(m), int(n), int(k)
+
+
+def isa_c(shape: str, lane: int, reg: int, ctype: str) -> tuple[int, int]:
+    """PTX ISA "Matrix Fragments for mma.m*n*k*", C/D: c_i at row groupID +
+    8 (i // 2), column 2 threadID_in_group + i % 2 (i < 2 for the 8 x 8
+    accumulators); an .f16x2 register r holds c_2r and c_2r+1."""
+    i = 2 * reg if ctype == "f16" else reg
+    return lane // 4 + 8 * (i // 2), 2 * (lane % 4) + i % 2
 
 
 def pack_fragments(mat: np.ndarray, which: str, bits: int) -> np.ndarray:
@@ -99,9 +114,10 @@ def test_mma_accumulator_layout_on_the_emulator(shape, ab, ctype, counts, bits) 
         out = out.view(np.float16).reshape(32, nc, 2)
     assert fr.mma_registers(shape, ctype) == nc
     for lane in range(32):
-        assert tuple(base[lane]) == fr.mma_coords(shape, lane, 0, ctype)
+        assert tuple(base[lane]) == isa_c(shape, lane, 0, ctype)
         for j in range(nc):
-            r, c = fr.mma_coords(shape, lane, j, ctype)
+            r, c = isa_c(shape, lane, j, ctype)
+            assert fr.mma_coords(shape, lane, j, ctype) == (r, c)
             if ctype == "f16":
                 assert tuple(out[lane, j]) == (d[r, c], d[r, c + 1])
             else:
@@ -116,6 +132,14 @@ def test_mma_refusals() -> None:
 
 
 # --- wgmma (and the swizzle modes it reads) ---------------------------------------------------
+
+def isa_wgmma_d(t: int, i: int) -> tuple[int, int]:
+    """PTX ISA "Register Fragments" for wgmma D: warp t // 32 owns rows
+    16 (t // 32) .. +15; d_i of lane l is row l // 4 + 8 ((i // 2) % 2),
+    column 8 (i // 4) + 2 (l % 4) + i % 2 of that slab."""
+    lane = t % 32
+    return 16 * (t // 32) + lane // 4 + 8 * (i // 2 % 2), 8 * (i // 4) + 2 * (lane % 4) + i % 2
+
 
 def wgmma_kernel(n: int, kw: int):
     @kernel(in_specs=(Tile(64, kw, bf16), Tile(n, kw, bf16)), out_specs=(Tile(128, n // 2, f32), Tile(128, 2, u32)),
@@ -165,13 +189,24 @@ def test_wgmma_layout_and_swizzle_on_the_emulator(n: int, kw: int) -> None:
     base = np.zeros((128, 2), np.uint32)
     sim.launch(wgmma_kernel(n, kw), a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16), out, base)
     for t in range(128):
-        assert tuple(base[t]) == fr.wgmma_coords(n, t, 0)
+        assert tuple(base[t]) == isa_wgmma_d(t, 0)
         for j in range(n // 2):
-            r, c = fr.wgmma_coords(n, t, j)
+            r, c = isa_wgmma_d(t, j)
+            assert fr.wgmma_coords(n, t, j) == (r, c)
             assert out[t, j] == d[r, c], (t, j)
 
 
 # --- tcgen05.ld ----------------------------------------------------------------------
+
+# PTX ISA "Matrix fragments for tcgen05.ld/st": (lane, column) of register
+# r of thread l, and registers per .x1; .xN repeats along the columns.
+ISA_TCGEN05 = {
+    "32x32b": (1, lambda l, r: (l, r)),
+    "16x64b": (1, lambda l, r: (l // 4 + 8 * (l % 2), l // 2 % 2 + 2 * r)),
+    "16x128b": (2, lambda l, r: (l // 4 + 8 * (r % 2), l % 4 + 4 * (r // 2))),
+    "16x256b": (4, lambda l, r: (l // 4 + 8 * (r // 2 % 2), r % 2 + 2 * (l % 4) + 8 * (r // 4))),
+}
+
 
 def tcgen05_kernel(shape: str, num: int):
     nregs = fr.tcgen05_ld_registers(shape, num)
@@ -208,15 +243,72 @@ def tcgen05_kernel(shape: str, num: int):
 
 @pytest.mark.parametrize("shape,num", [("32x32b", 4), ("16x64b", 8), ("16x128b", 4), ("16x256b", 2)])
 def test_tcgen05_ld_layout_on_the_emulator(shape: str, num: int) -> None:
+    per, where = ISA_TCGEN05[shape]
     nregs = fr.tcgen05_ld_registers(shape, num)
+    assert nregs == per * num
     out = np.zeros((32, nregs), np.uint32)
     base = np.zeros((32, 2), np.uint32)
     sim.launch(tcgen05_kernel(shape, num), out, base)
     for t in range(32):
-        assert tuple(base[t]) == fr.tcgen05_ld_coords(shape, t, 0, num)
+        assert tuple(base[t]) == where(t, 0)
         for j in range(nregs):
-            lane, col = fr.tcgen05_ld_coords(shape, t, j, num)
+            lane, col = where(t, j)
+            assert fr.tcgen05_ld_coords(shape, t, j, num) == (lane, col)
             assert out[t, j] == 64 * lane + col, (t, j)
+
+
+# --- offsets, the wgmma base's mask, refusals -----------------------------------------------
+
+def test_offsets_are_the_isa_cells_relative_to_register_0() -> None:
+    for j in range(4):
+        assert fr.mma_offset("m16n8k16", j) == (8 * (j // 2), j % 2)
+    assert [fr.mma_offset("m16n8k16", j, "f16") for j in range(2)] == [(0, 0), (8, 0)]
+    assert [fr.mma_offset("m8n8k16", j, "s32") for j in range(2)] == [(0, 0), (0, 1)]
+    for j in range(12):
+        want = isa_wgmma_d(0, j)
+        assert fr.wgmma_offset(24, j) == (want[0], want[1])
+    for shape, (per, where) in ISA_TCGEN05.items():
+        for j in range(2 * per):
+            lane0, col0 = where(0, 0)
+            lane, col = where(0, j)
+            assert fr.tcgen05_ld_offset(shape, j, 2) == (lane - lane0, col - col0), (shape, j)
+
+
+@kernel(out_specs=(Tile(256, 2, u32), Tile(256, 2, u32)), grid=(1, 1, 1), block=(256, 1, 1), arch="sm_90a")
+def bases(wg, tc):
+    tid = ptx.special.tid.x()
+    at = ptx.mul.wide.u32(tid, 8)
+    row, col = fr.wgmma_base()                  # %tid.x up to 255: only its low 7 bits count
+    ptx.st.global_.u32(wg.ptr + at, row)
+    ptx.st.global_.u32(wg.ptr + at + 4, col)
+    row, col = fr.tcgen05_ld_base("16x64b")     # %laneid
+    ptx.st.global_.u32(tc.ptr + at, row)
+    ptx.st.global_.u32(tc.ptr + at + 4, col)
+
+
+def test_emitted_bases_are_the_isa_cells_of_register_0() -> None:
+    wg = np.zeros((256, 2), np.uint32)
+    tc = np.zeros((256, 2), np.uint32)
+    sim.launch(bases, wg, tc)
+    for t in range(256):
+        assert tuple(wg[t]) == isa_wgmma_d(t % 128, 0), t
+        assert tuple(tc[t]) == ISA_TCGEN05["16x64b"][1](t % 32, 0), t
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: fr.mma_registers("m16n8k16", "bf16"), r"ctype: expected one of \('f32', 's32', 'f64', 'f16'\)"),
+    (lambda: fr.mma_offset("m16n8k16", 2, "f16"), r"register 2 out of range 0\.\.1"),
+    (lambda: fr.wgmma_coords(20, 0, 0), "N must be a multiple of 8 in 8..256, got 20"),
+    (lambda: fr.wgmma_offset(16, 8), "register 8 out of range 0..7 for N=16"),
+    (lambda: fr.wgmma_coords(16, 128, 0), "thread 128 out of range 0..127"),
+    (lambda: fr.tcgen05_ld_registers("16x32bx2"), r"expected a shape in \('32x32b', '16x64b', '16x128b', '16x256b'\)"),
+    (lambda: fr.tcgen05_ld_offset("32x32b", 0, 3), r"\.x3 is not a repeat count"),
+    (lambda: fr.tcgen05_ld_coords("16x128b", 0, 2), r"register 2 out of range 0\.\.1"),
+    (lambda: fr.tcgen05_ld_coords("16x128b", 32, 0), "thread 32 out of range 0..31"),
+])
+def test_helper_refusals(call, message: str) -> None:
+    with pytest.raises(TraceError, match=message):
+        call()
 
 
 # --- swizzle -----------------------------------------------------------------------------

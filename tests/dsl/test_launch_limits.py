@@ -16,7 +16,7 @@ import pytest
 
 from jaxptx import Tile, kernel, ptx, smem
 from jaxptx.errors import LaunchError
-from jaxptx.launch import Launch, validate_launch
+from jaxptx.launch import MAX_GRID, Launch, validate_launch
 from jaxptx.runtime import ptxas
 from jaxptx.types import b8, f32
 
@@ -242,3 +242,14 @@ def test_carved_dynamic_shared_memory_is_checked_against_the_target() -> None:
     with pytest.raises(LaunchError, match=r"^kernel big: shared memory of 0 static \+ 204800 dynamic "
                                           r"= 204800 bytes exceeds sm_80's maximum of 166912 bytes"):
         big.specialize_for("sm_80")
+
+
+def test_a_batch_folds_into_grid_z_through_one_method():
+    """``Launch.with_grid_z`` is the one place a vmap's batch becomes grid z
+    (kernels, ptx_call and the partitioned call use it): the rest of the
+    launch is kept, and gridDim.z's limit still holds."""
+    base = Launch((3, 2, 1), (64, 1, 1), (1, 1, 1), 1024, where="kernel k")
+    folded = base.with_grid_z(8)
+    assert (folded.grid, folded.block, folded.smem) == ((3, 2, 8), (64, 1, 1), 1024)
+    with pytest.raises(LaunchError, match=r"kernel k: grid.z = 65536 exceeds CUDA's limit of 65535"):
+        base.with_grid_z(MAX_GRID[2] + 1)

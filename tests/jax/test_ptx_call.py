@@ -447,20 +447,20 @@ def test_the_cuda_lowering_carries_the_ptx_in_launch_order():
 
 
 def test_the_carried_ptx_keeps_the_line_numbers():
-    from jaxptx.jax import _ptx_source
-    moved = _ptx_source.carried_ptx(AXPY, "axpy", (0, 1, 4, 2, 3, None))
+    from jaxptx.jax import _ptx_text
+    moved = _ptx_text.carried_ptx(AXPY, "axpy", (0, 1, 4, 2, 3, None))
     assert moved.count("\n") == AXPY.count("\n")
     assert moved.splitlines()[10:] == AXPY.splitlines()[10:]     # from ")" on, line for line
     # an added param joins a line; the last one keeps the line break before ")"
     assert ("\t.param .u64 out,\n\t.param .f32 alpha, .param .u32 n,\n"
             "\t.param .u64 jaxptx_unused_0\n)\n{") in moved, moved
-    assert _ptx_source.carried_ptx(AXPY, "axpy", (0, 1, 2, 3, 4)) is AXPY
+    assert _ptx_text.carried_ptx(AXPY, "axpy", (0, 1, 2, 3, 4)) is AXPY
 
 
 def test_the_cuda_handler_runs_the_calls_on_a_stand_in_driver():
     # The shim's real CUDA handler (id check, parameter checks, scalars,
     # aliases, tensor-map encoding) against a driver that runs the emulator.
-    from jaxptx.runtime.standin import StandInDriver, cuda_calls
+    from jaxptx.testing.standin import StandInDriver, cuda_calls
 
     def lowered(f, *args):
         call, = cuda_calls(jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",)))

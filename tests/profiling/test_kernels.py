@@ -96,11 +96,40 @@ def test_wgmma_and_tcgen05_gemm_flops(name):
     else:
         # tcgen05.mma M = N = 128, K = 16 (kind::f16), one thread issues each
         assert sum(e["predicated_on"] for e in mmas) == 2 * 4
+        assert p.kernel["tensor_flops_unknown"] == 0 and not any("tensor_flops_unknown" in e for e in mmas)
     # K-major tiles, 128-byte swizzle: every 8 rows of 16 bytes in 8 bank groups
     assert p.kernel["tensor_smem_bytes"] > 0 and p.kernel["tensor_smem_conflicts"] == 0
     assert p.kernel["tma_bytes"] == 2 * n * n * 2
     est = p.roofline("B200")
     assert est["estimate"] and est["bound_by"] == "tensor cores"
+
+
+def test_a_tcgen05_descriptor_the_profiler_cannot_decode_is_recorded_with_its_reason(monkeypatch):
+    """The profiler reads each tcgen05.mma's instruction descriptor with the
+    shared decoder; a word it cannot decode adds no FLOPs and says why on
+    its line (the emulator's own decoder is not patched: the launch runs)."""
+    from jaxptx.isa.encodings import EncodingError
+    from jaxptx.profile import counters
+
+    class Refusing:
+        @staticmethod
+        def decode(word: int, kind: str):
+            raise EncodingError("test field", "readable", word)
+    monkeypatch.setattr(counters, "InstrDesc", Refusing)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gemm_kernels
+    n = 128
+    a, bt, want = _gemm_inputs(n, n, n)
+    c = np.zeros((n, n), np.float32)
+    spec = gemm_kernels.tc_gemm.specialize(M=n, N=n, K=n)
+    p = profile(spec.module, a, bt, c, *gemm_kernels.maps(a.shape, bt.shape), grid=spec.grid, block=spec.block,
+                smem=spec.smem, resources=False)
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+    mmas = [e for e in p.lines if e["class"] == "tensor"]
+    assert p.tensor_flops == {} and mmas and p.kernel["tensor_flops_unknown"] == len(mmas)
+    for e in mmas:
+        assert re.fullmatch(r"instruction descriptor 0x[0-9a-f]{8}: test field must be readable, got \d+",
+                            e["tensor_flops_unknown"]), e
 
 
 # Hand-computed from the limits in occupancy.py's docstring:

@@ -1,8 +1,9 @@
 """The CUDA launch handler (ffi/cuda_launch.cc, jaxptx_launch_v2) run with no
 GPU: its real C++ code, called with the call frame XLA would build from a CUDA
 lowering, against a stand-in driver that runs the PTX on the emulator
-(jaxptx.runtime.standin). Results are compared with numpy; the driver's log
-shows what the handler asked of it."""
+(jaxptx.testing.standin, swapped in through jaxptx._ffi.set_cuda_driver).
+Results are compared with numpy; the driver's log shows what the handler
+asked of it."""
 
 from __future__ import annotations
 
@@ -16,94 +17,45 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from jaxptx import Tile, _ffi, kernel, ptx, sim
-from jaxptx.jax import in_place
+from jaxptx import sim
 from jaxptx.launch import Launch
-from jaxptx.runtime.standin import (CUDA_ERROR_INVALID_HANDLE, DriverError, HandlerError,
-                                    StandInDriver, cuda_calls)
-from jaxptx.types import f32, s64, u32
+from jaxptx.testing.standin import CUDA_ERROR_INVALID_HANDLE, DriverError, StandInDriver
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "jax"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from handler_calls import (  # noqa: E402
+    FAILED_PRECONDITION,
+    INTERNAL,
+    INVALID_ARGUMENT,
+    RESOURCE_EXHAUSTED,
+    X,
+    add_one,
+    cluster_rank,
+    failure,
+    lowered_call,
+    run,
+    scaled,
+)
 from jax_kernels import affine, axpy_index, clobber, wild_load  # noqa: E402
 from tma_kernels import tma_reshaped_dump, tma_scale  # noqa: E402
-
-X = np.arange(256, dtype=np.float32)
-INVALID_ARGUMENT, RESOURCE_EXHAUSTED, FAILED_PRECONDITION, INTERNAL = 3, 8, 9, 13
-
-
-@kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32), Tile("N", s64)),
-        raw_params=[("u32", "n"), ("f32", "alpha"), ("s64", "bias")],
-        grid=lambda N: (N // 128, 1, 1), block=(128, 1, 1), arch="sm_90a")
-def scaled(x, y, z):
-    """``y[i] = x[i] * alpha`` for ``i < n``, else ``x[i]``; ``z[i] = bias + i``
-    (a 4-byte int, a 4-byte float and an 8-byte int scalar)."""
-    i = ptx.special.ctaid.x() * 128 + ptx.special.tid.x()
-    off = ptx.mul.wide.u32(i, 4)
-    v = ptx.ld.global_.f32(x.ptr + off)
-    with ptx.if_(i < ptx.param("n")):
-        ptx.mul.f32(v, v, ptx.param("alpha"))
-    ptx.st.global_.f32(y.ptr + off, v)
-    ptx.st.global_.s64(z.ptr + ptx.mul.wide.u32(i, 8), ptx.cvt.s64.u32(i) + ptx.param("bias"))
-
-
-@kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", u32),),
-        grid=lambda N: (N // 128, 1, 1), block=(128, 1, 1), cluster=(2, 1, 1),
-        smem=64 * 1024, arch="sm_90a")
-def cluster_rank(x, y):
-    """``y[i] = rank + 10 * size`` of the cluster of element i's CTA
-    (clusters of 2 CTAs, with 64 KiB of dynamic shared memory)."""
-    i = ptx.special.ctaid.x() * 128 + ptx.special.tid.x()
-    rank = ptx.special.cluster_ctarank() + ptx.special.cluster_nctarank() * 10
-    ptx.st.global_.u32(y.ptr + ptx.mul.wide.u32(i, 4), rank)
-
-
-@in_place(y="x")
-@kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),),
-        grid=lambda N: (N // 128, 1, 1), block=(128, 1, 1), arch="sm_90a")
-def add_one(x, y):
-    """``x += 1`` in place."""
-    off = ptx.mul.wide.u32(ptx.special.ctaid.x() * 128 + ptx.special.tid.x(), 4)
-    ptx.st.global_.f32(y.ptr + off, ptx.ld.global_.f32(y.ptr + off) + 1.0)
-
-
-def _call(f, *args):
-    """The CUDA custom call of ``f(*args)``, as lowered, but for a comment
-    at the end of its PTX (and so its own kernel id): GPU tests in this
-    process may have registered a cubin under the kernel's own id, and the
-    stand-in runs PTX only."""
-    (call,) = cuda_calls(jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",)))
-    return call.replace(ptx=call["ptx"] + b"// run by test_cuda_handler\n")
-
-
-def _run(call, *arrays, driver=None, **kwargs):
-    driver = driver or StandInDriver()
-    ran = driver.run(call, *arrays, **kwargs)
-    assert driver.ctx_get_current() == 0  # every push popped
-    return ran, driver
-
-
-def _failure(call, *arrays, driver=None, **kwargs) -> HandlerError:
-    driver = driver or StandInDriver()
-    # every refusal leads with its status and the handler's name; callers pin the rest
-    with pytest.raises(HandlerError, match=r"^[A-Z_]+: jaxptx_launch_v\d\b") as info:
-        driver.run(call, *arrays, **kwargs)
-    assert driver.ctx_get_current() == 0
-    return info.value
 
 
 def test_a_plain_kernel_with_two_inputs_and_two_outputs_matches_numpy():
     w = X[::-1].copy()
-    call = _call(axpy_index, X, w)
-    y, idx = _run(call, X, w)[0].outputs
+    call = lowered_call(axpy_index, X, w)
+    y, idx = run(call, X, w)[0].outputs
     np.testing.assert_array_equal(y, X * 3 + w)
     np.testing.assert_array_equal(idx, np.arange(256, dtype=np.int32))
 
 
 def test_the_driver_is_asked_in_order_and_params_are_the_device_addresses():
-    call = _call(axpy_index, X, X)
-    _, driver = _run(call, X, X)
+    call = lowered_call(axpy_index, X, X)
+    _, driver = run(call, X, X)
     assert [name for name, _ in driver.log] == [
-        "ctx_push", "module_load", "module_get_function", "launch", "ctx_pop"]
+        "ctx_push", "module_load", "module_get_function", *["func_get_param_info"] * 5, "launch",
+        "ctx_pop"]
+    # the parameters, asked of the driver until it answers CUDA_ERROR_INVALID_VALUE
+    assert driver.calls("func_get_param_info") == [("axpy_index", k) for k in range(5)]
     (launch,) = driver.calls("launch")
     assert launch["grid"] == (2, 1, 1) and launch["block"] == (128, 1, 1)
     assert launch["cluster"] == (1, 1, 1) and launch["smem"] == 0
@@ -113,18 +65,19 @@ def test_the_driver_is_asked_in_order_and_params_are_the_device_addresses():
 
 
 def test_a_module_is_loaded_once_per_context():
-    call = _call(affine, X)
+    call = lowered_call(affine, X)
     driver = StandInDriver()
     for _ in range(2):
-        np.testing.assert_array_equal(_run(call, X, driver=driver)[0].outputs[0], X * 2 + 1)
+        np.testing.assert_array_equal(run(call, X, driver=driver)[0].outputs[0], X * 2 + 1)
     assert len(driver.calls("module_load")) == 1 and len(driver.calls("launch")) == 2
-    other = _run(call, X)[1]  # another device: another context, loaded again
+    assert len(driver.calls("func_get_param_info")) == 3  # read once, with the function
+    other = run(call, X)[1]  # another device: another context, loaded again
     assert len(other.calls("module_load")) == 1
 
 
 def test_raw_scalars_reach_the_kernel_with_their_own_sizes():
-    call = _call(lambda x: scaled(x, n=100, alpha=-1.5, bias=-(2**40) + 5), X)
-    ran, driver = _run(call, X)
+    call = lowered_call(lambda x: scaled(x, n=100, alpha=-1.5, bias=-(2**40) + 5), X)
+    ran, driver = run(call, X)
     y, z = ran.outputs
     np.testing.assert_array_equal(y, np.where(np.arange(256) < 100, X * np.float32(-1.5), X))
     np.testing.assert_array_equal(z, np.arange(256, dtype=np.int64) - 2**40 + 5)
@@ -136,8 +89,8 @@ def test_raw_scalars_reach_the_kernel_with_their_own_sizes():
 
 def test_tma_descriptors_are_encoded_from_the_buffers_addresses():
     x = np.random.default_rng(0).standard_normal((64, 96)).astype(np.float32)
-    call = _call(tma_scale, x)
-    ran, driver = _run(call, x)
+    call = lowered_call(tma_scale, x)
+    ran, driver = run(call, x)
     np.testing.assert_allclose(ran.outputs[0], x.astype(np.float64) * 2 + 1, rtol=1e-6)
     maps = driver.calls("tensor_map_encode_tiled")
     assert [m["address"] for m in maps] == [1 << 36, 2 << 36]  # input, then output
@@ -150,7 +103,7 @@ def test_tma_descriptors_are_encoded_from_the_buffers_addresses():
 def test_a_rank_3_bf16_descriptor_gives_what_the_cpu_handler_gives():
     x = np.random.default_rng(1).standard_normal((48, 256)).astype(ml_dtypes.bfloat16)
     f = jax.jit(lambda x: tma_reshaped_dump(x, G=3))
-    ran, driver = _run(_call(f, x), x)
+    ran, driver = run(lowered_call(f, x), x)
     np.testing.assert_array_equal(ran.outputs[0], np.asarray(f(x)))  # the emulator's own maps
     (m,) = driver.calls("tensor_map_encode_tiled")
     assert (m["dtype"], m["rank"], m["dims"], m["strides"], m["box"]) == \
@@ -158,10 +111,10 @@ def test_a_rank_3_bf16_descriptor_gives_what_the_cpu_handler_gives():
 
 
 def test_a_cluster_launch_with_more_than_48_kib_of_dynamic_shared_memory():
-    call = _call(cluster_rank, X)
+    call = lowered_call(cluster_rank, X)
     driver = StandInDriver()
     for _ in range(2):
-        (y,) = _run(call, X, driver=driver)[0].outputs
+        (y,) = run(call, X, driver=driver)[0].outputs
         np.testing.assert_array_equal(y, 20 + (np.arange(256) // 128) % 2)
     launch = driver.calls("launch")[0]
     assert launch["cluster"] == (2, 1, 1) and launch["smem"] == 64 * 1024
@@ -170,9 +123,9 @@ def test_a_cluster_launch_with_more_than_48_kib_of_dynamic_shared_memory():
 
 
 def test_an_input_the_kernel_writes_is_handed_to_it_as_a_private_copy():
-    call = _call(clobber, X)
+    call = lowered_call(clobber, X)
     assert call["may_write_inputs"] == 1
-    ran, driver = _run(call, X)
+    ran, driver = run(call, X)
     np.testing.assert_array_equal(ran.outputs[0], X)
     np.testing.assert_array_equal(ran.inputs[0], X)  # XLA's input is untouched
     ((copy, size),) = driver.calls("alloc")
@@ -183,9 +136,9 @@ def test_an_input_the_kernel_writes_is_handed_to_it_as_a_private_copy():
 
 
 def test_an_in_place_output_is_its_input_and_is_not_copied():
-    call = _call(add_one, X)
+    call = lowered_call(add_one, X)
     assert call.aliases == ((0, 0),)
-    ran, driver = _run(call, X)
+    ran, driver = run(call, X)
     np.testing.assert_array_equal(ran.outputs[0], X + 1)
     assert driver.calls("memcpy_dtod") == []
     params = driver.calls("launch")[0]["params"]
@@ -193,58 +146,24 @@ def test_an_in_place_output_is_its_input_and_is_not_copied():
 
 
 def test_no_scratch_memory_for_a_private_copy_is_an_error():
-    e = _failure(_call(clobber, X), X, scratch=False)
+    e = failure(lowered_call(clobber, X), X, scratch=False)
     assert e.code == RESOURCE_EXHAUSTED
     assert "no scratch memory for a private copy of input 0" in e.message
 
 
 def test_a_call_whose_content_does_not_match_its_id_is_refused():
-    call = _call(affine, X)
-    e = _failure(call.replace(kernel_id=call["kernel_id"] ^ 1), X)
+    call = lowered_call(affine, X)
+    e = failure(call.replace(kernel_id=call["kernel_id"] ^ 1), X)
     assert e.code == INVALID_ARGUMENT and "does not match its kernel id" in e.message
     edited = call.replace(ptx=call["ptx"] + b"// edited\n", rehash=False)
-    assert "does not match its kernel id" in _failure(edited, X).message
-    assert "does not match its kernel id" in _failure(call, X[:128]).message  # other sizes
-
-
-def test_a_wrong_buffer_count_is_refused_before_the_driver_is_asked():
-    call = _call(axpy_index, X, X)
-    driver = StandInDriver()
-    e = _failure(call.replace(outputs=call.outputs[:1]), X, X, driver=driver)
-    assert e.code == INVALID_ARGUMENT
-    assert ("kernel axpy_index: its PTX declares 4 parameters, but the call passes 3 buffer "
-            "pointers, 0 raw scalars and 0 TMA descriptors (3)") in e.message
-    assert driver.calls("module_load") == [] and driver.calls("launch") == []
-
-
-def test_a_registered_module_with_another_pointer_count_is_refused():
-    call = _call(axpy_index, X, X)
-    call = call.replace(ptx=call["ptx"] + b"// registered with 5 pointers\n")  # an id of its own
-    _ffi.cuda_register(call["kernel_id"], call["ptx"], call["ptx"].decode(), "axpy_index", 5)
-    e = _failure(call, X, X)
-    assert "kernel axpy_index takes 5 pointer parameters, got 4 buffers" in e.message
-
-
-def test_a_scalar_count_or_size_that_does_not_match_the_kernel_is_refused():
-    call = _call(lambda x: scaled(x, n=3, alpha=1.0, bias=7), X)
-    fewer = call.replace(scalars=call["scalars"][:-2])
-    e = _failure(fewer, X)
-    assert e.code == INVALID_ARGUMENT
-    assert ("kernel scaled: its PTX declares 6 parameters, but the call passes 3 buffer pointers, "
-            "2 raw scalars and 0 TMA descriptors (5)") in e.message
-    wider = list(call["scalars"])
-    wider[0] = 8  # n (a .u32) as 8 bytes
-    e = _failure(call.replace(scalars=wider), X)
-    assert "parameter 3 is 4 bytes in its PTX, but the call passes raw scalar 0 there (8 bytes)" \
-        in e.message
-    odd = call.replace(scalars=[3, 1, 7, 4, 1, 8, 7])
-    assert "the scalars attribute is not (bytes, bits) pairs" in _failure(odd, X).message
+    assert "does not match its kernel id" in failure(edited, X).message
+    assert "does not match its kernel id" in failure(call, X[:128]).message  # other sizes
 
 
 def test_a_module_the_jit_refuses_returns_its_error_log():
-    call = _call(affine, X)
+    call = lowered_call(affine, X)
     bad = call.replace(ptx=call["ptx"].replace(b"ld.global.f32", b"ld.global.f33"))
-    e = _failure(bad, X)
+    e = failure(bad, X)
     assert e.code == INTERNAL
     assert "loading the module of kernel affine" in e.message
     head, _, log = e.message.partition("\n")
@@ -252,13 +171,15 @@ def test_a_module_the_jit_refuses_returns_its_error_log():
 
 
 def test_an_entry_the_ptx_lacks_is_refused():
-    call = _call(affine, X)
-    e = _failure(call.replace(entry="affine2"), X)
-    assert "cannot read its parameters from its PTX: the PTX has no .entry affine2" in e.message
+    call = lowered_call(affine, X)
+    e = failure(call.replace(entry="affine2"), X)
+    assert e.code == INTERNAL
+    assert re.search(r"the module of kernel id \d+ has no entry affine2: CUDA_ERROR_NOT_FOUND",
+                     e.message), e.message
 
 
 def test_a_fault_in_the_kernel_is_a_launch_error_with_the_emulators_reason():
-    e = _failure(_call(wild_load, X), X)
+    e = failure(lowered_call(wild_load, X), X)
     assert e.code == INTERNAL
     assert "launching kernel wild_load failed: CUDA_ERROR_LAUNCH_FAILED" in e.message
     assert "ld.global.f32" in e.message
@@ -266,10 +187,10 @@ def test_a_fault_in_the_kernel_is_a_launch_error_with_the_emulators_reason():
 
 def test_a_tensor_map_the_driver_refuses_names_the_descriptor():
     x = np.zeros((64, 96), np.float32)
-    call = _call(tma_scale, x)
+    call = lowered_call(tma_scale, x)
     tma = list(call["tma"])
     tma[13] = 300  # box width over the driver's 256
-    e = _failure(call.replace(tma=tma), x)
+    e = failure(call.replace(tma=tma), x)
     assert e.code == INVALID_ARGUMENT
     assert "cuTensorMapEncodeTiled refused TMA descriptor 0 (buffer 0, data type 7, rank 2" \
         in e.message and "box {300, 32}" in e.message
@@ -282,50 +203,20 @@ def test_a_stream_without_a_context_is_an_error():
         raise DriverError(CUDA_ERROR_INVALID_HANDLE, "unknown stream")
 
     driver.stream_get_ctx = no_context
-    e = _failure(_call(affine, X), X, driver=driver)
+    e = failure(lowered_call(affine, X), X, driver=driver)
     assert e.code == INTERNAL
     assert ("no CUDA context for XLA's stream: cuStreamGetCtx gave CUDA_ERROR_INVALID_HANDLE "
             "(cuStreamGetCtx: DriverError: unknown stream), and no context is current") in e.message
     assert driver.calls("launch") == []
 
 
-@pytest.mark.parametrize("f, args", [
-    (affine, (X,)), (axpy_index, (X, X)), (lambda x: scaled(x, n=1, alpha=1.0, bias=0), (X,)),
-    (tma_scale, (np.zeros((64, 64), np.float32),)), (cluster_rank, (X,)),
-])
-def test_the_handlers_reading_of_parameters_matches_the_emulators(f, args):
-    call = _call(f, *args)
-    sizes = _ffi.entry_param_bytes(call["ptx"], call["entry"].decode())
-    info = sim.Device().param_info(call["ptx"].decode(), call["entry"].decode())
-    assert sizes == [p.size for p in info]
-
-
-def test_parameter_declarations_with_comments_alignment_and_arrays():
-    text = b"""
-    // .entry decoy(.param .u32 a)
-    .visible .entry k /* c */ (
-        .param .u64 .ptr .global .align 16 p,   // a pointer
-        .param .align 64 .b8 tmap[128],
-        .param .f64 d, .param .u16 h
-    ) { ret; }
-    .visible .entry none { ret; }
-    """
-    assert _ffi.entry_param_bytes(text, "k") == [8, 128, 8, 2]
-    assert _ffi.entry_param_bytes(text, "none") == []
-    with pytest.raises(ValueError, match="the PTX has no .entry decoy"):
-        _ffi.entry_param_bytes(text, "decoy")
-    with pytest.raises(ValueError, match=r"parameter 0 of entry q \(.param .q32 a\): unknown "
-                                         r"parameter type .q32"):
-        _ffi.entry_param_bytes(b".entry q(.param .q32 a) {}", "q")
-
-
 def test_the_launch_travels_as_one_attribute_and_reaches_the_driver():
-    call = _call(affine, X)
+    call = lowered_call(affine, X)
     assert [k for n, k, _ in call.attributes if n == "launch"] == ["dict"]
     assert call.launch == Launch((2, 1, 1), (128, 1, 1))
     clustered = call.replace(launch=dict(cluster=(2, 1, 1)))  # re-derives the id
     assert clustered.launch == Launch((2, 1, 1), (128, 1, 1), (2, 1, 1))
-    ran, driver = _run(clustered, X)
+    ran, driver = run(clustered, X)
     np.testing.assert_array_equal(ran.outputs[0], X * 2 + 1)
     (launch,) = driver.calls("launch")
     assert (launch["grid"], launch["block"], launch["cluster"], launch["smem"]) == \
@@ -343,9 +234,9 @@ def test_the_launch_travels_as_one_attribute_and_reaches_the_driver():
                                       r"S32 but got S64"),
 ])
 def test_a_bad_launch_attribute_is_refused_before_the_driver_is_asked(members, message):
-    call = _call(affine, X)
+    call = lowered_call(affine, X)
     driver = StandInDriver()
-    e = _failure(call.replace(launch=members, rehash=False), X, driver=driver)
+    e = failure(call.replace(launch=members, rehash=False), X, driver=driver)
     assert e.code == INVALID_ARGUMENT
     assert re.search(r"^jaxptx_launch_v2: kernel affine \(id \d+\): attribute launch: " + message,
                      e.message), e.message
@@ -353,7 +244,7 @@ def test_a_bad_launch_attribute_is_refused_before_the_driver_is_asked(members, m
 
 
 def test_the_retired_version_1_handler_names_the_version_and_the_fix():
-    e = _failure(_call(affine, X), X, retired=True)
+    e = failure(lowered_call(affine, X), X, retired=True)
     assert e.code == FAILED_PRECONDITION
     assert e.message.startswith(
         "jaxptx_launch_v1 (kernel affine): this custom call was lowered by an older jaxptx, whose "
@@ -365,8 +256,8 @@ def test_the_retired_version_1_handler_names_the_version_and_the_fix():
 @pytest.mark.parametrize("members", [
     dict(grid=(1, 1, 1)), dict(block=(64, 1, 1)), dict(cluster=(2, 1, 1)), dict(smem=1024)])
 def test_the_kernel_id_covers_every_member_of_the_launch(members):
-    call = _call(affine, X)
+    call = lowered_call(affine, X)
     edited = call.replace(launch=members, rehash=False)
-    e = _failure(edited, X)
+    e = failure(edited, X)
     assert e.code == INVALID_ARGUMENT and "does not match its kernel id" in e.message
     assert edited.content_id() != call["kernel_id"]

@@ -370,3 +370,20 @@ def test_track_stores_records_the_bytes_plain_stores_write() -> None:
     assert again != out and not dev.stored(again, 80).any() and not dev.written(again, 80).any()
     with pytest.raises(SimError, match="stored: .* go past the end of the allocation"):
         dev.stored(again, 81)
+
+
+def test_a_launch_travels_whole():
+    """``Device.launch(launch=Launch(...))`` runs the shape as given (the
+    CPU path hands the call's Launch over unchanged); giving it beside
+    grid/block is an error, and the program's own limits still apply."""
+    from jaxptx.launch import Launch
+    from elementwise import SCALE_PTX
+    dev = sim.Device()
+    x = dev.to_device(np.arange(8, dtype=np.float32))
+    dev.launch(SCALE_PTX, [x, 3.0], launch=Launch((1, 1, 1), (8, 1, 1)))
+    np.testing.assert_array_equal(dev.from_device(x, like=np.zeros(8, np.float32)), 3 * np.arange(8))
+    with pytest.raises(sim.SimError, match="give launch= or grid/block/cluster/smem, not both"):
+        dev.launch(SCALE_PTX, [x, 3.0], block=8, launch=Launch((1, 1, 1), (8, 1, 1)))
+    with pytest.raises(sim.SimLaunchError, match="cluster = .* needs sm_90 or newer"):
+        sm80 = SCALE_PTX.replace("sm_90a", "sm_80")
+        dev.launch(sm80, [x, 3.0], launch=Launch((2, 1, 1), (8, 1, 1), (2, 1, 1)))

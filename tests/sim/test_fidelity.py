@@ -14,6 +14,7 @@ import json
 import numpy as np
 import pytest
 
+import jaxptx.profile  # noqa: F401  (registers the profiler: profile=True below)
 from jaxptx import isa, sim
 from jaxptx.isa import INSTRUCTIONS, fidelity_of
 

@@ -111,7 +111,7 @@ def test_a_huge_register_range_costs_only_the_registers_used():
 
     from jaxptx import ir
     from jaxptx.parse import parse
-    from jaxptx.sim.core.program import prepare
+    from jaxptx.sim.core.prepare import prepare
     module = parse(_kernel(""))
     decl = next(s for s in module.functions[0].body if isinstance(s, ir.RegDecl) and s.type == "b32")
     decl.names = (ir.RegName("%r", 999_999_999),)     # .reg .b32 %r<999999999>;

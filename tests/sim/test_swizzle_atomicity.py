@@ -132,7 +132,7 @@ def test_32b_atomicity_matches_the_tcgen05_descriptor_mode() -> None:
 
 @pytest.mark.parametrize("swz", [0, 32, 64])
 def test_coarse_atomicity_needs_the_128b_swizzle(swz: int) -> None:
-    with pytest.raises(ValueError, match="needs the 128-byte swizzle"):
+    with pytest.raises(ValueError, match=r"swizzle atomicity must be 16B \(code 0\) without the 128-byte swizzle, got 32B"):
         sim.tensor_map(1 << 36, (8, 8), np.float32, (8, 8), swizzle=swz, swizzle_atomicity="32B")
     with pytest.raises(ValueError, match="swizzle_atomicity"):
         sim.tensor_map(1 << 36, (8, 32), np.float32, (8, 32), swizzle=128, swizzle_atomicity="8B")
@@ -144,5 +144,5 @@ def test_replace_to_a_coarse_atomicity_on_a_64b_swizzled_map_is_refused_by_the_c
                        np.uint8).copy()
     text = _kernel(3).replace(f"{ROWS * 128}];", f"{ROWS * 64}];", 1).replace(
         f"[bar], {ROWS * 128};", f"[bar], {ROWS * 64};")
-    with pytest.raises(SimError, match="64B .code 3. needs the 128-byte swizzle"):
+    with pytest.raises(SimError, match=r"without the 128-byte swizzle, got 64B \(code 3\) with 64-byte swizzle"):
         sim.launch(text, np.zeros(ROWS * 32, np.float32), a, tm, block=(32, 1, 1))

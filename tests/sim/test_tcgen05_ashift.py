@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import jaxptx.profile  # noqa: F401  (registers the profiler: profile=True below)
 from tcgen05_mma_harness import BITS, idesc, mma_kernel, place, run, to_bits
 from test_tcgen05_mma import CODES, LOADS, PARAMS, f32, values
 

@@ -242,12 +242,12 @@ def test_ws_zero_column_mask_descriptor() -> None:
 
 
 BAD = [
-    (idesc(0, 0, 1, 48, 32), "M = 48 .* expected one of 64, 128"),
-    (idesc(0, 0, 1, 128, 264), "N = 264 .* multiple of 8 in \\[8, 256\\]"),
+    (idesc(0, 0, 1, 48, 32), r"M \(bits 24-28\) must be one of 64, 128 .*got 48"),
+    (idesc(0, 0, 1, 128, 264), r"N \(bits 17-22\) must be a multiple of 8 in \[8, 256\] .*got 264"),
     (idesc(0, 0, 1, 128, 32) | 1 << 2, "sparsity bit"),
     (idesc(2, 2, 1, 128, 32), "atype .* must be 0 \\(f16\\)/1 \\(bf16\\)"),
     (idesc(0, 0, 2, 128, 32), "dtype .* must be 0 \\(f16\\)/1 \\(f32\\)"),
-    (idesc(0, 1, 1, 128, 32), "one type, got f16 and bf16"),
+    (idesc(0, 1, 1, 128, 32), "one type for .kind::f16, got f16 and bf16"),
 ]
 
 

@@ -32,17 +32,17 @@ def test_idesc_fields_of_every_kind() -> None:
 
 
 @pytest.mark.parametrize("word,kind,group,ws,message", [
-    (idesc(0, 0, 1, 64, 32), "kind::f16", 2, False, "M = 64 .* with .cta_group::2; expected one of 128, 256"),
-    (idesc(0, 0, 1, 128, 24), "kind::f16", 2, False, "N = 24 .* multiple of 16"),
-    (idesc(1, 1, 2, 128, 40), "kind::i8", 1, False, "N = 40 .* 8, 16, 24, 32 or a multiple of 16"),
+    (idesc(0, 0, 1, 64, 32), "kind::f16", 2, False, r"M .* must be one of 128, 256 for \.kind::f16 with \.cta_group::2 .*got 64"),
+    (idesc(0, 0, 1, 128, 24), "kind::f16", 2, False, "N .* must be a multiple of 16 .*got 24"),
+    (idesc(1, 1, 2, 128, 40), "kind::i8", 1, False, "N .* must be 8, 16, 24, 32 or a multiple of 16 .*got 40"),
     (idesc(1, 1, 2, 128, 32, neg_a=1), "kind::i8", 1, False, "negate A/B"),
     (idesc(0, 0, 1, 128, 8, mn_b=1), "kind::f8f6f4", 1, False, "transposed 8-bit B"),
-    (idesc(0, 0, 1, 128, 32), "kind::f16", 1, True, "N = 32 .* 64/128/256"),
+    (idesc(0, 0, 1, 128, 32), "kind::f16", 1, True, "N .* must be 64/128/256 .*got 32"),
     (idesc(0, 0, 1, 128, 64) | 1 << 30, "kind::f16", 1, False, "maximum shift .* without .ws"),
     (idesc_scaled(1, 1, 128, 64, ue8m0=0), "kind::mxf4", 1, False, "scale type \\(bit 23\\) must be 1 \\(ue8m0\\)"),
     (idesc_scaled(1, 1, 128, 64) | 1 << 31, "kind::mxf4", 1, False, "K = 96"),
     (idesc_scaled(0, 0, 128, 64, mn_a=1), "kind::mxf4", 1, False, "atype"),
-    (idesc_scaled(0, 0, 256, 64), "kind::mxf8f6f4", 1, False, "M = 256 .* expected one of 128"),
+    (idesc_scaled(0, 0, 256, 64), "kind::mxf8f6f4", 1, False, r"M .* must be one of 128 for \.kind::mxf8f6f4 .*got 256"),
 ])
 def test_idesc_values_the_isa_does_not_define_are_refused(word, kind, group, ws, message) -> None:
     with pytest.raises(SimError, match=message):
@@ -51,7 +51,7 @@ def test_idesc_values_the_isa_does_not_define_are_refused(word, kind, group, ws,
 
 def test_smem_descriptor_fields() -> None:
     d = decode_smem_desc(desc(0x3FFF0, 0x1230, 0x4560, 4, base=5), "t")
-    assert (d.start, d.lbo, d.sbo, d.base, d.swizzle, d.swizzle_name) == (0x3FFF0, 0x1230, 0x4560, 5, 4, "64B")
+    assert (d.start, d.lbo, d.sbo, d.base_offset, d.mode.tcgen05, d.swizzle) == (0x3FFF0, 0x1230, 0x4560, 5, 4, "64B")
     with pytest.raises(SimError, match="sm_103a"):
         decode_smem_desc(desc(0, 16, 16, 2) | 1 << 52, "t")
     with pytest.raises(SimError, match="got 5"):

@@ -797,7 +797,7 @@ def test_descriptor_fields() -> None:
     from jaxptx.sim.semantics.wgmma import descriptor_fields
     d = descriptor(0x3FFF0, 0x1230, 0x4560, 1, base=5)
     f = descriptor_fields(np.array([d], dtype=np.uint64))
-    assert (int(f["start"][0]), int(f["lbo"][0]), int(f["sbo"][0]), int(f["base"][0]),
+    assert (int(f["start"][0]), int(f["lbo"][0]), int(f["sbo"][0]), int(f["base_offset"][0]),
             int(f["swizzle"][0])) == (0x3FFF0, 0x1230, 0x4560, 5, 1)
 
 

@@ -231,8 +231,8 @@ def test_im2col_tensor_map_encoding() -> None:
     (dict(box=(1, 2, 2, 8)), "give a box .* or im2col"),
     (dict(im2col=Im2col((0,), (0,), 8, 16)), "2 corner entries"),
     (dict(im2col=Im2col((-200, 0), (0, 0), 8, 16)), r"must be in \[-2\^7, 2\^7 - 1\] for a 4-d tensor"),
-    (dict(im2col=Im2col((0, 0), (0, 0), 2, 16)), "inner box dimension is 8 bytes"),
-    (dict(im2col=Im2col((0, 0), (0, 0), 8, 2000)), "pixels per column 2000"),
+    (dict(im2col=Im2col((0, 0), (0, 0), 2, 16)), "inner box dimension must be a multiple of 16 bytes, got 8 bytes"),
+    (dict(im2col=Im2col((0, 0), (0, 0), 8, 2000)), r"pixels per column must be in 1\.\.1024, got 2000"),
 ])
 def test_bad_im2col_maps(kw, message) -> None:
     im = kw.pop("im2col", Im2col((0, 0), (0, 0), 8, 16))

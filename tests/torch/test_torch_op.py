@@ -2,7 +2,7 @@
 
 CPU tensors run on the emulator (compared with numpy); torch.compile traces
 the op through its fake implementation; the CUDA path's handler call runs
-here on the stand-in driver (jaxptx.runtime.standin), and on a GPU for real.
+here on the stand-in driver (jaxptx.testing.standin), and on a GPU for real.
 Everything but the import test skips when torch does not import.
 """
 
@@ -33,7 +33,8 @@ if getattr(torch, "__file__", None) is None:  # tests/torch itself, as a namespa
 import jaxptx.torch as jt  # noqa: E402
 from jaxptx import _ffi, kernel, kernels  # noqa: E402
 from jaxptx.errors import SpecError  # noqa: E402
-from jaxptx.runtime import _compat, standin  # noqa: E402
+from jaxptx.runtime import _compat  # noqa: E402
+from jaxptx.testing import standin  # noqa: E402
 from jaxptx.torch import _cuda  # noqa: E402
 from jaxptx.torch._op import decode_params, encode_params  # noqa: E402
 
@@ -254,12 +255,8 @@ def test_a_library_op_refuses_what_jax_would_narrow_and_keeps_its_own_checks():
 # the CUDA path, on the stand-in driver ---------------------------------------------------
 
 def _on_standin(driver, fn):
-    with standin._INSTALL:
-        _ffi.standin_install(driver)
-        try:
-            return fn()
-        finally:
-            _ffi.standin_uninstall()
+    with standin.installed(driver):
+        return fn()
 
 
 def test_cuda_path_launches_through_the_handler(monkeypatch):

@@ -24,7 +24,7 @@ from ..errors import SimFault
 from .step import Step
 
 if TYPE_CHECKING:
-    from ..core.machine import Machine
+    from ..core.view import MachineView
 
 __all__ = ["RUNNING", "WAITING", "EXITED", "PARKED", "SPINNING", "CLUSTER_BARRIER", "WARP_SYNC", "everyone",
            "arrive", "warp_sync", "whole_warps", "lanes_among", "live_lanes", "release"]
@@ -34,7 +34,7 @@ CLUSTER_BARRIER = 99          # the barrier id of a thread in barrier.cluster.wa
 WARP_SYNC = 98                # ... of a thread in bar.warp.sync waiting for its mask's lanes
 
 
-def everyone(m: "Machine", taken: np.ndarray) -> bool:
+def everyone(m: "MachineView", taken: np.ndarray) -> bool:
     """Whether ``taken`` are all the live threads (so none waits at a
     barrier, parks or spins) and no ``bar.arrive`` is pending."""
     if m.arrived.any():
@@ -42,7 +42,7 @@ def everyone(m: "Machine", taken: np.ndarray) -> bool:
     return len(taken) == m.nthreads or len(taken) == int(np.count_nonzero(m.state != EXITED))
 
 
-def arrive(m: "Machine", s: Step, pc: int) -> None:
+def arrive(m: "MachineView", s: Step, pc: int) -> None:
     """bar.sync / bar.red wait at barrier ``a``; bar.arrive only counts
     (PTX ISA, bar). bar.red's d is the reduction of its predicate over the
     threads of the barrier, written when the barrier completes (``_reduce``)."""
@@ -52,16 +52,15 @@ def arrive(m: "Machine", s: Step, pc: int) -> None:
     ident = s.value(ops[0], TYPES["u32"]).astype(np.int64)
     count = s.value(ops[1], TYPES["u32"]).astype(np.int64) if len(ops) > 1 else np.zeros(s.n, np.int64)
     _check_operands(m, s, ident, count, len(ops) > 1)
-    san = m.sanitizer
+    obs = m.observers
     if s.ins.opcode == "bar" or "aligned" in s.ins.modifiers:
-        if san is not None:
-            san.aligned_barrier(s.threads)      # a finding (check="all" goes on)
+        if obs.listens("aligned_barrier"):
+            obs.aligned_barrier(s.threads)      # a checker's finding (check="all" goes on)
         else:
             whole_warps(m, s)
     if sim == "bar_arrive":
         np.add.at(m.arrived, (s.threads // m.ntid) * 16 + ident, 1)
-        if san is not None:
-            san.barrier_arrive(s.threads, (s.threads // m.ntid) * 16 + ident)
+        obs.barrier_arrive(s.threads, (s.threads // m.ntid) * 16 + ident)
         return
     m.state[s.threads] = WAITING
     m.barrier[s.threads] = ident
@@ -71,7 +70,7 @@ def arrive(m: "Machine", s: Step, pc: int) -> None:
         m.barrier_pred[s.threads] = s.pred(len(s.ins.operands) - 1)
 
 
-def _check_operands(m: "Machine", s: Step, ident: np.ndarray, count: np.ndarray, counted: bool) -> None:
+def _check_operands(m: "MachineView", s: Step, ident: np.ndarray, count: np.ndarray, counted: bool) -> None:
     """Fault on a barrier id outside 0..15 or a thread count that is not
     whole warps (PTX ISA, bar: "When specifying a thread count, the value
     must be a multiple of the warp size"; bar.arrive needs a non-zero one).
@@ -90,13 +89,13 @@ def _check_operands(m: "Machine", s: Step, ident: np.ndarray, count: np.ndarray,
                            f"({_who(m, int(s.threads[k]))})")
 
 
-def whole_warps(m: "Machine", s: Step) -> None:
+def whole_warps(m: "MachineView", s: Step) -> None:
     """Fault when part of a warp executes an ``.aligned`` barrier (``bar``
     is ``barrier.aligned``) while other non-exited lanes of that warp do
     not: PTX ISA, bar: with ``.aligned`` "all threads in CTA will execute
     the same barrier instruction", and barriers are executed per warp.
-    Cheap when every warp is whole (one ``np.unique``); the sanitizer's
-    ``aligned_barrier`` reports the same as a finding when it runs."""
+    Cheap when every warp is whole (one ``np.unique``); an observer
+    listening to ``aligned_barrier`` (the sanitizer) reports it as a finding instead."""
     threads = s.threads
     lane0 = threads - threads % m.ntid % 32               # each thread's warp's lane 0 (warps are CTA-local)
     first, counts = np.unique(lane0, return_counts=True)
@@ -116,12 +115,12 @@ def whole_warps(m: "Machine", s: Step) -> None:
                        "together; bar.sync is barrier.sync.aligned)")
 
 
-def _who(m: "Machine", thread: int) -> str:
+def _who(m: "MachineView", thread: int) -> str:
     cta, tid = divmod(thread, m.ntid)
     return f"CTA {cta}, thread {tid}"
 
 
-def warp_sync(m: "Machine", s: Step, pc: int) -> np.ndarray:
+def warp_sync(m: "MachineView", s: Step, pc: int) -> np.ndarray:
     """``bar.warp.sync membermask``: each thread waits until every live lane
     its mask names has executed a ``bar.warp.sync`` (any one: on sm_70+ the
     lanes need not be converged). Returns the threads that go on at once
@@ -137,7 +136,7 @@ def warp_sync(m: "Machine", s: Step, pc: int) -> np.ndarray:
     return th[ready]
 
 
-def lanes_among(m: "Machine", threads: np.ndarray) -> np.ndarray:
+def lanes_among(m: "MachineView", threads: np.ndarray) -> np.ndarray:
     """Per thread, the bit mask of the lanes of its warp that are among
     ``threads`` (warps are CTA-local: 32 lanes from each CTA's thread 0)."""
     threads = np.asarray(threads, dtype=np.int64)
@@ -148,7 +147,7 @@ def lanes_among(m: "Machine", threads: np.ndarray) -> np.ndarray:
     return bits.astype(np.int64)[warp]
 
 
-def live_lanes(m: "Machine", threads: np.ndarray) -> np.ndarray:
+def live_lanes(m: "MachineView", threads: np.ndarray) -> np.ndarray:
     """Per thread, the bit mask of the live (not exited) lanes of its warp."""
     base = threads // m.ntid * m.ntid + threads % m.ntid // 32 * 32
     lanes = base[:, None] + np.arange(32)
@@ -157,7 +156,7 @@ def live_lanes(m: "Machine", threads: np.ndarray) -> np.ndarray:
     return (live * (1 << np.arange(32, dtype=np.int64))).sum(axis=1)
 
 
-def _release_warp_syncs(m: "Machine", waiting: np.ndarray, released: list[np.ndarray]) -> np.ndarray:
+def _release_warp_syncs(m: "MachineView", waiting: np.ndarray, released: list[np.ndarray]) -> np.ndarray:
     """Release the threads in bar.warp.sync whose mask's live lanes have all
     arrived (appended to ``released``); returns the rest."""
     at = waiting[m.barrier[waiting] == WARP_SYNC]
@@ -170,36 +169,43 @@ def _release_warp_syncs(m: "Machine", waiting: np.ndarray, released: list[np.nda
         m.state[go] = RUNNING
         m.barrier[go] = -1
         released.append(go)
-        if m.sanitizer is not None:
+        if m.observers.listens("warp_sync"):
             gone = m.warp_mask[go] & ~live_lanes(m, go) & ~arrived[done]
-            m.sanitizer.warp_sync(go, gone, m.pc[go] - 1)
+            m.observers.warp_sync(go, gone, m.pc[go] - 1)
     return waiting[(m.barrier[waiting] != WARP_SYNC) & (m.state[waiting] == WAITING)]
 
 
-def _release_cluster(m: "Machine", waiting: np.ndarray, released: list[np.ndarray]) -> np.ndarray:
-    """``barrier.cluster.wait``: release a cluster's waiting threads once
-    every live thread of the cluster has arrived (appended to ``released``);
-    returns the rest."""
-    at = waiting[m.barrier[waiting] == CLUSTER_BARRIER]
-    if len(at) == 0:
-        return waiting
+def _release_cluster(m: "MachineView", waiting: np.ndarray, released: list[np.ndarray]) -> np.ndarray:
+    """``barrier.cluster``: complete the phase of every cluster whose live
+    threads have all arrived, and release the threads waiting on a phase
+    that has completed (appended to ``released``); returns the rest.
+
+    A thread waits on the phase it arrived in (``arrived_phase``), not on
+    whatever phase is open when it reaches its wait: a warp that arrives,
+    is held back, and waits after its cluster's phase completed goes on at
+    once (PTX ISA, barrier.cluster: the wait completes when all threads of
+    the cluster have arrived)."""
     first = m.cluster_first(np.arange(m.nctas))
     alive = np.bincount(first[np.nonzero(m.state != EXITED)[0] // m.ntid], minlength=m.nctas)
-    cluster = first[at // m.ntid]
-    done = m.cluster_arrivals[cluster] >= alive[cluster]
-    if done.any():
-        m.state[at[done]] = RUNNING
-        m.barrier[at[done]] = -1
-        released.append(at[done])
-        if m.sanitizer is not None:
-            m.sanitizer.cluster_complete(at[done])
-        finished = np.unique(cluster[done])
-        m.cluster_arrivals[finished] -= alive[finished]
+    heads = np.unique(first)
+    full = heads[(m.cluster_arrivals[heads] > 0) & (m.cluster_arrivals[heads] >= alive[heads])]
+    if len(full):
+        m.cluster_arrivals[full] -= alive[full]
+        m.cluster_phase[full] += 1
+    at = waiting[m.barrier[waiting] == CLUSTER_BARRIER]
+    if len(at):
+        done = at[m.arrived_phase[at] < m.cluster_phase[first[at // m.ntid]]]
+        if len(done):
+            m.state[done] = RUNNING
+            m.barrier[done] = -1
+            m.arrived_phase[done] = -1          # the arrival is consumed
+            released.append(done)
+            m.observers.cluster_complete(done)
     # the rest: those waiting at CTA barriers (not the ones released just now)
     return waiting[(m.barrier[waiting] != CLUSTER_BARRIER) & (m.state[waiting] == WAITING)]
 
 
-def release(m: "Machine") -> np.ndarray:
+def release(m: "MachineView") -> np.ndarray:
     """Release every (CTA, barrier) whose arrivals reached its count (all
     the CTA's live threads when the barrier names none), all at once;
     returns the released threads (ascending)."""
@@ -216,7 +222,7 @@ def release(m: "Machine") -> np.ndarray:
     return released[0] if len(released) == 1 else np.sort(np.concatenate(released))
 
 
-def _release_cta(m: "Machine", waiting: np.ndarray, released: list[np.ndarray]) -> None:
+def _release_cta(m: "MachineView", waiting: np.ndarray, released: list[np.ndarray]) -> None:
     """bar.sync / bar.red: release the (CTA, barrier) pairs that are complete."""
     ctas = waiting // m.ntid
     key = ctas * 16 + m.barrier[waiting]          # PTX has barriers 0..15
@@ -235,11 +241,10 @@ def _release_cta(m: "Machine", waiting: np.ndarray, released: list[np.ndarray]) 
         m.barrier[go] = -1
         m.arrived[key[done]] = 0
         _reduce(m, go, key[done])
-        if m.sanitizer is not None:
-            m.sanitizer.barrier_complete(go, key[done])
+        m.observers.barrier_complete(go, key[done])
 
 
-def _reduce(m: "Machine", go: np.ndarray, key: np.ndarray) -> None:
+def _reduce(m: "MachineView", go: np.ndarray, key: np.ndarray) -> None:
     """Write the bar.red results of the released threads ``go`` (barrier
     ``key`` = CTA * 16 + id): popc counts the true predicates of the
     barrier's threads, and/or combine them (PTX ISA, bar.red)."""

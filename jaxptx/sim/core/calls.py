@@ -19,7 +19,7 @@ import numpy as np
 from ... import ir
 from ...types import TYPES
 from ..errors import SimError
-from .hangs import where
+from .naming import where
 from .printf import vprintf
 from .step import Step
 from ..numerics.values import from_bits

@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 
 from ... import ir, isa
-from .hangs import where
+from .naming import where
 from .program import Program
 from .progress import instruction_text
 

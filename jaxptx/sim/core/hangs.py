@@ -60,15 +60,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ... import ir
+from .naming import instruction_at, ranges, source_lines, thread_ranges, where
 from .barriers import CLUSTER_BARRIER, EXITED, PARKED, RUNNING, SPINNING, WAITING, WARP_SYNC
 from ..errors import SimError
 from .step import Step
 
 if TYPE_CHECKING:
-    from ..core.machine import Machine
+    from ..core.view import MachineView
 
-__all__ = ["MAX_STEPS_ENV", "CycleWatch", "Spinners", "default_max_steps", "first_thread", "hang_message",
-           "located", "running_message", "shared_state", "source_lines", "thread_ranges", "where"]
+__all__ = ["MAX_STEPS_ENV", "CycleWatch", "Spinners", "default_max_steps", "hang_message", "running_message",
+           "shared_state"]
 
 MAX_STEPS_ENV = "JAXPTX_SIM_MAX_STEPS"
 """The environment variable that sets ``max_steps`` when a launch passes none."""
@@ -79,65 +80,6 @@ _MAX_GROUPS = 8         # wait groups listed in a message
 
 
 # --- words for messages ------------------------------------------------------------------------
-
-def where(ins: ir.Instruction) -> str:
-    """`` [PTX line N]`` for parsed PTX, `` [file:line]`` for a traced kernel."""
-    if ins.loc and len(ins.loc) == 3:
-        return f" [PTX line {ins.loc[1]}]"
-    if ins.loc and len(ins.loc) == 2:
-        return f" [{ins.loc[0]}:{ins.loc[1]}]"
-    return ""
-
-
-def _ranges(values: Any) -> str:
-    """``0-31, 64, 96-127`` for sorted distinct ints."""
-    out, v = [], [int(x) for x in values]
-    i = 0
-    while i < len(v):
-        j = i
-        while j + 1 < len(v) and v[j + 1] == v[j] + 1:
-            j += 1
-        out.append(str(v[i]) if i == j else f"{v[i]}-{v[j]}")
-        i = j + 1
-    return ", ".join(out)
-
-
-def thread_ranges(m: "Machine", threads: np.ndarray) -> str:
-    """Threads as ``CTA 0 threads 0-31, 64-95; CTAs 1-3 threads 0-127``
-    (linear CTA index in the grid, linear thread index in the CTA)."""
-    threads = np.unique(np.asarray(threads, dtype=np.int64))
-    cta, tid = np.divmod(threads, m.ntid)
-    by: dict[str, list[int]] = {}
-    for c in np.unique(cta):
-        by.setdefault(_ranges(tid[cta == c]), []).append(int(c))
-    parts = [f"CTA{'s' if len(ctas) > 1 else ''} {_ranges(ctas)} thread{'s' if ',' in t or '-' in t else ''} {t}"
-             for t, ctas in by.items()]
-    if len(parts) > 4:
-        parts = parts[:4] + [f"... ({len(parts) - 4} more CTA groups)"]
-    return f"{len(threads)} thread{'s' if len(threads) > 1 else ''} ({'; '.join(parts)})"
-
-
-def source_lines(m: "Machine", pcs: Any) -> str:
-    """The source lines of ``pcs`` (a loop's instructions) as ranges."""
-    ptx, py = [], []
-    for pc in sorted(set(int(p) for p in pcs)):
-        loc = m.program.code[pc].loc if pc < len(m.program.code) else None
-        if loc and len(loc) == 3:
-            ptx.append(int(loc[1]))
-        elif loc and len(loc) == 2:
-            py.append(f"{loc[0]}:{loc[1]}")
-    if ptx:
-        return f"PTX line{'s' if len(set(ptx)) > 1 else ''} {_ranges(sorted(set(ptx)))}"
-    return ", ".join(dict.fromkeys(py)) or "no line information"
-
-
-def _at(m: "Machine", pc: int) -> str:
-    """``bar.sync (PTX line 10)``: the instruction at ``pc`` and its line."""
-    if not 0 <= pc < len(m.program.code):
-        return f"PC {pc}"
-    ins = m.program.code[pc]
-    return f"{ins.name} ({where(ins)[2:-1]})" if where(ins) else ins.name
-
 
 def default_max_steps() -> int:
     """``JAXPTX_SIM_MAX_STEPS`` if set, else 50,000,000.
@@ -151,25 +93,6 @@ def default_max_steps() -> int:
     if not text.isdigit() or int(text) < 1:
         raise SimError(f"{MAX_STEPS_ENV}: expected an int >= 1, got {os.environ[MAX_STEPS_ENV]!r}")
     return int(text)
-
-
-def first_thread(m: "Machine", threads: np.ndarray) -> str:
-    """``thread (x, y, z) of CTA (x, y, z)`` for the first of ``threads``, and
-    how many others."""
-    t = int(threads[0])
-    cta, tid = divmod(t, m.ntid)
-    bx, by, _ = m.block
-    gx, gy, _ = m.grid
-    at = (f"thread ({tid % bx}, {tid // bx % by}, {tid // (bx * by)}) of CTA "
-          f"({cta % gx}, {cta // gx % gy}, {cta // (gx * gy)})")
-    return at + (f" and {len(threads) - 1} other threads" if len(threads) > 1 else "")
-
-
-def located(e: SimError, ins: ir.Instruction) -> SimError:
-    """The same error with the instruction's PTX line appended (once)."""
-    if "PTX line" in str(e) or not (ins.loc and len(ins.loc) == 3):
-        return e
-    return type(e)(f"{e} [PTX line {ins.loc[1]}]")
 
 
 # --- state hashes ------------------------------------------------------------------------------
@@ -197,7 +120,7 @@ def _update_any(h: Any, name: str, value: Any, depth: int = 0) -> None:
         h.update(f"{name}={value!r}".encode())
 
 
-def _state_hash(m: "Machine", keep: np.ndarray | None) -> bytes:
+def _state_hash(m: "MachineView", keep: np.ndarray | None) -> bytes:
     """A hash of the machine's state. ``keep``: the threads whose private
     state (PC, registers, call frames) counts (``None``: every thread)."""
     m.sync_pcs()
@@ -232,12 +155,12 @@ def _state_hash(m: "Machine", keep: np.ndarray | None) -> bytes:
     return h.digest()
 
 
-def full_state(m: "Machine") -> bytes:
+def full_state(m: "MachineView") -> bytes:
     """A hash of everything that decides what the machine does next."""
     return _state_hash(m, None)
 
 
-def shared_state(m: "Machine") -> bytes:
+def shared_state(m: "MachineView") -> bytes:
     """A hash of the state a spinning thread's loop may read: memory,
     barriers, and the private state of every thread that is neither
     running nor spinning."""
@@ -281,10 +204,10 @@ class CycleWatch:
     HASHES = 3              # whole-state hashes a sample takes at most (3: a loop whose
                             # state alternates between two values is found too)
 
-    def __init__(self, m: "Machine") -> None:
+    def __init__(self, m: "MachineView", first: int | None = None) -> None:
         self.m = m
-        self.interval = self.FIRST
-        self.next = self.FIRST
+        self.interval = self.FIRST if first is None else first
+        self.next = self.interval
         self.active = False
 
     def start(self, step: int) -> None:
@@ -341,7 +264,7 @@ class CycleWatch:
 
 # --- messages -----------------------------------------------------------------------------------
 
-def _barrier_groups(m: "Machine", waiting: np.ndarray) -> list[str]:
+def _barrier_groups(m: "MachineView", waiting: np.ndarray) -> list[str]:
     out = []
     alive = np.bincount(np.flatnonzero(m.state != EXITED) // m.ntid, minlength=m.nctas)
     exited = m.ntid - alive
@@ -352,12 +275,12 @@ def _barrier_groups(m: "Machine", waiting: np.ndarray) -> list[str]:
             ts = cluster[first == f]
             members = np.flatnonzero(m.cluster_first(np.arange(m.nctas)) == f)
             live = int(alive[members].sum())
-            out.append(f"barrier.cluster.wait at {_at(m, int(m.pc[ts[0]]) - 1)} reached by {thread_ranges(m, ts)}; "
-                       f"the cluster of CTAs {_ranges(members)} has {int(m.cluster_arrivals[f])} arrivals of "
+            out.append(f"barrier.cluster.wait at {instruction_at(m, int(m.pc[ts[0]]) - 1)} reached by {thread_ranges(m, ts)}; "
+                       f"the cluster of CTAs {ranges(members)} has {int(m.cluster_arrivals[f])} arrivals of "
                        f"the {live} its live threads must make")
     warp = waiting[m.barrier[waiting] == WARP_SYNC]
     if len(warp):
-        out.append(f"bar.warp.sync at {_at(m, int(m.pc[warp[0]]) - 1)} reached by {thread_ranges(m, warp)}, "
+        out.append(f"bar.warp.sync at {instruction_at(m, int(m.pc[warp[0]]) - 1)} reached by {thread_ranges(m, warp)}, "
                    f"which wait for the other lanes their member masks name")
     rest = waiting[(m.barrier[waiting] != CLUSTER_BARRIER) & (m.barrier[waiting] != WARP_SYNC)]
     key = (rest // m.ntid) * 16 + m.barrier[rest]
@@ -369,22 +292,22 @@ def _barrier_groups(m: "Machine", waiting: np.ndarray) -> list[str]:
         gone = f"; {int(exited[cta])} threads of CTA {cta} have exited" if exited[cta] else ""
         pending = int(m.arrived[k])
         extra = f" and {pending} bar.arrive arrivals" if pending else ""
-        out.append(f"barrier {ident} at {_at(m, int(m.pc[ts[0]]) - 1)} reached by {thread_ranges(m, ts)}{extra}, "
+        out.append(f"barrier {ident} at {instruction_at(m, int(m.pc[ts[0]]) - 1)} reached by {thread_ranges(m, ts)}{extra}, "
                    f"but it waits for {need}{gone}")
     return out
 
 
-def _parked_groups(m: "Machine") -> list[str]:
+def _parked_groups(m: "MachineView") -> list[str]:
     out = []
     for word, (threads, _, describe) in sorted(m.parked.items()):
         pcs = m.pc[threads] - 1
-        lines = ", ".join(_at(m, int(p)) for p in np.unique(pcs))
+        lines = ", ".join(instruction_at(m, int(p)) for p in np.unique(pcs))
         out.append(f"{thread_ranges(m, threads)} wait at {lines} for {describe(word)}, and no thread that "
                    "can still run arrives on it or completes its transactions")
     return out
 
 
-def _reads(m: "Machine", pcs: frozenset[int], threads: np.ndarray) -> str:
+def _reads(m: "MachineView", pcs: frozenset[int], threads: np.ndarray) -> str:
     """The memory a loop reads: each load's address for the first thread."""
     found = []
     for pc in sorted(pcs):
@@ -402,7 +325,7 @@ def _reads(m: "Machine", pcs: frozenset[int], threads: np.ndarray) -> str:
     return ("; " + ", ".join(found) + ", which no thread that can still run writes") if found else ""
 
 
-def hang_message(m: "Machine", steps: int) -> str:
+def hang_message(m: "MachineView", steps: int) -> str:
     """The error when no thread can make progress."""
     m.sync_pcs()
     groups = _barrier_groups(m, np.flatnonzero(m.state == WAITING)) + _parked_groups(m)
@@ -415,12 +338,12 @@ def hang_message(m: "Machine", steps: int) -> str:
             f"\n  (no thread can make progress; stopped after {steps} steps)")
 
 
-def running_message(m: "Machine", limit: int) -> str:
+def running_message(m: "MachineView", limit: int) -> str:
     """The error when ``max_steps`` runs out: who is still running, where."""
     m.sync_pcs()
     live = np.flatnonzero((m.state == RUNNING) | (m.state == SPINNING))
     pcs = m.pc[live]
-    parts = [f"{thread_ranges(m, live[pcs == p])} at {_at(m, int(p))}" for p in np.unique(pcs)[:_MAX_GROUPS]]
+    parts = [f"{thread_ranges(m, live[pcs == p])} at {instruction_at(m, int(p))}" for p in np.unique(pcs)[:_MAX_GROUPS]]
     parked = int(np.count_nonzero(m.state == PARKED))
     waiting = int(np.count_nonzero(m.state == WAITING))
     tail = f"; {parked} threads parked on mbarriers, {waiting} waiting at barriers" if parked or waiting else ""

@@ -17,16 +17,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...launch import Launch
 from .barriers import PARKED, RUNNING, SPINNING
 from .hangs import Spinners, shared_state
 from ..memory.spaces import Memory
 from .program import Program, Variable
 from ..errors import SimError
+from .observers import Observer, Observers
 from .sanitizer import Sanitizer
 from .registers import RegisterFile, SpecialRegisters
 
 if TYPE_CHECKING:
-    from .machine import Machine
+    from .view import MachineView
 
 __all__ = ["LaunchState"]
 
@@ -40,34 +42,36 @@ class LaunchState:
         semantics: ``sim`` name → semantics function (the registry of
             :mod:`jaxptx.sim.semantics`; passed in, so that the machine core
             does not depend on the instruction families).
-        grid, block, cluster: launch dims; ``ntid`` threads per CTA,
+        launch: the launch's :class:`jaxptx.launch.Launch`; ``grid``,
+            ``block``, ``cluster``, ``dynamic_smem`` its fields; ``ntid`` threads per CTA,
             ``nthreads`` in all.
         groups: PC → the running threads at that PC (ascending); ``pc`` holds
             the PC of every other thread (:meth:`sync_pcs` brings it up to date).
         parked: mbarrier word → ``(threads, mark, describe)`` of the threads
             parked on it (:meth:`park`).
         spinners: threads proven to loop without changing anything.
+        observers: the launch's :class:`.observers.Observers`: what the
+            semantics and the scheduler tell the tools watching the launch
+            (:meth:`observe` adds one).
         sanitizer: the launch's :class:`.sanitizer.Sanitizer` (``None``
-            unless ``check``).
+            unless ``check``), one of the observers; read for its findings.
         steps, thread_steps: the steps the scheduler took so far (``%clock``
             reads it) and, after :meth:`.machine.Machine.run`, the
             thread-instructions they executed (statistics for benchmarks).
         exit_checks: checks run when every thread has exited.
     """
 
-    def __init__(self, program: Program, grid: tuple[int, int, int], block: tuple[int, int, int],
-                 memory: Memory, semantics: Mapping[str, Callable], *, cluster: tuple[int, int, int] = (1, 1, 1),
-                 dynamic_smem: int = 0, global_bases: dict[str, int] | None = None, check: bool = False) -> None:
+    def __init__(self, program: Program, launch: Launch, memory: Memory, semantics: Mapping[str, Callable], *,
+                 global_bases: dict[str, int] | None = None, check: bool = False) -> None:
         self.program = program
         self.semantics = semantics
-        self.grid = grid
-        self.block = block
-        self.cluster = cluster
-        self.dynamic_smem = dynamic_smem
+        self.launch = launch
+        self.grid, self.block, self.cluster = launch.grid, launch.block, launch.cluster
+        self.dynamic_smem = launch.smem
         self.global_bases = global_bases or {}
         self.memory = memory
-        self.ntid = block[0] * block[1] * block[2]
-        self.nctas = grid[0] * grid[1] * grid[2]
+        self.ntid = launch.threads
+        self.nctas = launch.blocks
         self.nthreads = self.ntid * self.nctas
         self.warps_per_cta = -(-self.ntid // 32)
         self.regs = RegisterFile(program.registers, self.nthreads)
@@ -84,9 +88,14 @@ class LaunchState:
         self.all_threads = np.arange(self.nthreads, dtype=np.int64)
         self.frames: dict[str, np.ndarray] = {}   # function -> calling PC per thread (-1: not in it)
         self.current_pc: int | None = None
-        self.sanitizer = Sanitizer(self, check) if check else None
+        self.observers = Observers()
+        self.on_register_read = self.on_register_write = None       # hooks of the hot register events, None when unwatched (see observe)
+        self.sanitizer = self.observe(Sanitizer(self, check)) if check else None
         memory.cluster_cta = self.cluster_cta
         self.cluster_arrivals = np.zeros(self.nctas, dtype=np.int64)   # by rank-0 CTA
+        self.cluster_phase = np.zeros(self.nctas, dtype=np.int64)      # completed phases, by rank-0 CTA
+        # the phase each thread arrived in and has not waited on yet (-1: none)
+        self.arrived_phase = np.full(self.nthreads, -1, dtype=np.int64)
         self.groups: dict[int, np.ndarray] = {0: self.all_threads} if self.nthreads else {}
         self.park_word = np.full(self.nthreads, -1, dtype=np.int64)
         self.parked: dict[int, tuple[np.ndarray, int, Callable[[int], str]]] = {}
@@ -95,9 +104,7 @@ class LaunchState:
         self.steps = self.thread_steps = 0
         # Checks run when every thread has exited (tensor memory leaks); state
         # that needs one registers it here.
-        self.exit_checks: list[Callable[["Machine"], None]] = []
-        if self.sanitizer is not None:
-            memory.watch = self.sanitizer.access
+        self.exit_checks: list[Callable[["MachineView"], None]] = []
         self._special = SpecialRegisters(self)
 
     def close(self) -> None:
@@ -106,21 +113,32 @@ class LaunchState:
         machine and its megabytes of registers live in a reference cycle
         until the cycle collector runs, and every launch maps fresh pages."""
         self.memory.cluster_cta = lambda cta, rank: cta
-        self.memory.watch = None
+        self.memory.on_access = None
         self._special = None
         self.sanitizer = None
+        self.observers = Observers()
+        self.on_register_read = self.on_register_write = None
         self.regs = None
         self.frames = {}
         self.parked = {}
         self.groups = {}
+
+    def observe(self, observer: Observer) -> Observer:
+        """Join ``observer`` to the launch (before :meth:`.machine.Machine.run`);
+        returns it."""
+        self.observers.add(observer)
+        self.on_register_read = self.observers.hook("read_register")
+        self.on_register_write = self.observers.hook("write_register")
+        self.memory.on_access = self.observers.hook("access")
+        return observer
 
     # registers ---------------------------------------------------------------
     def read_register(self, name: str, threads: np.ndarray) -> np.ndarray:
         """Raw bits of register ``name`` (or a special register) for ``threads``."""
         reg = self.regs.get(name)
         if reg is not None:
-            if self.sanitizer is not None:
-                self.sanitizer.read_register(name, threads)
+            if self.on_register_read is not None:
+                self.on_register_read(name, threads)
             return reg if len(threads) == self.nthreads else reg[threads]
         return self._special.read(name, threads)
 
@@ -132,8 +150,8 @@ class LaunchState:
             self.regs.replace(name, bits)
         else:
             self.regs.get(name)[threads] = bits
-        if self.sanitizer is not None:
-            self.sanitizer.write_register(name, threads)
+        if self.on_register_write is not None:
+            self.on_register_write(name, threads)
 
     def register_width(self, name: str) -> int:
         """Bits of register ``name``'s storage."""

@@ -35,32 +35,26 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from ... import ir, isa
+from ...launch import Launch
 from .barriers import CLUSTER_BARRIER, EXITED, RUNNING, WAITING, arrive, everyone, release, warp_sync
 from .calls import call, return_
 from .endless import endless_loop
-from .hangs import (MAX_STEPS_ENV, CycleWatch, default_max_steps, first_thread, hang_message, located,
-                    running_message, shared_state, source_lines, thread_ranges, where)
+from .hangs import MAX_STEPS_ENV, CycleWatch, default_max_steps, hang_message, running_message, shared_state
+from .naming import first_thread, located, source_lines, thread_ranges, where
 from .launch_state import LaunchState
 from ..memory.spaces import Memory
 from .progress import Clock, default_max_seconds, instruction_text, progress_seconds
 from .program import Program
-from ..errors import SimError, SimFault
+from .scheduled import MACHINE, NO_OPS
+from .schedules import RandomSchedule
+from ..errors import SimDeadlock, SimError, SimFault
+from .forensics import stuck_warps, table
 from .step import Step
 
 __all__ = ["Machine", "MACHINE", "NO_OPS", "MAX_STEPS_ENV"]
 
-MACHINE = frozenset(["bra", "brx_idx", "call", "ret", "exit", "trap", "bar_sync", "bar_red", "bar_arrive",
-                     "barrier_cluster_arrive", "barrier_cluster_wait", "bar_warp_sync"])
-"""``sim`` names the machine executes itself: they change program counters or
-thread states, so no semantics function can run them."""
-
-NO_OPS = frozenset(["fence", "fence_proxy", "prefetch", "nanosleep", "pmevent", "griddepcontrol",
-                    "setmaxnreg", "brkpt"])
-"""``sim`` names with no effect on the emulator: it completes every memory
-operation in program order, has no caches to prefetch into and no register
-allocation to change."""
-
 _BARRIERS = ("bar_sync", "bar_red", "bar_arrive")
+RANDOM_FIRST_SAMPLE = 256      # steps before a random schedule's first look for spinning warps
 _NOT_PLAIN = MACHINE | NO_OPS
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -78,28 +72,32 @@ class Machine(LaunchState):
         clock: the running launch's :class:`.progress.Clock` (``None``
             before :meth:`run`).
         watch: the :class:`.hangs.CycleWatch` that finds loops changing nothing.
-        profiler, fidelity: observers (``jaxptx.profile``'s counter,
-            ``jaxptx.sim.fidelity``'s tracker) whose ``before(pc, threads)``
-            runs ahead of every step; ``None``: none.
+        schedule: ``None`` (each step runs every thread at the smallest PC)
+            or the :class:`.schedules.RandomSchedule` of ``schedule="random"``
+            with ``seed``.
+
+    Tools watching the launch join it with :meth:`observe` before :meth:`run`
+    and hear its events (:mod:`.observers`).
     """
 
-    def __init__(self, program: Program, grid: tuple[int, int, int], block: tuple[int, int, int],
-                 memory: Memory, semantics: Mapping[str, Callable], *, cluster: tuple[int, int, int] = (1, 1, 1),
-                 dynamic_smem: int = 0, global_bases: dict[str, int] | None = None, max_steps: int | None = None,
-                 check: bool = False, max_seconds: float | None = None) -> None:
-        super().__init__(program, grid, block, memory, semantics, cluster=cluster, dynamic_smem=dynamic_smem,
-                         global_bases=global_bases, check=check)
+    def __init__(self, program: Program, launch: Launch, memory: Memory, semantics: Mapping[str, Callable], *,
+                 global_bases: dict[str, int] | None = None, max_steps: int | None = None,
+                 check: bool = False, max_seconds: float | None = None, schedule: str | None = None,
+                 seed: int | None = None) -> None:
+        super().__init__(program, launch, memory, semantics, global_bases=global_bases, check=check)
         self.max_steps = default_max_steps() if max_steps is None else max_steps
         self.max_seconds = default_max_seconds() if max_seconds is None else max_seconds
         self.progress_every = progress_seconds()
         self.clock: Clock | None = None
         self._exits: set[int] = set()       # PCs of backward branches whose loops may be left
         self._probe: bytes | None = None     # shared state when parked threads last ran again
-        self.watch = CycleWatch(self)
-        # jaxptx.profile's counter: .before(pc, threads) ahead of every step.
-        self.profiler = None
-        # jaxptx.sim.fidelity's tracker: .before(pc, threads) ahead of every step.
-        self.fidelity = None
+        self._on_begin = self._on_after = None      # the observers' begin/after hooks while running
+        # Which threads run next: None, every thread at the smallest PC (the
+        # default schedule); else a RandomSchedule (schedule="random").
+        self.schedule = RandomSchedule(self, seed) if schedule == "random" else None
+        # A random schedule runs one warp a step, so a spinning warp holds
+        # the others back sooner: look for spins sooner too.
+        self.watch = CycleWatch(self, first=None if self.schedule is None else RANDOM_FIRST_SAMPLE)
         # Per PC: the semantics function of an instruction that only computes
         # (the machine's own control-flow and barrier names excluded), else None.
         self._plain = [semantics.get(r.inst.sim) if r is not None and r.inst.sim not in _NOT_PLAIN
@@ -109,7 +107,8 @@ class Machine(LaunchState):
         """Drop the launch's state (:meth:`.launch_state.LaunchState.close`)
         and the scheduler's references back to the machine."""
         super().close()
-        self.fidelity = None
+        self._on_begin = self._on_after = None
+        self.schedule = None
         self.watch = None
         self.clock = None
 
@@ -142,8 +141,10 @@ class Machine(LaunchState):
         # One comparison a step serves both max_steps and the clock's next look.
         stop = min(limit + 1, clock.next)
         steps = thread_steps = 0
-        prof = self.profiler
-        fid = self.fidelity
+        schedule = self.schedule
+        before = self.observers.hook("before_step")
+        self._on_begin = self.observers.hook("begin")
+        self._on_after = self.observers.hook("after")
         while True:
             if not groups:
                 self.steps, self.thread_steps = steps, thread_steps
@@ -152,27 +153,27 @@ class Machine(LaunchState):
                 for check in self.exit_checks:
                     check(self)
                 return
-            if len(groups) == 1:
+            steps += 1
+            if schedule is not None:
+                pc, threads = schedule.pick(groups, steps)
+            elif len(groups) == 1:
                 pc, threads = groups.popitem()
             else:
                 pc = min(groups)
                 threads = groups.pop(pc)
-            steps += 1
             self.steps = steps          # what %clock reads
             thread_steps += len(threads)
             if steps >= stop:
-                groups[pc] = threads        # where the report and the errors see them
+                self._place(pc, threads)        # where the report and the errors see them
                 if steps > limit:
                     raise SimError(running_message(self, limit))
                 stop = min(limit + 1, clock.look(steps, thread_steps))
-                del groups[pc]
+                self._take(pc, threads)
             if pc >= len(code):
                 raise SimError(f"{self.program.name}: ran past the end of the kernel (missing ret?)")
             self.current_pc = pc
-            if prof is not None:
-                prof.before(pc, threads)
-            if fid is not None:
-                fid.before(pc, threads)
+            if before is not None:
+                before(pc, threads)
             fn = plain[pc]
             if fn is not None:
                 self._execute_plain(fn, pc, threads)
@@ -182,6 +183,15 @@ class Machine(LaunchState):
                 watch.after(steps, pc, threads)
             elif steps >= watch.next:
                 watch.start(steps)
+
+    def _take(self, pc: int, threads: np.ndarray) -> None:
+        """Take running ``threads`` (ascending) out of the group at ``pc``."""
+        group = self.groups[pc]
+        keep = group[~np.isin(group, threads, assume_unique=True)] if len(group) != len(threads) else group[:0]
+        if len(keep):
+            self.groups[pc] = keep
+        else:
+            del self.groups[pc]
 
     def _stalled(self, steps: int) -> bool:
         """No thread is ready: run parked threads once more, or spinning
@@ -200,7 +210,9 @@ class Machine(LaunchState):
         if len(stale):
             self._wake(stale)
             return True
-        raise SimError(hang_message(self, steps))
+        warps = stuck_warps(self)
+        raise SimDeadlock(f"{hang_message(self, steps)}\n  stuck warps:\n    " +
+                          table(warps).replace("\n", "\n    "), warps)
 
     def _guard(self, ins: ir.Instruction, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The threads whose guard lets them execute ``ins``, and the rest."""
@@ -219,14 +231,14 @@ class Machine(LaunchState):
         if ins.guard is not None:
             taken = self._guard(ins, threads)[0]
         if len(taken):
-            san = self.sanitizer
+            begin, after = self._on_begin, self._on_after
             try:
                 step = Step(self, ins, self.program.resolved[pc], taken)
-                if san is not None:
-                    san.begin(pc, step.r.inst.sim)
+                if begin is not None:
+                    begin(pc, step.r.inst.sim)
                 fn(step)
-                if san is not None:
-                    san.after(step.r.inst.sim, step)
+                if after is not None:
+                    after(step.r.inst.sim, step)
             except SimError as e:
                 raise located(e, ins) from None
             if self._parking:
@@ -274,37 +286,40 @@ class Machine(LaunchState):
                 self._release()         # a barrier may now have every live thread
         elif sim == "bar_sync" and len(rest) == 0 and len(ins.operands) == 1 and everyone(self, taken):
             # Every live thread of every CTA is here: the barrier completes at once.
-            if self.sanitizer is not None:
-                self.sanitizer.begin(pc, sim)
-                self.sanitizer.aligned_barrier(taken)
-                self.sanitizer.everyone_synchronised()
+            self.observers.begin(pc, sim)
+            self.observers.aligned_barrier(taken)
+            self.observers.everyone_synchronised()
             self._place(pc + 1, threads)
         elif sim in _BARRIERS:
             if len(taken):
-                if self.sanitizer is not None:
-                    self.sanitizer.begin(pc, sim)
+                self.observers.begin(pc, sim)
                 arrive(self, Step(self, ins, r, taken), pc)
             self.pc[taken] = pc + 1
             self._place(pc + 1, threads[self.state[threads] == RUNNING])
             self._release()
         elif sim == "barrier_cluster_arrive":
-            np.add.at(self.cluster_arrivals, self.cluster_first(taken // self.ntid), 1)
+            heads = self.cluster_first(taken // self.ntid)
+            self.arrived_phase[taken] = self.cluster_phase[heads]
+            np.add.at(self.cluster_arrivals, heads, 1)
             self._place(pc + 1, threads)
-            if (self.state == WAITING).any():
-                self._release()
+            self._release()             # the phase may complete (with or without waiters)
         elif sim == "barrier_cluster_wait":
+            # A thread that has not arrived waits for the phase open now (its
+            # own arrival, which never comes, is part of it).
+            fresh = taken[self.arrived_phase[taken] < 0]
+            self.arrived_phase[fresh] = self.cluster_phase[self.cluster_first(fresh // self.ntid)]
             self.state[taken] = WAITING
             self.barrier[taken] = CLUSTER_BARRIER
             self.pc[taken] = pc + 1
             self._place(pc + 1, rest)
             self._release()
         elif sim in NO_OPS:
-            if self.sanitizer is not None and len(taken):
-                self.sanitizer.begin(pc, sim)
+            if len(taken):
+                self.observers.begin(pc, sim)
                 if sim == "fence_proxy" and "async" in ins.modifiers:
-                    self.sanitizer.proxy_fence(taken)
+                    self.observers.proxy_fence(taken)
                 elif sim == "fence":
-                    self.sanitizer.fence(taken)
+                    self.observers.fence(taken)
             self._place(pc + 1, threads)
         elif sim == "bar_warp_sync":
             self._warp_sync(ins, r, pc, threads, taken)
@@ -319,12 +334,11 @@ class Machine(LaunchState):
         go = taken
         if len(taken):
             s = Step(self, ins, r, taken)
-            if self.sanitizer is not None:
-                self.sanitizer.begin(pc, "bar_warp_sync")
-                self.sanitizer.member_mask(s, waits=True)
+            self.observers.begin(pc, "bar_warp_sync")
+            self.observers.member_mask(s, waits=True)
             go = warp_sync(self, s, pc)
-            if self.sanitizer is not None and len(go):
-                self.sanitizer.warp_sync(go)
+            if len(go):
+                self.observers.warp_sync(go)
         self.pc[taken] = pc + 1
         self._place(pc + 1, threads[self.state[threads] == RUNNING])
         if len(go) != len(taken) or (self.state == WAITING).any():

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..._vprintf import Conversion, layout, parse_format, plan
-from .hangs import where
+from .naming import where
 from ..errors import SimError
 from ..memory.spaces import SHARED_WINDOW
 

@@ -41,10 +41,10 @@ from ... import ir
 from ...emit import emit_statement
 from ..errors import SimError
 from .barriers import EXITED, PARKED, SPINNING, WAITING
-from .hangs import source_lines, thread_ranges, where
+from .naming import source_lines, thread_ranges, where
 
 if TYPE_CHECKING:
-    from .machine import Machine
+    from .view import MachineView
 
 __all__ = ["DEFAULT_PROGRESS_SECONDS", "LOGGER", "PROGRESS_ENV", "TIMEOUT_ENV", "Clock", "default_max_seconds",
            "instruction_text", "max_seconds_option", "progress_seconds", "where_threads"]
@@ -125,7 +125,7 @@ def max_seconds_option(value: Any) -> float:
 
 def _line(ins: ir.Instruction) -> str:
     """``PTX line 12`` for parsed PTX, ``file.py:41`` for a traced kernel
-    (as :func:`.hangs.where` words them)."""
+    (as :func:`.naming.where` words them)."""
     return where(ins)[2:-1] or "no line information"
 
 
@@ -134,7 +134,7 @@ def instruction_text(ins: ir.Instruction) -> str:
     return emit_statement(ins, style="canonical", depth=0).strip().removesuffix(";")
 
 
-def _loops(m: "Machine") -> list[tuple[int, int]]:
+def _loops(m: "MachineView") -> list[tuple[int, int]]:
     """``(first, last)`` PCs of every backward branch's loop, innermost first."""
     code, labels = m.program.code, m.program.labels
     out = []
@@ -146,7 +146,7 @@ def _loops(m: "Machine") -> list[tuple[int, int]]:
     return sorted(out, key=lambda loop: loop[1] - loop[0])
 
 
-def _loop_of(m: "Machine", loops: list[tuple[int, int]], pc: int) -> str:
+def _loop_of(m: "MachineView", loops: list[tuple[int, int]], pc: int) -> str:
     """`` in the loop at PTX lines 10-13`` for the innermost loop around ``pc``."""
     for first, last in loops:
         if first <= pc <= last:
@@ -154,7 +154,7 @@ def _loop_of(m: "Machine", loops: list[tuple[int, int]], pc: int) -> str:
     return ""
 
 
-def where_threads(m: "Machine", detail: bool) -> str:
+def where_threads(m: "MachineView", detail: bool) -> str:
     """Where the live threads are: the :data:`_TOP` PCs most of them are
     at (a thread waiting at a barrier or parked on an mbarrier counts at
     its barrier or wait), each with its line, instruction, thread count
@@ -187,7 +187,7 @@ def where_threads(m: "Machine", detail: bool) -> str:
     return "; ".join(parts) + (f" ({', '.join(tail)})" if tail else "")
 
 
-def _ctas_finished(m: "Machine") -> str:
+def _ctas_finished(m: "MachineView") -> str:
     done = int((m.state.reshape(m.nctas, m.ntid) == EXITED).all(axis=1).sum()) if m.nthreads else 0
     return f"{done:,} of {m.nctas:,} CTAs finished"
 
@@ -218,7 +218,7 @@ class Clock:
             else :data:`LOGGER`).
     """
 
-    def __init__(self, m: "Machine", max_seconds: float | None, every: float | None,
+    def __init__(self, m: "MachineView", max_seconds: float | None, every: float | None,
                  stream: TextIO | None = None) -> None:
         self.m = m
         self.start = time.monotonic()

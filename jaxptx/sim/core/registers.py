@@ -12,7 +12,7 @@ from ..errors import SimError
 from ..numerics.values import bits_dtype
 
 if TYPE_CHECKING:
-    from ..core.machine import Machine
+    from ..core.view import MachineView
 
 __all__ = ["RegisterFile", "SpecialRegisters"]
 
@@ -88,7 +88,7 @@ class SpecialRegisters:
     _CONSTANT = ("tid", "ntid", "ctaid", "nctaid", "laneid", "warpid", "nwarpid", "lanemask_eq",
                  "lanemask_lt", "lanemask_le", "lanemask_gt", "lanemask_ge")
 
-    def __init__(self, m: "Machine") -> None:
+    def __init__(self, m: "MachineView") -> None:
         self.m = m
         self.cache: dict[str, np.ndarray] = {}
 

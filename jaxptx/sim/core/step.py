@@ -21,7 +21,7 @@ from ..errors import SimError
 from ..numerics.values import constant, from_bits, to_bits
 
 if TYPE_CHECKING:
-    from ..core.machine import Machine
+    from ..core.view import MachineView
 
 __all__ = ["Step", "SPACES"]
 
@@ -44,7 +44,7 @@ class Step:
 
     __slots__ = ("m", "ins", "r", "threads", "n", "values", "types")
 
-    def __init__(self, m: "Machine", ins: ir.Instruction, r: isa.Resolved | None, threads: np.ndarray) -> None:
+    def __init__(self, m: "MachineView", ins: ir.Instruction, r: isa.Resolved | None, threads: np.ndarray) -> None:
         self.m = m
         self.ins = ins
         self.r = r
@@ -82,7 +82,7 @@ class Step:
         if type(op) is ir.Register:
             m = self.m
             reg = m.regs.arrays.get(op.name)
-            if reg is not None and m.sanitizer is None and self.n == m.nthreads:    # the usual read
+            if reg is not None and m.on_register_read is None and self.n == m.nthreads:    # the usual read
                 return from_bits(t, reg)
             return from_bits(t, m.read_register(op.name, self.threads))
         if isinstance(op, ir.Immediate):
@@ -134,7 +134,7 @@ class Step:
             if not (type(value) is np.ndarray and value.shape == (self.n,)):
                 value = np.broadcast_to(np.asarray(value), (self.n,) + ((t.lanes,) if t.lanes > 1 and
                                                                         np.ndim(value) == 2 else ()))
-            if m.sanitizer is None and self.n == m.nthreads:        # the usual write
+            if m.on_register_write is None and self.n == m.nthreads:        # the usual write
                 m.regs.replace(op.name, to_bits(t, value, width))
             else:
                 m.write_register(op.name, self.threads, to_bits(t, value, width))

@@ -45,6 +45,5 @@ from .report import Reach as Reach
 from .report import Usage as Usage
 from .roles import CARRY as CARRY
 from .tracker import Tracker as Tracker
-from .tracker import attach as attach
 
-__all__ = ["Fidelity", "Reach", "Tracker", "Usage", "attach"]
+__all__ = ["Fidelity", "Reach", "Tracker", "Usage"]

@@ -10,7 +10,7 @@ from typing import Any
 
 from ... import ir, isa
 from ...isa import EXACT, UNITS
-from ..core.machine import MACHINE
+from ..core.scheduled import MACHINE
 
 __all__ = ["CARRY", "Roles", "plan_roles"]
 

@@ -1,7 +1,7 @@
 """The taint tracker of a fidelity launch (see :mod:`jaxptx.sim.fidelity`):
 :class:`Tracker` counts executions per PC and follows the taint of
 approximate and reading values through registers, memory and tensor memory,
-and :func:`attach` hooks it into a prepared machine."""
+as an observer of the launch's events (``machine.observe(Tracker(machine))``)."""
 
 from __future__ import annotations
 
@@ -11,28 +11,18 @@ import numpy as np
 
 from ... import ir
 from ...isa import APPROX, EXACT
-from ..core.hangs import where as _where
+from ..core.naming import where as _where
+from ..core.observers import LOAD, STORE, Observer
 from .report import Fidelity, Reach, Usage
 from .roles import Roles, plan_roles
 
-__all__ = ["Tracker", "attach"]
+__all__ = ["Tracker"]
 
 _CLEAN = -1            # the taint of a clean value (others: the PC of the value's origin)
 _T = np.int32
 
 
-def attach(machine: Any) -> Tracker:
-    """Hook a :class:`Tracker` into a prepared machine (``Device._run``):
-    the machine calls its ``before`` ahead of every step, the memory its
-    ``access`` for every access (after any profiler's counter)."""
-    tracker = Tracker(machine)
-    machine.fidelity = tracker
-    tracker.chained = machine.memory.counter
-    machine.memory.counter = tracker.access
-    return tracker
-
-
-class Tracker:
+class Tracker(Observer):
     """Counts executions per PC and follows taint through one launch (see
     :mod:`jaxptx.sim.fidelity`). Taint values are the origin's PC, -1 clean."""
 
@@ -42,7 +32,6 @@ class Tracker:
         self.infos = plan_roles(program, machine.regs.dtypes)
         self.counts = np.zeros(len(program.code), dtype=np.int64)
         self.nthreads = machine.nthreads
-        self.chained: Any = None
         self.live = False                              # an origin has run: taint may exist
         self.regs: dict[str, np.ndarray] = {}          # register -> taint per thread
         self.memory: dict[int, tuple[np.ndarray, np.ndarray]] = {}   # id(buffer) -> (buffer, taint per byte)
@@ -54,7 +43,7 @@ class Tracker:
         self.reached: dict[tuple[int, str, str], Reach] = {}
 
     # hooks -------------------------------------------------------------------------
-    def before(self, pc: int, threads: np.ndarray) -> None:
+    def before_step(self, pc: int, threads: np.ndarray) -> None:
         """The machine is about to run ``pc`` on ``threads``."""
         if self.pending is not None:
             self._flush()
@@ -79,15 +68,13 @@ class Tracker:
         self.scratch[taken] = src
         self.pending = (info, taken, threads, guard)
 
-    def access(self, buf: np.ndarray, off: np.ndarray, threads: np.ndarray, width: int, write: Any) -> None:
-        """One gather or scatter of the current instruction (the memory's
-        ``counter`` hook: ``write`` False, True, or ``"update"`` for a
-        read-modify-write)."""
-        if self.chained is not None:
-            self.chained(buf, off, threads, width, write)
+    def access(self, buf: np.ndarray, off: np.ndarray, threads: np.ndarray, width: int, kind: str,
+               values: np.ndarray | None = None) -> None:
+        """One gather or scatter of the current instruction (a load, a store,
+        or a read-modify-write, which reads and writes)."""
         if self.pending is None:
             return
-        if write is True:
+        if kind == STORE:
             self.writes.append((buf, off, threads, width, False))
             return
         held = self.memory.get(id(buf))
@@ -96,7 +83,7 @@ class Tracker:
             if (bytes_ != _CLEAN).any():
                 np.maximum.at(self.scratch, threads, bytes_)
                 self.touched.append(threads)
-        if write:
+        if kind != LOAD:
             self.writes.append((buf, off, threads, width, True))
 
     # taint ---------------------------------------------------------------------------
@@ -243,12 +230,9 @@ class Tracker:
 
     # result ----------------------------------------------------------------------------------
     def result(self, findings: list | None = None, profile: Any = None) -> Fidelity:
-        """The :class:`Fidelity` of the finished launch (unhooks the tracker)."""
+        """The :class:`Fidelity` of the finished launch."""
         if self.pending is not None:
             self._flush()
-        self.m.fidelity = None
-        if self.m.memory.counter == self.access:
-            self.m.memory.counter = self.chained
         exact: dict[str, int] = {}
         approximate: dict[str, Usage] = {}
         reading: dict[str, Usage] = {}

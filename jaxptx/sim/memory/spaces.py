@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..numerics.b128 import B128
+from ..core.observers import ATOMIC, LOAD, STORE, UPDATE
 from ..errors import SimFault
 
 __all__ = ["Memory", "GLOBAL_SHIFT", "SHARED_WINDOW", "LOCAL_WINDOW", "CONST_WINDOW", "PARAM_WINDOW",
@@ -80,19 +81,10 @@ class Memory:
         self.local = _padded(nctas * ntid * local_size)
         self.param = _padded(param_size)
         self.const = _padded(const_size)
-        # Called as watch(buffer, byte offsets, threads, width, write,
-        # atomic=, values=) for every access when the sanitizer runs.
-        self.watch = None
-        # Called as counter(buffer, element byte offsets, threads, width, write)
-        # for every access when the launch is profiled (jaxptx.profile) or its
-        # fidelity tracked (jaxptx.sim.fidelity); write is False for a load,
-        # True for a store and "update" for locations() (which may read and write).
-        self.counter = None
-        # Called as stored(buffer, element byte offsets, width) for every
-        # plain store when the device records them (Device.track_stores),
-        # and updated(...) likewise for every read-modify-write (atomics).
-        self.stored = None
-        self.updated = None
+        # The launch's observers' access event (jaxptx.sim.core.observers):
+        # on_access(buffer, byte offsets, threads, width, kind, values) for
+        # every access, None when nobody watches them.
+        self.on_access = None
         # Global buffer index -> what it is, for messages ("parameter 'x'");
         # and the indices of freed allocations (an access is a use after free).
         self.names: dict[int, str] = {}
@@ -278,10 +270,8 @@ class Memory:
         out = None
         shift = _LOG2[width]
         for buf, off, pos in self._resolve(space, addr, threads, width, what):
-            if self.watch is not None:
-                self.watch(buf, off, threads if pos is None else threads[pos], width, False)
-            if self.counter is not None:
-                self.counter(buf, off, threads if pos is None else threads[pos], width, False)
+            if self.on_access is not None:
+                self.on_access(buf, off, threads if pos is None else threads[pos], width, LOAD)
             if _uniform(off):      # one address for every thread
                 elements = np.full(len(off), buf.view(_UINT[width])[int(off[0]) >> shift])
             else:
@@ -299,13 +289,9 @@ class Memory:
         values = np.asarray(values).astype(_UINT[width], copy=False)
         shift = _LOG2[width]
         for buf, off, pos in self._resolve(space, addr, threads, width, what, write=True):
-            if self.watch is not None:
-                self.watch(buf, off, threads if pos is None else threads[pos], width, True,
-                           values=values if pos is None or len(pos) == len(values) else values[pos])
-            if self.counter is not None:
-                self.counter(buf, off, threads if pos is None else threads[pos], width, True)
-            if self.stored is not None:
-                self.stored(buf, off, width)
+            if self.on_access is not None:
+                self.on_access(buf, off, threads if pos is None else threads[pos], width, STORE,
+                               values if pos is None or len(pos) == len(values) else values[pos])
             buf.view(_UINT[width])[off >> shift if shift else off] = \
                 values if pos is None or len(pos) == len(values) else values[pos]
 
@@ -316,13 +302,10 @@ class Memory:
         ``atomic`` (mbarrier words and async-proxy copies keep their own
         rules)."""
         groups = []
+        kind = ATOMIC if atomic else UPDATE
         for buf, off, pos in self._resolve(space, addr, threads, width, what, write=True):
-            if atomic and self.watch is not None:
-                self.watch(buf, off, threads if pos is None else threads[pos], width, True, atomic=True)
-            if self.counter is not None:
-                self.counter(buf, off, threads if pos is None else threads[pos], width, "update")
-            if self.updated is not None:
-                self.updated(buf, off, width)
+            if self.on_access is not None:
+                self.on_access(buf, off, threads if pos is None else threads[pos], width, kind)
             groups.append((buf.view(_UINT[width]), off // width,
                            np.arange(len(addr)) if pos is None else pos))
         return groups

@@ -8,36 +8,11 @@ global, const or param memory (PTX ISA, "Tensor-map": a 128-byte object in
 the host with :func:`tensor_map`; kernels may rewrite fields with
 ``tensormap.replace`` and copy maps with ``tensormap.cp_fenceproxy``.
 
-Layout (little-endian; per-dimension arrays are innermost dimension first,
-as PTX numbers dimensions and coordinates; unused entries are 0)::
-
-    offset  size       field
-    0       u32        magic 0x4D54504A ("JPTM")
-    4       u8         version (1)
-    5       u8         rank - 1 (zero-based, as tensormap.replace.rank writes it)
-    6       u8         element type: the tensormap.replace .elemtype code
-                       (0 u8, 1 u16, 2 u32, 3 s32, 4 u64, 5 s64, 6 f16, 7 f32,
-                       8 f32.ftz, 9 f64, 10 bf16, 11 tf32, 12 tf32.ftz)
-    7       u8         swizzle mode code (0 none, 1 32B, 2 64B, 3 128B)
-    8       u8         interleave code (0 none, 1 16B, 2 32B)
-    9       u8         fill mode code (0 zero fill, 1 OOB-NaN fill)
-    10      u8         swizzle atomicity code (0 16B, 1 32B, 2 32B with 8B
-                       flip, 3 64B; codes 1-3 with the 128B swizzle only)
-    11      u8         mode (0 tiled, 1 im2col)
-    12      u16        im2col: pixels per column (1..1024); tiled: 0
-    14      u16        im2col: channels per pixel (1..256); tiled: 0
-    16      u64        global address of element (0, ..., 0)
-    24      u32[5]     global dims (elements)
-    44      u32[5]     box dims (elements, 1..256; im2col maps: unused, 0)
-    64      u64[4]     global strides in bytes of dims 1..4 (dim 0 is dense;
-                       tensormap.replace.global_stride ord k writes entry k)
-    96      u32[5]     element (traversal) strides (1..8)
-    116     s16[3]     im2col: bounding-box lower corner, W first (W, H, D)
-    122     s16[3]     im2col: bounding-box upper corner, W first
-
-The enumerated codes are those of PTX ISA, "tensormap.replace", Table
-"Tensormap new_val validity" (not the driver's ``CUtensorMapDataType``).
-Maps written before the im2col fields existed have zeros there: tiled.
+The 128-byte layout, its codes and its validity rules live in
+:mod:`jaxptx.isa.encodings` (:class:`~jaxptx.isa.encodings.TensorMap`, its
+``encode`` beside its ``decode``); this module builds maps from numpy-order
+arguments, turns an encoding error into the emulator's :class:`SimError`
+when a copy reads a map, and walks im2col boxes.
 
 An im2col map (PTX ISA, "Tensors: im2col mode") describes an N(D)(H)WC
 tensor: dim 0 is C, the last is N, the ones between are the spatial
@@ -56,101 +31,29 @@ as the fill value. See :func:`im2col_elements`.
 from __future__ import annotations
 
 import dataclasses
-import struct
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from ...isa.encodings import ATOMICITY_NAMES, CORNER_BITS, ELEMTYPES, IM2COL, EncodingError, TensorMap
+from ...isa.encodings import TENSOR_MAP_FIELDS as FIELDS
+from ...isa.encodings import TENSOR_MAP_MAGIC as MAGIC
+from ...isa.encodings import TENSOR_MAP_SIZE as SIZE
+from ...isa.encodings import TENSOR_MAP_VERSION as VERSION
+from ...isa.encodings import swizzle_from_code
+from ...launch import TMA_RECORD
+from ...types import TYPES
 from ..errors import SimError
 
-__all__ = ["tensor_map", "ArgTensorMap", "TensorMap", "decode", "encode", "im2col_elements", "FIELDS", "MAGIC",
+__all__ = ["maps_from_records", "CU_DTYPE_NAMES", "tensor_map", "ArgTensorMap", "TensorMap", "decode", "encode", "im2col_elements", "FIELDS", "MAGIC",
            "VERSION", "SIZE", "ELEMTYPES", "IM2COL", "Im2col", "ATOMICITY_NAMES"]
 
-MAGIC = 0x4D54504A
-VERSION = 1
-SIZE = 128
-# code -> (PTX type name, bytes per element)
-ELEMTYPES = {0: ("u8", 1), 1: ("u16", 2), 2: ("u32", 4), 3: ("s32", 4), 4: ("u64", 8), 5: ("s64", 8),
-             6: ("f16", 2), 7: ("f32", 4), 8: ("f32.ftz", 4), 9: ("f64", 8), 10: ("bf16", 2),
-             11: ("tf32", 4), 12: ("tf32.ftz", 4)}
-_FLOATS = (6, 7, 8, 9, 10, 11, 12)
-SWIZZLE_BYTES = {0: 0, 1: 32, 2: 64, 3: 128}
-# PTX ISA, tensormap.replace .swizzle_atomicity codes.
-ATOMICITY_NAMES = {0: "16B", 1: "32B", 2: "32B with 8B flip", 3: "64B"}
-INTERLEAVE_BYTES = {0: 0, 1: 16, 2: 32}
-# tensormap.replace field -> (byte offset, bytes, stride between ordinals)
-FIELDS = {"global_address": (16, 8, 0), "rank": (5, 1, 0), "elemtype": (6, 1, 0),
-          "swizzle_mode": (7, 1, 0), "interleave_layout": (8, 1, 0), "fill_mode": (9, 1, 0),
-          "swizzle_atomicity": (10, 1, 0), "global_dim": (24, 4, 4), "box_dim": (44, 4, 4),
-          "global_stride": (64, 8, 8), "element_stride": (96, 4, 4)}
 _NUMPY = {"uint8": 0, "int8": 0, "bool": 0, "uint16": 1, "int16": 1, "uint32": 2, "int32": 3,
           "uint64": 4, "int64": 5, "float16": 6, "float32": 7, "float64": 9, "bfloat16": 10}
-_NAMES = {name: code for code, (name, _) in ELEMTYPES.items()}
-IM2COL = 1
-# PTX ISA, "im2col mode": bounding-box corner and im2col offset ranges by
-# rank, as bit widths (signed corners, unsigned offsets).
-_CORNER_BITS = {3: 16, 4: 8, 5: 5}
-_OFFSET_BITS = {3: 16, 4: 8, 5: 5}
-
-
-@dataclasses.dataclass(frozen=True)
-class TensorMap:
-    """A decoded tensor map; per-dimension tuples are innermost first.
-
-    Attributes:
-        address: global address of element (0, ..., 0).
-        elemtype: the element type code (see :data:`ELEMTYPES`).
-        dims, box, element_strides: per dimension, ``rank`` entries.
-        strides: byte strides of dimensions 1.. (``rank - 1`` entries).
-        swizzle, interleave: in bytes (0: none).
-        atomicity: swizzle atomicity code (:data:`ATOMICITY_NAMES`).
-        fill: 0 zero fill, 1 OOB-NaN fill.
-        mode: 0 tiled, 1 (:data:`IM2COL`) im2col.
-        pixels, channels: im2col pixels per column and channels per pixel.
-        lower, upper: im2col bounding-box corners, W first (``rank - 2``).
-    """
-
-    address: int
-    elemtype: int
-    dims: tuple[int, ...]
-    box: tuple[int, ...]
-    strides: tuple[int, ...]
-    element_strides: tuple[int, ...]
-    swizzle: int = 0
-    interleave: int = 0
-    fill: int = 0
-    atomicity: int = 0
-    mode: int = 0
-    pixels: int = 0
-    channels: int = 0
-    lower: tuple[int, ...] = ()
-    upper: tuple[int, ...] = ()
-
-    @property
-    def rank(self) -> int:
-        return len(self.dims)
-
-    @property
-    def elem_bytes(self) -> int:
-        return ELEMTYPES[self.elemtype][1]
-
-    @property
-    def counts(self) -> tuple[int, ...]:
-        """Elements the box holds per dimension: ``ceil(box / element stride)``
-        (CUDA driver API, cuTensorMapEncodeTiled, elementStrides)."""
-        return tuple(-(-b // e) for b, e in zip(self.box, self.element_strides))
-
-    @property
-    def box_bytes(self) -> int:
-        """Bytes one copy moves (what it counts as transaction bytes)."""
-        if self.mode == IM2COL:
-            return self.pixels * self.channels * self.elem_bytes
-        return int(np.prod(self.counts)) * self.elem_bytes
-
-    @property
-    def is_float(self) -> bool:
-        return self.elemtype in _FLOATS
+# im2col offsets are unsigned, as wide as the corners (PTX ISA, "im2col mode").
+_OFFSET_BITS = CORNER_BITS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,103 +76,25 @@ class Im2col:
 
 
 def encode(tm: TensorMap) -> bytes:
-    """The 128 bytes of ``tm`` in jaxptx's layout."""
-    out = bytearray(SIZE)
-    inv = {v: k for k, v in SWIZZLE_BYTES.items()}
-    inter = {v: k for k, v in INTERLEAVE_BYTES.items()}
-    struct.pack_into("<IBBBBBBBBHH", out, 0, MAGIC, VERSION, tm.rank - 1, tm.elemtype, inv[tm.swizzle],
-                     inter[tm.interleave], tm.fill, tm.atomicity, tm.mode, tm.pixels, tm.channels)
-    struct.pack_into("<Q", out, 16, tm.address)
-    for i, (lo, hi) in enumerate(zip(tm.lower, tm.upper)):
-        struct.pack_into("<h", out, 116 + 2 * i, lo)
-        struct.pack_into("<h", out, 122 + 2 * i, hi)
-    for i in range(tm.rank):
-        struct.pack_into("<I", out, 24 + 4 * i, tm.dims[i])
-        struct.pack_into("<I", out, 44 + 4 * i, tm.box[i])
-        struct.pack_into("<I", out, 96 + 4 * i, tm.element_strides[i])
-    for i, stride in enumerate(tm.strides):
-        struct.pack_into("<Q", out, 64 + 8 * i, stride)
-    return bytes(out)
+    """The 128 bytes of ``tm`` (:meth:`TensorMap.encode`).
+
+    Raises:
+        ValueError: a map the CUDA driver would refuse to encode.
+    """
+    return tm.encode()
 
 
 def decode(raw: bytes | np.ndarray) -> TensorMap:
-    """Read and check a tensor map.
+    """Read and check a tensor map (:meth:`TensorMap.decode`).
 
     Raises:
         SimError: not a jaxptx tensor map, or fields a TMA copy cannot use
             (the CUDA driver refuses to encode such maps).
     """
-    raw = bytes(np.asarray(raw, dtype=np.uint8).tobytes()) if not isinstance(raw, bytes) else raw
-    magic, version, rank1, elemtype, swz, inter, fill, atom, mode, pixels, channels = \
-        struct.unpack_from("<IBBBBBBBBHH", raw, 0)
-    if magic != MAGIC or version != VERSION:
-        raise SimError(f"not a jaxptx tensor map (magic {magic:#x}, version {version}); build tensor maps "
-                       "with jaxptx.sim.tensor_map (the driver's CUtensorMap layout is opaque)")
-    rank = rank1 + 1
-    if not 1 <= rank <= 5:
-        raise SimError(f"tensor map rank {rank} is not in 1..5")
-    if elemtype not in ELEMTYPES:
-        raise SimError(f"tensor map element type code {elemtype} is not supported by the emulator")
-    if swz not in SWIZZLE_BYTES or inter not in INTERLEAVE_BYTES or fill > 1 or atom > 3 or mode > 1:
-        raise SimError(f"tensor map swizzle/interleave/fill/atomicity/mode codes "
-                       f"{swz}/{inter}/{fill}/{atom}/{mode} are not supported by the emulator")
-    u32 = struct.unpack_from("<20I", raw, 24)
-    dims, box = u32[:rank], u32[5:5 + rank]
-    estr = struct.unpack_from(f"<{rank}I", raw, 96)
-    strides = struct.unpack_from(f"<{rank - 1}Q", raw, 64) if rank > 1 else ()
-    spatial = rank - 2 if mode == IM2COL else 0
-    tm = TensorMap(struct.unpack_from("<Q", raw, 16)[0], elemtype, dims, box, strides, estr,
-                   SWIZZLE_BYTES[swz], INTERLEAVE_BYTES[inter], fill, atom, mode, pixels, channels,
-                   struct.unpack_from(f"<{spatial}h", raw, 116), struct.unpack_from(f"<{spatial}h", raw, 122))
-    problem = _problem(tm)
-    if problem:
-        raise SimError(f"invalid tensor map: {problem}")
-    return tm
-
-
-def _problem(tm: TensorMap) -> str | None:
-    """Why ``tm`` is not a valid tensor map (cuTensorMapEncodeTiled's and
-    cuTensorMapEncodeIm2col's rules)."""
-    if any(d < 1 or d > 1 << 32 for d in tm.dims):
-        return f"global dims {tm.dims} must be in 1..2^32"
-    if tm.mode != IM2COL and any(b < 1 or b > 256 for b in tm.box):
-        return f"box dims {tm.box} must be in 1..256"
-    if any(e < 1 or e > 8 for e in tm.element_strides):
-        return f"element strides {tm.element_strides} must be in 1..8"
-    if tm.address % 16:
-        return f"global address {tm.address:#x} must be 16-byte aligned"
-    if any(s % 16 or s >= 1 << 40 for s in tm.strides):
-        return f"global strides {tm.strides} must be multiples of 16 below 2^40"
-    if tm.mode == IM2COL:
-        problem = _im2col_problem(tm)
-        if problem:
-            return problem
-    inner = (tm.channels if tm.mode == IM2COL else tm.box[0]) * tm.elem_bytes
-    if tm.interleave == 0 and inner % 16:
-        return f"the inner box dimension is {inner} bytes, not a multiple of 16"
-    if tm.interleave == 0 and tm.swizzle and inner > tm.swizzle:
-        return f"the inner box dimension ({inner} bytes) exceeds the {tm.swizzle}-byte swizzle span"
-    if tm.interleave == 32 and tm.swizzle != 32:
-        return "32-byte interleave requires 32-byte swizzle"
-    if tm.atomicity and tm.swizzle != 128:
-        return (f"swizzle atomicity {ATOMICITY_NAMES[tm.atomicity]} (code {tm.atomicity}) needs the 128-byte "
-                f"swizzle, not {tm.swizzle or 'no'}-byte")
-    if tm.fill == 1 and not tm.is_float:
-        return "OOB-NaN fill needs a floating-point element type"
-    return None
-
-
-def _im2col_problem(tm: TensorMap) -> str | None:
-    if tm.rank < 3:
-        return f"an im2col tensor map needs rank 3..5, got {tm.rank}"
-    if not 1 <= tm.channels <= 256 or not 1 <= tm.pixels <= 1024:
-        return (f"channels per pixel {tm.channels} and pixels per column {tm.pixels} must be in "
-                "1..256 and 1..1024")
-    bits = _CORNER_BITS[tm.rank]
-    if any(not -(1 << bits - 1) <= c < 1 << bits - 1 for c in tm.lower + tm.upper):
-        return (f"bounding-box corners {tm.lower}, {tm.upper} must be in "
-                f"[-2^{bits - 1}, 2^{bits - 1} - 1] for a {tm.rank}-d tensor")
-    return None
+    try:
+        return TensorMap.decode(raw)
+    except EncodingError as e:
+        raise SimError(f"invalid tensor map: {e}") from None
 
 
 def im2col_elements(tm: TensorMap, coords: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -315,8 +140,8 @@ def im2col_elements(tm: TensorMap, coords: np.ndarray, offsets: np.ndarray) -> n
 
 
 def _elemtype(dtype: Any) -> int:
-    if isinstance(dtype, str) and dtype.lstrip(".") in _NAMES:
-        return _NAMES[dtype.lstrip(".")]
+    if isinstance(dtype, str) and dtype.lstrip(".") in {name for name, _ in ELEMTYPES.values()}:
+        return TensorMap.elemtype_of(dtype.lstrip("."))
     name = np.dtype(dtype).name
     if name not in _NUMPY:
         raise ValueError(f"tensor_map: no TMA element type for {dtype!r}")
@@ -371,9 +196,8 @@ def tensor_map(address: int, shape: Sequence[int], dtype: Any, box: Sequence[int
         raise ValueError(f"tensor_map: strides {list(strides)} must have rank entries, the last being "
                          f"the element size {size}")
     estr = [1] * rank if element_strides is None else [int(e) for e in element_strides]
-    if swizzle not in (0, 32, 64, 128) or interleave not in (0, 16, 32) or oob_fill not in ("zero", "nan"):
-        raise ValueError(f"tensor_map: swizzle {swizzle}, interleave {interleave}, oob_fill {oob_fill!r} "
-                         "must be in (0, 32, 64, 128), (0, 16, 32), ('zero', 'nan')")
+    if oob_fill not in ("zero", "nan"):
+        raise ValueError(f"tensor_map: oob_fill must be 'zero' or 'nan', got {oob_fill!r}")
     atoms = {v: k for k, v in ATOMICITY_NAMES.items()}
     if swizzle_atomicity not in atoms:
         raise ValueError(f"tensor_map: swizzle_atomicity {swizzle_atomicity!r} must be one of {list(atoms)}")
@@ -385,13 +209,13 @@ def tensor_map(address: int, shape: Sequence[int], dtype: Any, box: Sequence[int
         extra.update(mode=IM2COL, pixels=int(im2col.pixels), channels=int(im2col.channels),
                      lower=tuple(int(c) for c in im2col.lower[::-1]),
                      upper=tuple(int(c) for c in im2col.upper[::-1]))
-    tm = TensorMap(int(address), code, tuple(shape[::-1]), tuple(int(b) for b in (box or [0] * rank)[::-1]),
-                   tuple(int(s) for s in strides[::-1][1:]), tuple(estr[::-1]), swizzle, interleave,
-                   1 if oob_fill == "nan" else 0, **extra)
-    problem = _problem(tm)
-    if problem:
-        raise ValueError(f"tensor_map: {problem}")
-    return encode(tm)
+    try:
+        tm = TensorMap(int(address), code, tuple(shape[::-1]), tuple(int(b) for b in (box or [0] * rank)[::-1]),
+                       tuple(int(s) for s in strides[::-1][1:]), tuple(estr[::-1]), swizzle, interleave,
+                       1 if oob_fill == "nan" else 0, **extra)
+        return tm.encode()
+    except EncodingError as e:
+        raise ValueError(f"tensor_map: {e}") from None
 
 
 class ArgTensorMap:
@@ -425,3 +249,42 @@ class ArgTensorMap:
 
 # Any address aligned as the driver asks (32 bytes covers interleaved maps).
 _CHECK_ADDRESS = 1 << 36
+
+
+# CUtensorMapDataType -> the emulator's name for the type (the dtype field of
+# a launch's TMA records; jaxptx/jax/_tma.py writes them).
+CU_DTYPE_NAMES = {0: "u8", 1: "u16", 2: "u32", 3: "s32", 4: "u64", 5: "s64", 6: "f16", 7: "f32",
+                  8: "f64", 9: "bf16", 10: "f32.ftz", 11: "tf32", 12: "tf32.ftz"}
+
+
+def maps_from_records(tma: Sequence[int]) -> tuple[ArgTensorMap, ...]:
+    """The emulator's maps for a launch's TMA records (a custom call's
+    ``tma`` attribute, or a capture's: ``TMA_RECORD`` int64s each, buffer
+    indices counting inputs then outputs); the same records give the same
+    (immutable) maps, checked once.
+
+    Raises:
+        ValueError: not whole records, or a record that is invalid.
+    """
+    return _maps_from_records(tuple(int(v) for v in tma))
+
+
+@functools.lru_cache(maxsize=256)
+def _maps_from_records(tma: tuple[int, ...]) -> tuple[ArgTensorMap, ...]:
+    if len(tma) % TMA_RECORD:
+        raise ValueError(f"the tma attribute has {len(tma)} entries, not a multiple of {TMA_RECORD}")
+    try:
+        return tuple(_map_of(tma[i:i + TMA_RECORD]) for i in range(0, len(tma), TMA_RECORD))
+    except KeyError as e:
+        raise ValueError(f"the tma attribute has an unknown code {e}") from None
+
+
+def _map_of(rec: Sequence[int]) -> ArgTensorMap:
+    rank = int(rec[2])
+    shape = [int(x) for x in rec[4:4 + rank]][::-1]
+    elem = TYPES[CU_DTYPE_NAMES[int(rec[1])].split(".")[0]].bits // 8
+    strides = [int(x) for x in rec[9:9 + rank - 1]][::-1] + [elem]
+    box = [int(x) for x in rec[13:13 + rank]][::-1]
+    swizzle = swizzle_from_code("cu_tensor_map", int(rec[3])).span
+    return ArgTensorMap(int(rec[0]), shape, CU_DTYPE_NAMES[int(rec[1])], box, strides=strides,
+                        swizzle=swizzle, oob_fill="nan" if rec[25] else "zero")

@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import SimError
 
 if TYPE_CHECKING:
-    from ..core.machine import Machine
+    from ..core.view import MachineView
     from ..core.step import Step
 
 __all__ = ["LANES", "COLUMNS", "read", "write", "allocate", "deallocate", "relinquish", "check_released",
@@ -66,7 +66,7 @@ class _Cta:
     relinquished: str | None = None      # where tcgen05.relinquish_alloc_permit ran
 
 
-def _state(m: "Machine") -> dict[int, _Cta]:
+def _state(m: "MachineView") -> dict[int, _Cta]:
     """The machine's tensor memory by linear CTA index (made on first use)."""
     state = getattr(m, "_tensor_memory", None)
     if state is None:
@@ -75,7 +75,7 @@ def _state(m: "Machine") -> dict[int, _Cta]:
     return state
 
 
-def _cta(m: "Machine", cta: int) -> _Cta:
+def _cta(m: "MachineView", cta: int) -> _Cta:
     state = _state(m)
     c = state.get(cta)
     if c is None:
@@ -145,7 +145,7 @@ def write(s: "Step", cta: int, lanes: np.ndarray, cols: np.ndarray, values: np.n
     c.cells[lanes, cols] = np.broadcast_to(np.asarray(values).astype(np.uint32, copy=False), lanes.shape)
 
 
-def allocate(m: "Machine", cta: int, count: int, where: str, peer: int | None = None) -> int:
+def allocate(m: "MachineView", cta: int, count: int, where: str, peer: int | None = None) -> int:
     """Allocate ``count`` columns (a power of two, 32..512) in CTA ``cta``.
 
     With ``peer`` (``.cta_group::2``: the other CTA of the pair), the block
@@ -191,7 +191,7 @@ def allocate(m: "Machine", cta: int, count: int, where: str, peer: int | None = 
                    f"alloc waits for columns to be freed; here nothing else runs, so it would wait forever)")
 
 
-def deallocate(m: "Machine", cta: int, column: int, count: int, where: str) -> None:
+def deallocate(m: "MachineView", cta: int, column: int, count: int, where: str) -> None:
     """Free the block of ``count`` columns at ``column`` in CTA ``cta``.
 
     Raises:
@@ -208,7 +208,7 @@ def deallocate(m: "Machine", cta: int, column: int, count: int, where: str) -> N
     c.held[column:column + count] = False
 
 
-def relinquish(m: "Machine", cta: int, where: str) -> None:
+def relinquish(m: "MachineView", cta: int, where: str) -> None:
     """Give up CTA ``cta``'s allocation permit: any later ``tcgen05.alloc``
     there is an error (PTX ISA, tcgen05.relinquish_alloc_permit)."""
     c = _cta(m, cta)
@@ -216,14 +216,14 @@ def relinquish(m: "Machine", cta: int, where: str) -> None:
         c.relinquished = where
 
 
-def held_columns(m: "Machine", cta: int) -> list[tuple[int, int]]:
+def held_columns(m: "MachineView", cta: int) -> list[tuple[int, int]]:
     """``(first column, count)`` of each allocation CTA ``cta`` holds, by column."""
     state = getattr(m, "_tensor_memory", None) or {}
     c = state.get(cta)
     return [] if c is None else sorted((b.column, b.count) for b in c.blocks)
 
 
-def check_released(m: "Machine") -> None:
+def check_released(m: "MachineView") -> None:
     """At kernel exit: every CTA must have freed its tensor memory (PTX ISA,
     tcgen05.alloc: all allocated columns must be deallocated before the
     kernel exits).

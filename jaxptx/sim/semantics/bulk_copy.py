@@ -42,7 +42,7 @@ from ..core.step import SPACES, Step
 from .registry import semantics
 from ..memory.tensormap import FIELDS, IM2COL, MAGIC, SIZE, VERSION, TensorMap, decode, im2col_elements
 
-__all__: list[str] = []
+__all__ = ["tma_box_addresses"]
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _NAN = {2: 0x7FFF, 4: 0x7FFF_FFFF, 8: 0x7FFF_FFFF_FFFF_FFFF}
@@ -73,12 +73,12 @@ def _read(s: Step, space: str, addr: np.ndarray, threads: np.ndarray, width: int
     if space != "shared":
         return s.m.memory.load(space, addr, threads, width, s.ins.name)
     out = np.empty(len(addr), dtype=_UINT[width])
-    san = s.m.sanitizer
+    told = s.m.observers.hook("copy_read")
     for view, idx, pos in s.m.memory.locations("shared", addr, threads, width, s.ins.name):
         out[pos] = view[idx]
-        if san is not None:
+        if told is not None:
             lead = _leaders(pos, width, chunk or width)
-            san.copy_read(idx[lead].astype(np.int64) * width, threads[pos[lead]], chunk or width)
+            told(idx[lead].astype(np.int64) * width, threads[pos[lead]], chunk or width)
     return out
 
 
@@ -90,12 +90,12 @@ def _write(s: Step, space: str, addr: np.ndarray, threads: np.ndarray, values: n
         s.m.memory.store(space, addr, threads, values, width, s.ins.name)
         return
     values = np.asarray(values).astype(_UINT[width], copy=False)
-    san = s.m.sanitizer
+    told = s.m.observers.hook("copy_write")
     for view, idx, pos in s.m.memory.locations("shared", addr, threads, width, s.ins.name):
         view[idx] = values[pos]
-        if san is not None:
+        if told is not None:
             lead = _leaders(pos, width, chunk or width)
-            san.copy_write(idx[lead].astype(np.int64) * width, threads[pos[lead]], chunk or width)
+            told(idx[lead].astype(np.int64) * width, threads[pos[lead]], chunk or width)
 
 
 def _aligned(s: Step, addr: np.ndarray, size: int, what: str) -> None:
@@ -184,8 +184,7 @@ def _signal(s: Step, pos: np.ndarray, mbar: np.ndarray | None, nbytes: np.ndarra
     if mbar is not None and len(pos):
         sub = Step(s.m, s.ins, s.r, s.threads[pos])
         words = barrier_index(sub, 0, addr=mbar)
-        if s.m.sanitizer is not None:
-            s.m.sanitizer.tma_signal(sub.threads, words)
+        s.m.observers.tma_signal(sub.threads, words)
         complete_tx(sub, words, nbytes)
 
 
@@ -279,7 +278,7 @@ def _coords(s: Step, k: int, rank: int) -> np.ndarray:
     return np.stack([s.value(item, TYPES["s32"]).astype(np.int64) for item in items], axis=1)
 
 
-def _box(tm: TensorMap, coords: np.ndarray, offsets: np.ndarray | None = None
+def tma_box_addresses(tm: TensorMap, coords: np.ndarray, offsets: np.ndarray | None = None
          ) -> tuple[np.ndarray, np.ndarray]:
     """Global byte addresses ``(n, E)`` and in-bounds mask of each box
     element, box elements in shared-memory order (innermost fastest); an
@@ -347,7 +346,7 @@ def _run(tm: TensorMap, starts: np.ndarray, e: int) -> int:
 def _tensor_load(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, dst: np.ndarray,
                  mbar: np.ndarray, offsets: np.ndarray | None) -> None:
     w = tm.elem_bytes
-    gaddr, inb = _box(tm, coords, offsets)
+    gaddr, inb = tma_box_addresses(tm, coords, offsets)
     n, e = gaddr.shape
     threads = np.repeat(s.threads[sel], e)
     values = np.full(n * e, _NAN[w] if tm.fill else 0, dtype=_UINT[w])
@@ -365,7 +364,7 @@ def _tensor_load(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, ds
 
 def _tensor_store(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, src: np.ndarray) -> None:
     w = tm.elem_bytes
-    gaddr, inb = _box(tm, coords)
+    gaddr, inb = tma_box_addresses(tm, coords)
     n, e = gaddr.shape
     threads = np.repeat(s.threads[sel], e)
     lin = np.arange(e, dtype=np.uint64) * np.uint64(w)

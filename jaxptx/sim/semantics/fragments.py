@@ -3,25 +3,23 @@
 The collective matrix instructions (``mma.sync``, ``wgmma``) gather every
 executing group's per-thread fragment elements into whole matrices, compute,
 and scatter the results back. The index maps are those of PTX ISA "Matrix
-Fragments for mma.m*n*k*" (:func:`mma_layout`); :func:`groups` finds the
+Fragments for mma.m*n*k*", read from the one table of fragment layouts,
+:mod:`jaxptx.isa.fragments` (:func:`mma_layout`); :func:`groups` finds the
 groups among the executing threads. When the whole grid executes in thread
 order, gathering is one ``np.take`` with the layout's flat permutation.
 """
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
+from ...isa import fragments as layouts
+from ...isa.fragments import ELEMENT_BITS, shape_dims as dims_of
 from ..core.host import ShapeCache
 from ..errors import SimError
 from ..core.step import Step
 
 __all__ = ["groups", "mma_layout", "gather", "scatter", "dims_of", "frozen", "ELEMENT_BITS"]
-
-ELEMENT_BITS = {"b1": 1, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "e4m3": 8, "e5m2": 8,
-                "f16": 16, "bf16": 16, "tf32": 32, "f32": 32, "s32": 32, "f64": 64}
 
 # --- warps ------------------------------------------------------------------------------
 
@@ -91,75 +89,21 @@ _PERMUTATIONS: dict[tuple, tuple[np.ndarray, np.ndarray] | None] = {}
 
 # --- mma fragment layouts -------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
-def dims_of(shape: str) -> tuple[int, int, int]:
-    """(M, N, K) of ``m16n8k16``."""
-    m, rest = shape[1:].split("n")
-    n, k = rest.split("k")
-    return int(m), int(n), int(k)
-
-
 def frozen(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Read-only copies of ``arrays`` (cached values shared by every call)."""
     out = tuple(np.array(a) for a in arrays)
     for a in out:
-        a.flags.writeable = False       # cached: shared by every call
+        a.flags.writeable = False
     return out
 
 
-@functools.lru_cache(maxsize=None)
 def mma_layout(shape: str, which: str, type_name: str, major: str = "") -> tuple[np.ndarray, ...]:
     """``(group, row, col)`` of every fragment element, each ``(32, count)``:
     lane ``l``'s element ``i`` of operand ``which`` ("a", "b" or "c"; C and
-    D share a layout) is ``matrix[group][row][col]``.
-
-    PTX ISA "Matrix Fragments for mma.m*n*k*": with ``groupID = lane >> 2``
-    and ``threadID_in_group = lane % 4``, every shape but the quad-pair
-    ``m8n8k4.f16`` holds A in runs of ``e = 32 / bits`` consecutive K
-    elements (one register; one element for ``.tf32``/``.f64``): run ``p``
-    of lane ``l`` is row ``groupID + 8 * (p % (M / 8))``, columns
-    ``threadID_in_group * e + 4 * e * (p // (M / 8))`` onwards. B holds run
-    ``p`` at rows ``threadID_in_group * e + 4 * e * p`` onwards, column
-    ``groupID``. C/D element ``i`` is row ``groupID + 8 * (i // 2)``, column
-    ``threadID_in_group * 2 + i % 2``.
-    """
-    m, n, k = dims_of(shape)
-    lane = np.arange(32)[:, None]
-    if shape == "m8n8k4" and type_name in ("f16", "f32"):
-        return _quad_pair_layout(which, type_name, major)
-    g, t = lane >> 2, lane & 3
-    if which == "c":
-        i = np.arange(m * n // 32)[None, :]
-        row, col = g + 8 * (i // 2), t * 2 + (i % 2)
-    else:
-        e = max(1, 32 // ELEMENT_BITS[type_name])
-        i = np.arange((m if which == "a" else n) * k // 32)[None, :]
-        run, j = i // e, i % e
-        if which == "a":
-            blocks = m // 8
-            row, col = g + 8 * (run % blocks), t * e + j + 4 * e * (run // blocks)
-        else:
-            row, col = t * e + j + 4 * e * run, g + 0 * i
-    row, col = np.broadcast_arrays(row, col)
-    return frozen(np.zeros_like(row), row, col)
-
-
-def _quad_pair_layout(which: str, type_name: str, major: str) -> tuple[np.ndarray, ...]:
-    """PTX ISA "Matrix Fragments for mma.m8n8k4 with .f16 floating point
-    type": four independent 8x8x4 products, one per quad-pair (lanes
-    ``4q..4q+3`` low group and ``16+4q..16+4q+3`` high group)."""
-    lane = np.arange(32)[:, None]
-    quad, high, r4 = (lane % 16) // 4, 4 * (lane >= 16), lane % 4
-    i = np.arange(8 if which == "c" else 4)[None, :]
-    if which == "a":
-        row, col = (r4 + high, i) if major == "row" else (i + high, r4)
-    elif which == "b":
-        row, col = (r4, i + high) if major == "row" else (i, r4 + high)
-    elif type_name == "f16":
-        row, col = r4 + high, i
-    else:
-        row, col = (lane & 1) + (i & 2) + high, (i & 4) + (lane & 2) + (i & 1)
-    row, col, quad = np.broadcast_arrays(row, col, quad)
-    return frozen(quad, row, col)
+    D share a layout) is ``matrix[group][row][col]``. The arrays of
+    :func:`jaxptx.isa.fragments.mma` (computed once per layout; the same
+    arguments give the same arrays)."""
+    return layouts.mma(shape, which, type_name, major).flat
 
 
 def gather(frag: np.ndarray, slot: np.ndarray, rank: np.ndarray, count: int,

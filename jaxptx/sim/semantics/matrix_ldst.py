@@ -24,8 +24,9 @@ form                          rows  register         lane ``l`` (g = l/4, q = l%
                                                      transposed: 8 rows of 16 bytes)
 ============================ ===== ================ ======================================
 
-The 8-bit maps are the ISA's Figures for ``.m16n16``/``.m8n16``/``.m16n8``
-("each thread loads 4 consecutive columns across 2 rows"); CUTLASS's
+The maps are :func:`jaxptx.isa.fragments.ldmatrix`'s. The 8-bit maps are the
+ISA's Figures for ``.m16n16``/``.m8n16``/``.m16n8`` ("each thread loads 4
+consecutive columns across 2 rows"); CUTLASS's
 ``SM100_U8x8_LDSM_T``/``SM100_SU4_DU8x16_x1_LDSM_N``/``SM100_U8x4_STSM_T``
 copy traits encode the same maps. The 6- and 4-bit source formats
 (``.b6x16_p32``, ``.b4x16_p64``) hold 16 elements packed in the low 12 or 8
@@ -41,10 +42,9 @@ behaviour in PTX; the emulator raises, as for a row address that is not
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
+from ...isa import fragments as layouts
 from ..core.step import Step
 from ..errors import SimError
 from .fragments import groups
@@ -54,28 +54,14 @@ from .registry import semantics
 __all__ = ["ldmatrix", "stmatrix", "fragment_map"]
 
 _NUM = {"x1": 1, "x2": 2, "x4": 4}
-# shape -> (rows per matrix, registers per matrix, elements per register)
-_SHAPES = {"m8n8": (8, 1, 2), "m16n16": (16, 2, 4), "m8n16": (8, 1, 4), "m16n8": (8, 1, 4)}
 
 
-@functools.cache
-def fragment_map(shape: str, trans: bool) -> tuple[np.ndarray, np.ndarray]:
-    """``(row, column)`` in memory of each (lane, register of a matrix,
-    element of the register), arrays of shape ``(32, regs, elements)``
+def fragment_map(shape: str, trans: bool, num: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """``(row, column)`` in memory of each (lane, register, element of the
+    register), arrays of shape ``(32, registers, elements)``, matrix ``j``'s
+    rows from ``R*j``: the cells of :func:`jaxptx.isa.fragments.ldmatrix`
     (see the module docstring)."""
-    rows, nregs, per = _SHAPES[shape]
-    lane, reg, e = np.meshgrid(np.arange(32), np.arange(nregs), np.arange(per), indexing="ij")
-    g, q = lane // 4, lane % 4
-    if shape == "m8n8":
-        row, col = (2 * q + e, g) if trans else (g, 2 * q + e)
-    elif shape == "m16n16":
-        row, col = 4 * q + e, g + 8 * reg
-    elif shape == "m8n16":
-        row, col = g, 4 * q + e
-    else:                                   # m16n8, always transposed
-        row, col = 2 * q + e % 2, g + 8 * (e // 2)
-    for a in (row, col):
-        a.flags.writeable = False
+    _, row, col = layouts.ldmatrix(shape, trans, num).grid
     return row, col
 
 
@@ -85,7 +71,7 @@ def _setup(s: Step, k: int) -> tuple[str, np.ndarray, np.ndarray, np.ndarray, in
     slot, rank, count = groups(s)
     space, addr = s.address(k)
     nmat = _NUM[s.mod("num")]
-    rows = _SHAPES[s.mod("shape")][0]
+    rows = layouts.LDMATRIX_SHAPES[s.mod("shape")]
     bad = (rank < rows * nmat) & ((addr % np.uint64(16)) != 0)
     if bad.any():
         raise SimError(f"{s.ins.name}: row address {int(addr[bad][0]):#x} of lane {int(rank[bad][0])} "
@@ -113,11 +99,8 @@ def _positions(shape: str, trans: bool, nmat: int, rank: np.ndarray) -> tuple[np
     """Row (counting the rows of all matrices, matrix ``j``'s from ``R*j``)
     and column of each executing lane's (register, element):
     ``(n, registers, elements)`` each."""
-    row, col = fragment_map(shape, trans)
-    nregs = row.shape[1]
-    matrix = np.arange(nmat).repeat(nregs)[None, :, None]
-    rows = _SHAPES[shape][0]
-    return np.tile(row, (1, nmat, 1))[rank] + rows * matrix, np.tile(col, (1, nmat, 1))[rank]
+    row, col = fragment_map(shape, trans, nmat)
+    return row[rank], col[rank]
 
 
 def _pack(elems: np.ndarray, bits: int) -> np.ndarray:

@@ -51,6 +51,7 @@ from ...types import TYPES
 from ..memory.spaces import CLUSTER_TAG, SHARED_WINDOW
 from ..errors import SimError
 from .memory import operand_index
+from ..core.forensics import Waiting
 from ..core.step import Step
 from .registry import register, semantics
 
@@ -141,9 +142,9 @@ def _store(s: Step, uniq: np.ndarray, phase, pending, expected, tx) -> None:
 def _write(s: Step, idx: np.ndarray, words: np.ndarray) -> None:
     """Store mbarrier words and wake the threads parked on those whose
     phase or validity changed."""
-    if s.m.sanitizer is not None:
+    if s.m.observers.listens("mbarrier_phases"):
         flipped = ((_words(s)[idx] ^ np.broadcast_to(words, np.shape(idx))) >> np.uint64(63)) & np.uint64(1)
-        s.m.sanitizer.mbarrier_phases(idx, flipped)
+        s.m.observers.mbarrier_phases(idx, flipped)
     _words(s)[idx] = words
     s.m.changed(np.asarray(idx), np.broadcast_to(words, np.shape(idx)) >> _MARK)
 
@@ -174,8 +175,7 @@ def arrive(s: Step, idx: np.ndarray, count: np.ndarray, expect: np.ndarray, drop
     bytes, then ``count`` arrivals; ``drop`` also lowers the expected count
     (PTX ISA, mbarrier.arrive / arrive_drop). Returns each thread's state
     token (the object just before its arrival)."""
-    if s.m.sanitizer is not None:
-        s.m.sanitizer.mbarrier_arrive(s.threads, idx)
+    s.m.observers.mbarrier_arrive(s.threads, idx)
     order = np.argsort(idx, kind="stable")
     ids = idx[order]
     c = np.asarray(count, dtype=np.int64)[order]
@@ -253,8 +253,7 @@ def mbarrier_init(s: Step) -> None:
     count = s.src(1, _U32).astype(np.int64)
     if ((count < 1) | (count > LIMIT)).any():
         raise SimError(f"{s.ins.name}: count {int(count[(count < 1) | (count > LIMIT)][0])} is not in 1..2^20-1")
-    if s.m.sanitizer is not None:
-        s.m.sanitizer.mbarrier_init(idx)
+    s.m.observers.mbarrier_init(idx)
     _write(s, idx, pack(np.zeros(s.n, np.int64), count, count, np.zeros(s.n, np.int64)))
 
 
@@ -308,23 +307,26 @@ def _waited(s: Step, idx: np.ndarray, words: np.ndarray, complete: np.ndarray) -
     """Write waitComplete and park the threads that found their phase
     incomplete until the phase (or validity) of their mbarrier changes."""
     s.dst(0, complete, TYPES["pred"])
-    if s.m.sanitizer is not None and complete.any():
-        s.m.sanitizer.mbarrier_acquire(s.threads[complete], idx[complete])
+    if complete.any():
+        s.m.observers.mbarrier_acquire(s.threads[complete], idx[complete])
     if not complete.all():
         fail = ~complete
         s.m.park(s.threads[fail], idx[fail], words[fail] >> _MARK, lambda word: _describe(s.m.memory, word))
 
 
-def _describe(memory, word: int) -> str:
-    """A parked-on mbarrier for a hang message: where, phase, counts."""
+def _describe(memory, word: int) -> Waiting:
+    """A parked-on mbarrier for a hang report: where, phase, counts."""
     size = memory.shared_size or 1
     cta, off = divmod(word * 8, size)
     w = memory.shared.view(np.uint64)[word:word + 1]
     if not (w & VALID).any():
-        return f"the mbarrier at shared offset {off:#x} of CTA {cta}, which is not initialised"
+        return Waiting(f"the mbarrier at shared offset {off:#x} of CTA {cta}, which is not initialised",
+                       {"cta": cta, "offset": off, "initialised": False})
     phase, pending, expected, tx = (int(v[0]) for v in unpack(w))
-    return (f"the mbarrier at shared offset {off:#x} of CTA {cta} to complete its phase {phase} "
-            f"(parity {phase & 1}): {pending} of {expected} arrivals pending, tx-count {tx}")
+    return Waiting(f"the mbarrier at shared offset {off:#x} of CTA {cta} to complete its phase {phase} "
+                   f"(parity {phase & 1}): {pending} of {expected} arrivals pending, tx-count {tx}",
+                   {"cta": cta, "offset": off, "initialised": True, "phase": phase, "pending": pending,
+                    "expected": expected, "tx": tx})
 
 
 @semantics('mbarrier_test_wait', 'mbarrier_try_wait')
@@ -366,10 +368,9 @@ def cp_async_mbarrier_arrive(s: Step) -> None:
     by 1, so the net change is zero; with ``.noinc`` it is one arrival (PTX
     ISA, cp.async.mbarrier.arrive)."""
     idx = barrier_index(s, 0)
-    if s.m.sanitizer is not None:
-        s.m.sanitizer.cp_async_to_mbarrier(s.threads, idx)
-        if not s.mod("noinc"):
-            s.m.sanitizer.mbarrier_arrive(s.threads, idx)
+    s.m.observers.cp_async_to_mbarrier(s.threads, idx)
+    if not s.mod("noinc"):
+        s.m.observers.mbarrier_arrive(s.threads, idx)
     if s.mod("noinc"):
         arrive(s, idx, np.ones(s.n, np.int64), np.zeros(s.n, np.int64), np.zeros(s.n, bool))
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..core.machine import MACHINE, NO_OPS
+from ..core.scheduled import MACHINE, NO_OPS
 
 __all__ = ["SEMANTICS", "MACHINE", "NO_OPS", "UNSUPPORTED", "semantics", "register"]
 

@@ -17,8 +17,9 @@ shape          lane                                  column
 ``.16x32bx2``  ``t%16``                               ``j``, plus ``immHalfSplitoff`` for t >= 16
 ============= ===================================== ==========================================
 
-(the ISA's Figures 183-187; CUTLASS's ``SM100_TMEM_LOAD_*`` copy traits and
-Triton's TMEM access atoms encode the same maps). With ``.pack::16b`` /
+(the ISA's Figures 183-187, as :func:`jaxptx.isa.fragments.tcgen05` states
+them; CUTLASS's ``SM100_TMEM_LOAD_*`` copy traits and Triton's TMEM access
+atoms encode the same maps). With ``.pack::16b`` /
 ``.unpack::16b`` register ``j`` covers two adjacent columns ``2c``, ``2c+1``
 (``c`` the column above, ``immHalfSplitoff`` added after doubling): the low
 16 bits of each cell form the register's low and high halves; ``.unpack``
@@ -51,6 +52,7 @@ import functools
 import numpy as np
 
 from ... import ir
+from ...isa import fragments as layouts
 from ...types import TYPES
 from ..core.step import Step
 from ..errors import SimError
@@ -66,30 +68,17 @@ __all__ = ["tcgen05_ld", "tcgen05_st", "tcgen05_cp", "tcgen05_shift", "fragment_
 
 _U32 = TYPES["u32"]
 _U64 = TYPES["u64"]
-_PER_X1 = {"32x32b": 1, "16x64b": 1, "16x128b": 2, "16x256b": 4, "16x32bx2": 1}
 
 
 @functools.cache
-def fragment_cells(shape: str, nregs: int, packed: bool) -> tuple[np.ndarray, np.ndarray]:
+def fragment_cells(shape: str, nregs: int, packed: bool, split: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """``(lane offsets (32, nregs), column offsets (32, nregs, 1 or 2))`` of
-    every (thread, register) of one warp (module docstring; the
-    ``.16x32bx2`` half-split offset not included)."""
-    t = np.arange(32)[:, None]
-    j = np.arange(nregs)[None, :]
-    if shape == "32x32b":
-        lane, col = t + 0 * j, j + 0 * t
-    elif shape == "16x64b":
-        lane, col = t // 4 + 8 * (t % 2) + 0 * j, 2 * j + (t // 2) % 2
-    elif shape == "16x128b":
-        lane, col = t // 4 + 8 * (j % 2), 4 * (j // 2) + t % 4
-    elif shape == "16x256b":
-        lane, col = t // 4 + 8 * ((j // 2) % 2), 8 * (j // 4) + 2 * (t % 4) + j % 2
-    else:                                   # 16x32bx2
-        lane, col = t % 16 + 0 * j, j + 0 * t
-    cols = (2 * col[:, :, None] + np.arange(2)) if packed else col[:, :, None]
-    for a in (lane, cols):
-        a.flags.writeable = False
-    return lane, cols
+    every (thread, register) of one warp: the cells of
+    :func:`jaxptx.isa.fragments.tcgen05` (``split``: the ``.16x32bx2``
+    half-split offset)."""
+    layout = layouts.tcgen05(shape, nregs // layouts.TCGEN05_SHAPES[shape], packed, split)
+    _, lane, cols = layout.grid
+    return lane[:, :, 0], cols
 
 
 def _cells(s: Step, k_addr: int, nregs: int, packed: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -97,17 +86,15 @@ def _cells(s: Step, k_addr: int, nregs: int, packed: bool) -> tuple[np.ndarray, 
     thread's registers; checks the warp's address and lane quarter."""
     slot, rank, _ = groups(s)
     shape = s.mod("shape")
-    want = _PER_X1[shape] * int(s.mod("num")[1:])
+    want = layouts.TCGEN05_SHAPES[shape] * int(s.mod("num")[1:])
     if nregs != want:
         raise SimError(f"{s.ins.name}: {want} registers expected for .{shape}.{s.mod('num')}, got {nregs}")
     taddr = s.address(k_addr)[1].astype(np.int64) & 0xFFFF_FFFF
     uniform_per_warp(s, taddr, "taddr")
-    lane_off, col_off = fragment_cells(shape, nregs, packed)
+    split = int(s.immediate(k_addr + 1, _U32)) if shape == "16x32bx2" else 0
+    lane_off, col_off = fragment_cells(shape, nregs, packed, split)
     lanes = ((taddr >> 16) & 0xFFFF)[:, None] + lane_off[rank]
     cols = (taddr & 0xFFFF)[:, None, None] + col_off[rank]
-    if shape == "16x32bx2":
-        split = int(s.immediate(k_addr + 1, _U32))
-        cols = cols + np.where(rank >= 16, split, 0)[:, None, None]
     lanes = np.broadcast_to(lanes[:, :, None], cols.shape)
     warp = (s.threads % s.m.ntid) // 32
     low = 32 * (warp % 4)

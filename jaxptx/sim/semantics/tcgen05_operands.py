@@ -66,16 +66,15 @@ def _smem_layout(kind: str, type_name: str) -> tuple[int, int]:
 @contextlib.contextmanager
 def on_behalf_of(s: Step, issuer: int | None) -> Iterator[None]:
     """Shared-memory reads in the block are the issuing thread's for the
-    sanitizer (they resolve through another CTA's first thread)."""
-    san = s.m.sanitizer
-    if san is None or issuer is None:
+    observers (they resolve through another CTA's first thread)."""
+    if issuer is None:
         yield
         return
-    san.reader = issuer
+    s.m.observers.on_behalf_of(issuer)
     try:
         yield
     finally:
-        san.reader = None
+        s.m.observers.on_behalf_of(None)
 
 
 def smem_operand(s: Step, desc_word: int, cta: int, mn: int, d: InstrDesc, type_name: str,
@@ -89,11 +88,11 @@ def smem_operand(s: Step, desc_word: int, cta: int, mn: int, d: InstrDesc, type_
     if mn_major and bits < 8:
         raise SimError(f"{what}: a transposed (MN-major) {type_name} operand is not allowed; only 8-, 16- and "
                        "32-bit types may be MN-major (PTX ISA Table 54)")
-    if mn_major and (sd.swizzle == 1) != (type_name == "tf32"):
+    if mn_major and (sd.swizzle == "128B_base32B") != (type_name == "tf32"):
         need = "needs" if type_name == "tf32" else "cannot use"
         raise SimError(f"{what}: a transposed (MN-major) {type_name} operand {need} 128B swizzling with "
-                       f"32B atomicity; the descriptor gives {sd.swizzle_name} (PTX ISA Table 54)")
-    if not mn_major and sd.swizzle == 1:
+                       f"32B atomicity; the descriptor gives {sd.mode.title} (PTX ISA Table 54)")
+    if not mn_major and sd.swizzle == "128B_base32B":
         raise SimError(f"{what}: 128B swizzling with 32B atomicity is for MN-major operands only; this "
                        "operand is K-major (PTX ISA Table 55)")
     thread = np.array([cta * s.m.ntid])        # resolves addresses in CTA ``cta``'s window

@@ -26,75 +26,44 @@ fill the chunk; for ``.kind::f8f6f4``/``mxf8f6f4`` a chunk holds 16 4-bit or
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
+from ...isa.encodings import EncodingError, SmemDescriptor
 from ..errors import SimError
 
 __all__ = ["SmemDesc", "decode_smem_desc", "chunk_addresses", "read_matrix"]
 
-# Swizzle field (bits 61-63) -> (name, atom row bytes W, XOR granule bit, XOR width b).
-_SWIZZLES = {0: ("none", 16, 4, 0), 1: ("128B with 32B atomicity", 128, 5, 2), 2: ("128B", 128, 4, 3),
-             4: ("64B", 64, 4, 2), 6: ("32B", 32, 4, 1)}
+SmemDesc = SmemDescriptor
+"""The decoded descriptor (:class:`jaxptx.isa.encodings.SmemDescriptor`)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class SmemDesc:
-    """The fields of one sm_100 shared-memory descriptor, in bytes.
-
-    Attributes:
-        start: matrix start address (bits 0-13, << 4).
-        lbo: leading-dimension byte offset (bits 16-29, << 4).
-        sbo: stride-dimension byte offset (bits 32-45, << 4).
-        base: matrix base offset (bits 49-51).
-        swizzle: the swizzle field (bits 61-63): 0, 1 (128B, 32B atoms), 2, 4 or 6.
-    """
-
-    start: int
-    lbo: int
-    sbo: int
-    base: int
-    swizzle: int
-
-    @property
-    def swizzle_name(self) -> str:
-        """The swizzle mode in words."""
-        return _SWIZZLES[self.swizzle][0]
-
-
-def decode_smem_desc(word: int, what: str) -> SmemDesc:
-    """Decode and check a 64-bit sm_100 shared-memory descriptor.
+def decode_smem_desc(word: int, what: str) -> SmemDescriptor:
+    """Decode and check a 64-bit sm_100 shared-memory descriptor
+    (:meth:`SmemDescriptor.decode`) for an sm_100a instruction.
 
     Raises:
-        SimError: bits 46-48 are not the fixed 0b001, bits 53-60 are not
-            zero, the swizzle field is 3, 5 or 7, or bit 52 asks for the
-            absolute leading-dimension address mode (sm_103a only).
+        SimError: bits 46-48 are not the fixed 0b001, an unused bit is set,
+            the swizzle field is 3, 5 or 7, or bit 52 asks for the absolute
+            leading-dimension address mode (sm_103a only).
     """
     word = int(word) & 0xFFFF_FFFF_FFFF_FFFF
-    fixed = (word >> 46) & 7
-    if fixed != 1:
-        raise SimError(f"{what}: shared memory descriptor {word:#018x}: bits 46-48 must be the fixed value "
-                       f"0b001 of sm_100 descriptors, got {fixed:#05b} (a Hopper wgmma descriptor?)")
-    if (word >> 53) & 0xFF:
-        raise SimError(f"{what}: shared memory descriptor {word:#018x}: bits 53-60 must be 0")
-    if (word >> 52) & 1:
+    try:
+        d = SmemDescriptor.decode(word)
+    except EncodingError as e:
+        raise SimError(f"{what}: shared memory descriptor {word:#018x}: {e}") from None
+    if d.lbo_mode:
         raise SimError(f"{what}: shared memory descriptor {word:#018x}: bit 52 selects the absolute "
                        "leading-dimension address mode, which only sm_103a runs (K of 48 bytes)")
-    swizzle = (word >> 61) & 7
-    if swizzle not in _SWIZZLES:
-        raise SimError(f"{what}: shared memory descriptor {word:#018x}: swizzle mode (bits 61-63) must be "
-                       f"0, 1, 2, 4 or 6, got {swizzle}")
-    return SmemDesc(start=(word & 0x3FFF) << 4, lbo=((word >> 16) & 0x3FFF) << 4,
-                    sbo=((word >> 32) & 0x3FFF) << 4, base=(word >> 49) & 7, swizzle=swizzle)
+    return d
 
 
 def chunk_addresses(d: SmemDesc, mn: int, k: int, per_chunk: int, mn_major: bool) -> np.ndarray:
     """Byte address ``(mn, k)`` of the 16-byte chunk holding each element
     ``[x, y]`` (x along M or N, y along K), ``per_chunk`` elements a chunk
     (module docstring)."""
-    _, width, granule, b = _SWIZZLES[d.swizzle]
-    swizzled = d.swizzle != 0
+    mode = d.mode
+    width, granule, b = mode.atom_bytes, mode.granule, mode.xor_bits
+    swizzled = mode.span != 0
     x = np.arange(mn)[:, None]
     y = np.arange(k)[None, :]
     if mn_major:
@@ -106,7 +75,7 @@ def chunk_addresses(d: SmemDesc, mn: int, k: int, per_chunk: int, mn_major: bool
         addr = (x % 8) * width + (x // 8) * d.sbo + (y // per_chunk) * (16 if swizzled else d.lbo)
     addr = d.start + addr
     if b:
-        phase = ((addr >> 7) - d.base) & ((1 << b) - 1)
+        phase = ((addr >> 7) - d.base_offset) & ((1 << b) - 1)
         addr = addr ^ (phase << granule)
     return addr
 

@@ -19,10 +19,11 @@ import numpy as np
 from ...types import TYPES
 from ..core.host import ShapeCache
 from ..core.step import Step
+from ..numerics.lanes import shfl_source_lanes
 from .registry import register, semantics
 
 if TYPE_CHECKING:
-    from ..core.machine import Machine
+    from ..core.view import MachineView
 
 __all__: list[str] = []
 
@@ -33,10 +34,10 @@ _CANONICAL_F32 = 0x7FFF_FFFF
 # --- warp geometry -------------------------------------------------------------------------
 
 
-_GEOMETRY: "weakref.WeakKeyDictionary[Machine, tuple[np.ndarray, ...]]" = weakref.WeakKeyDictionary()
+_GEOMETRY: "weakref.WeakKeyDictionary[MachineView, tuple[np.ndarray, ...]]" = weakref.WeakKeyDictionary()
 
 
-def _grid_geometry(m: "Machine") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _grid_geometry(m: "MachineView") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per thread of the grid: index in its CTA, ``1 << lane``, global warp
     index; computed once per launch (the divisions cost more than a gather)."""
     geometry = _GEOMETRY.get(m)
@@ -166,27 +167,12 @@ def shfl_sync(s: Step) -> None:
 _SHFL_SOURCES = ShapeCache()
 
 
-def shfl_source_lanes(s: Step, lane: np.ndarray, mode: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(j, in range)`` of ``shfl.sync``'s operands for each executing
-    thread at ``lane`` (see :func:`shfl_sync`); out of range, a thread reads
-    its own lane."""
-    b = s.src(2, _U32).astype(np.int32) & 0x1F
-    c = s.src(3, _U32).astype(np.int32)
-    clamp, segmask = c & 0x1F, (c >> 8) & 0x1F
-    max_lane = (lane & segmask) | (clamp & ~segmask)
-    if mode == "up":
-        j = lane - b
-        return j, j >= max_lane
-    j = {"down": lane + b, "bfly": lane ^ b, "idx": (lane & segmask) | (b & ~segmask)}[mode]
-    return j, j <= max_lane
-
-
 def _shfl_sources(s: Step, mode: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """``(source position, source executes, in range, every source executes)``
     of each executing thread (see :func:`shfl_sync`)."""
     w = _Warps(s)
     lane = w.lane
-    j, ok = shfl_source_lanes(s, lane, mode)
+    j, ok = shfl_source_lanes(s.src(2, _U32).astype(np.int32), s.src(3, _U32).astype(np.int32), lane, mode)
     pos, found = _source_positions(s, w, np.where(ok, j, lane))
     return pos, found, ok, bool(found.all())
 

@@ -19,11 +19,13 @@ from collections.abc import Callable
 import numpy as np
 
 from ... import ir
+from ...isa import fragments as layouts
+from ...isa.encodings import wgmma_fields
 from ...types import TYPES
 from ..errors import SimError
 from .fragments import ELEMENT_BITS as _BITS
 from .fragments import dims_of as _dims
-from .fragments import gather, groups, mma_layout, scatter
+from .fragments import gather, groups, scatter
 from .mma import decode, registers, unpack, write_accumulator
 from ..core.step import Step
 from .registry import semantics
@@ -31,24 +33,16 @@ from .registry import semantics
 __all__ = ["descriptor_fields", "smem_matrix_addresses"]
 
 _FLOATS = ("f16", "bf16", "tf32", "e4m3", "e5m2")
-# Swizzle mode (descriptor bits 62-63: none, 128B, 64B, 32B) → bytes in one
-# row of the swizzle atom.
-_SWIZZLE_BYTES = np.array([16, 128, 64, 32])
 
 
 # --- descriptors and shared-memory layouts -----------------------------------------------------
 
 def descriptor_fields(desc: np.ndarray) -> dict[str, np.ndarray]:
-    """The fields of matrix descriptors (uint64 array), as byte values:
-    ``start`` (bits 0-13, << 4), ``lbo`` (16-29, << 4), ``sbo`` (32-45, << 4),
-    ``base`` (49-51, the matrix base offset) and ``swizzle`` (62-63: 0 none,
-    1 = 128B, 2 = 64B, 3 = 32B)."""
-    d = desc.astype(np.uint64)
-
-    def field(shift: int, bits: int) -> np.ndarray:
-        return ((d >> np.uint64(shift)) & np.uint64((1 << bits) - 1)).astype(np.int64)
-    return {"start": field(0, 14) << 4, "lbo": field(16, 14) << 4, "sbo": field(32, 14) << 4,
-            "base": field(49, 3), "swizzle": field(62, 2)}
+    """The fields of matrix descriptors (uint64 array), as
+    :func:`jaxptx.isa.encodings.wgmma_fields` reads them: ``start``,
+    ``lbo``, ``sbo`` (bytes), ``base_offset``, ``swizzle`` (the code) and
+    ``atom_bytes`` (the swizzle atom's row bytes)."""
+    return wgmma_fields(desc)
 
 
 def smem_matrix_addresses(desc: np.ndarray, mn: int, k: int, bits: int, mn_major: np.ndarray) -> np.ndarray:
@@ -76,7 +70,7 @@ def smem_matrix_addresses(desc: np.ndarray, mn: int, k: int, bits: int, mn_major
     f = {name: v[:, None, None] for name, v in descriptor_fields(desc).items()}
     size = bits // 8
     per = 16 // size
-    width = _SWIZZLE_BYTES[f["swizzle"]]
+    width = f["atom_bytes"]
     chunks = width // 16
     swizzled = f["swizzle"] != 0
     x = np.arange(mn)[None, :, None]
@@ -88,7 +82,7 @@ def smem_matrix_addresses(desc: np.ndarray, mn: int, k: int, bits: int, mn_major
              + (x // (per * chunks)) * np.where(swizzled, f["lbo"], f["sbo"])
              + (y // 8) * np.where(swizzled, f["sbo"], f["lbo"]))
     addr = f["start"] + np.where(major, mnmaj, kmaj)
-    phase = ((addr >> 7) - f["base"]) & (chunks - 1)
+    phase = ((addr >> 7) - f["base_offset"]) & (chunks - 1)
     return addr ^ (phase << 4)
 
 
@@ -131,31 +125,16 @@ def _load_chunks(s: Step, addr: np.ndarray, leader: np.ndarray, size: int, mn_ma
 
 # --- register fragments ---------------------------------------------------------------------------
 
-def _wg(layout: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
-    """A warp's A fragment layout repeated over the 4 warps of a warpgroup,
-    warp ``w`` holding rows ``16w .. 16w+15``."""
-    grp, row, col = layout
-    warp = np.arange(4).repeat(32)[:, None]
-    return np.tile(grp, (4, 1)), np.tile(row, (4, 1)) + 16 * warp, np.tile(col, (4, 1))
-
-
 def wgmma_a_layout(k: int, type_name: str) -> tuple[np.ndarray, ...]:
-    """PTX ISA "Register Fragments" for A of ``wgmma.m64nNk*``: each warp holds
-    its 16 rows as the A fragment of ``mma.m16n8k*`` of the same K."""
-    return _wg(mma_layout(f"m16n8k{k}", "a", type_name))
+    """``(group, row, col)`` ``(128, elements)`` of A of ``wgmma.m64nNk<k>``
+    in registers: :func:`jaxptx.isa.fragments.wgmma_a`."""
+    return layouts.wgmma_a(k, type_name).flat
 
 
 def wgmma_d_layout(n: int) -> tuple[np.ndarray, ...]:
-    """PTX ISA "Register Fragments" for D of ``wgmma.m64nN``: element ``d_i`` of
-    lane ``l`` of warp ``w`` is row ``16w + l/4 + 8 * ((i / 2) % 2)``, column
-    ``8 * (i / 4) + 2 * (l % 4) + i % 2``."""
-    rank = np.arange(128)[:, None]
-    warp, lane = rank // 32, rank % 32
-    i = np.arange(n // 2)[None, :]
-    row = 16 * warp + lane // 4 + 8 * ((i // 2) % 2)
-    col = 8 * (i // 4) + 2 * (lane % 4) + i % 2
-    row, col = np.broadcast_arrays(row, col)
-    return np.zeros_like(row), row, col
+    """``(group, row, col)`` ``(128, n / 2)`` of the D elements of
+    ``wgmma.m64n<n>``: :func:`jaxptx.isa.fragments.wgmma_d`."""
+    return layouts.wgmma_d(n).flat
 
 
 def _per_group(s: Step, values: np.ndarray, slot: np.ndarray, count: int, what: str) -> np.ndarray:
@@ -217,14 +196,14 @@ def wgmma_mma_async(s: Step) -> None:
             AB = A @ B
     else:                               # integers, and .b1 AND + popc as 0/1 products
         AB = A.astype(np.int64) @ B.astype(np.int64)
-    san = s.m.sanitizer
-    if san is not None and not scale_d.any():
-        san.quiet(True)             # scale-d false: D's input is not read
+    ignored = not scale_d.any()
+    if ignored:
+        s.m.observers.ignore_reads(True)        # scale-d false: D's input is not read
     try:
         old = _accumulator(s, dtype, n)
     finally:
-        if san is not None:
-            san.quiet(False)
+        if ignored:
+            s.m.observers.ignore_reads(False)
     C = gather(old, slot, rank, count, dl, (1, 64, n))[:, 0]
     with np.errstate(over="ignore", invalid="ignore"):
         D = np.where(scale_d[:, None, None], AB + C, AB)

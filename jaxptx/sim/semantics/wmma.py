@@ -24,31 +24,28 @@ fused multiply-adds in K order in the instruction's rounding mode.
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
-from ...isa._wmma import fragment_elements, matrix_dims
+from ...isa import fragment_elements, matrix_dims
+from ...isa import fragments as layouts
 from ...types import TYPES
 from ..core.step import Step
 from ..errors import SimError
 from ..numerics.arith import arith
 from ..numerics.formats import FORMATS
-from .fragments import ELEMENT_BITS, frozen, gather, groups, scatter
+from .fragments import ELEMENT_BITS, gather, groups, scatter
 from .mma import decode, pack, registers, unpack, write_accumulator, write_registers
 from .registry import semantics
 
 __all__ = ["wmma_layout"]
 
 
-@functools.lru_cache(maxsize=None)
 def wmma_layout(shape: str, frag: str, type_name: str) -> tuple[np.ndarray, ...]:
     """``(group, row, col)`` of each (lane, element) of a fragment, as arrays
-    ``(32, elements)`` (the form :func:`.fragments.gather` takes)."""
+    ``(32, elements)`` (the form :func:`.fragments.gather` takes): the cells
+    of :func:`jaxptx.isa.fragments.wmma`."""
     rows, cols = matrix_dims(shape, frag)
-    per = fragment_elements(shape, frag, type_name)
-    q = (np.arange(32)[:, None] * per + np.arange(per)[None, :]) % (rows * cols)
-    return frozen(np.zeros_like(q), q // cols, q % cols)
+    return layouts.wmma(rows, cols, fragment_elements(shape, frag, type_name), type_name).flat
 
 
 def _addresses(s: Step, k: int, frag: str, type_name: str) -> tuple[str, np.ndarray, np.ndarray]:

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from ..observers import ATOMIC, LOAD, STORE, Observer
 from .asyncs import AsyncChecks
 from .clocks import Clocks
 from .memory import MemoryChecks
@@ -55,9 +56,10 @@ __all__ = ["Sanitizer", "SanitizerError", "Finding", "MODES"]
 MODES = (True, "strict", "all")
 
 
-class Sanitizer(Reporting, RegisterChecks, SharedChecks, MemoryChecks, AsyncChecks, SyncChecks):
+class Sanitizer(Reporting, RegisterChecks, SharedChecks, MemoryChecks, AsyncChecks, SyncChecks, Observer):
     """The shadow state of one launch and the checks on it (each family of
-    checks in its own module)."""
+    checks in its own module): an :class:`..observers.Observer` of the
+    launch's events."""
 
     def __init__(self, machine, mode: Any = True) -> None:
         self.m = machine
@@ -123,11 +125,25 @@ class Sanitizer(Reporting, RegisterChecks, SharedChecks, MemoryChecks, AsyncChec
         self._tma_bytes: list[tuple[int, np.ndarray]] = []   # (issuing thread, bytes) of the executing copy
         self._cp_copies: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []   # cp.async in flight: bytes, issuer, group
 
-    def access(self, buf: np.ndarray, off: np.ndarray, threads: np.ndarray, width: int, write: bool,
-               atomic: bool = False, values: np.ndarray | None = None) -> None:
-        """The memory's hook: every access of ``width`` bytes at byte offsets
-        ``off`` of ``buf`` by ``threads``, to the checks of its space."""
+    def access(self, buf: np.ndarray, off: np.ndarray, threads: np.ndarray, width: int, kind: str,
+               values: np.ndarray | None = None) -> None:
+        """Every access of ``width`` bytes at byte offsets ``off`` of ``buf``
+        by ``threads``, to the checks of its space. Read-modify-writes other
+        than atomics (mbarrier words, async-proxy copies) are checked
+        through their own events."""
+        if kind == LOAD:
+            write = atomic = False
+        elif kind == STORE:
+            write, atomic = True, False
+        elif kind == ATOMIC:
+            write = atomic = True
+        else:
+            return
         if buf is self.m.memory.shared:
             self.shared_access(off, threads, width, write, atomic=atomic, values=values)
         else:
             self.other_access(buf, off, threads, width, write, atomic=atomic, values=values)
+
+    def on_behalf_of(self, thread: int | None) -> None:
+        """Shared-memory reads until ``on_behalf_of(None)`` are ``thread``'s."""
+        self.reader = thread

@@ -25,7 +25,7 @@ class RegisterChecks:
         if self._moving:
             self._quiet = True
 
-    def quiet(self, on: bool) -> None:
+    def ignore_reads(self, on: bool) -> None:
         """Suspend register read checks (operands an instruction ignores)."""
         self._quiet = on
 

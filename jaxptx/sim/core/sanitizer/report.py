@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .... import ir
 from ...errors import SimError
 
 __all__ = ["SanitizerError", "Finding", "Reporting"]
@@ -60,11 +61,10 @@ class Reporting:
         ins = code[pc] if 0 <= pc < len(code) else None
         if ins is None:
             return "?"
-        if ins.loc and len(ins.loc) == 3:
-            return f"PTX line {ins.loc[1]} ({ins.name})"
-        if ins.loc and len(ins.loc) == 2:
-            return f"{ins.loc[0]}:{ins.loc[1]} ({ins.name})"
-        return ins.name
+        if ir.ptx_line(ins.loc) is not None:
+            return f"{ins.loc} ({ins.name})"
+        where = ir.python_location(ins.loc)
+        return f"{where.file}:{where.line} ({ins.name})" if where is not None else ins.name
 
     def who(self, thread: int) -> str:
         """``CTA (x, y, z) thread (x, y, z)`` of a global thread index."""

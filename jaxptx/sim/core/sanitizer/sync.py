@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from .... import ir
-from ..barriers import lanes_among, live_lanes
+from ....types import TYPES
+from ...numerics.lanes import shfl_source_lanes
+from ..barriers import EXITED, lanes_among, live_lanes
 from .values import MASKED
 
 __all__ = ["SyncChecks"]
@@ -133,7 +135,6 @@ class SyncChecks:
     def aligned_barrier(self, threads: np.ndarray) -> None:
         """An ``.aligned`` barrier executed by ``threads``: every live lane of
         their warps must execute it together."""
-        from ..barriers import EXITED
         ntid = self.ntid
         lane0 = threads // ntid * ntid + threads % ntid // 32 * 32
         first = np.unique(lane0)                                # each warp's lane 0
@@ -184,9 +185,10 @@ class SyncChecks:
         """``shfl.sync``: the lane each thread reads from (PTX ISA, shfl.sync:
         from ``b``, the clamp and segment mask ``c`` and the mode) must be in
         the member mask, else the result is undefined."""
-        from ...semantics.warp import shfl_source_lanes
         mode = next((m for m in s.ins.modifiers if m in ("up", "down", "bfly", "idx")), "idx")
-        j, valid = shfl_source_lanes(s, lane.astype(np.int32), mode)
+        u32 = TYPES["u32"]
+        j, valid = shfl_source_lanes(s.src(2, u32).astype(np.int32), s.src(3, u32).astype(np.int32),
+                                     lane.astype(np.int32), mode)
         j = np.where(valid, j, lane)
         bad = ((mask >> (j & 31)) & 1) == 0
         if bad.any():

@@ -1,15 +1,16 @@
 """A stand-in CUDA driver on the emulator: the CUDA launch handler, run with no GPU.
 
-The shim's CUDA handler (``ffi/cuda_launch.cc``, target ``jaxptx_launch_v2``)
-reaches the driver only through a table of entry points. For tests, the
-shim can swap that table for a stand-in (``ffi/standin_driver.cc``) that
-forwards each call to a :class:`StandInDriver`, which keeps modules and
-memory on a :class:`jaxptx.sim.Device`; and it can call the handler with a
-hand-built XLA call frame whose buffers are that device's addresses
-(``ffi/call_frame.cc``). So the handler's own C++ runs here: attribute
-decoding, the content-id check, the parameter checks, packing pointers and
-scalars, encoding tensor maps, the cluster and shared-memory attributes,
-private copies of inputs, and every error return.
+The shim's CUDA handler (``ffi/cuda_launch.cc``, ``jaxptx_launch_v2``) reaches
+the driver only through a table of entry points, which
+``jaxptx._ffi.set_cuda_driver`` swaps for a table given as a capsule. This
+layer's own extension, ``jaxptx.testing._standin`` (``ffi/standin_driver.cc``,
+never part of ``jaxptx._ffi``), makes one that forwards each call to a
+:class:`StandInDriver` on a :class:`jaxptx.sim.Device`, and
+``jaxptx._ffi.call_cuda_handler`` calls the handler with buffers at that
+device's addresses. So the handler's own C++ runs here: attribute decoding,
+the id check, reading the kernel's parameters from the driver and checking
+the call against them, packing, tensor maps, launch attributes, private
+copies of inputs, and every error return.
 
 ==============================  ==========================================
 driver entry point              stand-in
@@ -17,6 +18,8 @@ driver entry point              stand-in
 ``cuModuleLoadDataEx``          ``Device.load`` (PTX only; the reason for a
                                 refusal goes to the JIT error log)
 ``cuModuleGetFunction``         the entry, its parameters (``param_info``)
+``cuFuncGetParamInfo``          each parameter's offset and size, from the
+                                module the device loaded
 ``cuFuncSetAttribute``          the dynamic shared-memory opt-in, checked
 ``cuLaunchKernelEx``            ``Device.launch`` with each parameter's bytes
 ``cuMemcpyDtoDAsync``           ``Device.copy``
@@ -34,20 +37,25 @@ Example (``x`` a numpy array, ``f`` a jitted function of one kernel call)::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import threading
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from .. import _ffi, capture, isa, sim
 from ..launch import MAX_SMEM_PER_BLOCK, MAX_STATIC_SMEM
-from ._cuda_calls import CudaCall as CudaCall
-from ._cuda_calls import cuda_calls as cuda_calls
+from ..runtime import XLA_DTYPES as XLA_DTYPES
+from ..runtime import CudaCall as CudaCall
+from ..runtime import cuda_calls as cuda_calls
+from . import _standin
+from ._tensor_maps import check_codes, encode_tiled
 
 __all__ = ["StandInDriver", "DriverError", "HandlerError", "CudaCall", "Ran", "cuda_calls",
-           "XLA_DTYPES", "CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_INVALID_CONTEXT",
+           "installed", "XLA_DTYPES", "CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_INVALID_CONTEXT",
            "CUDA_ERROR_INVALID_PTX", "CUDA_ERROR_INVALID_HANDLE", "CUDA_ERROR_NOT_FOUND",
            "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_NOT_SUPPORTED"]
 
@@ -63,19 +71,6 @@ CUDA_ERROR_NOT_SUPPORTED = 801
 # cuda.h enums the stand-in reads.
 _FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
-# CUtensorMapDataType -> the emulator's type name.
-_TMA_DTYPES = {0: "u8", 1: "u16", 2: "u32", 3: "s32", 4: "u64", 5: "s64", 6: "f16", 7: "f32",
-               8: "f64", 9: "bf16", 10: "f32.ftz", 11: "tf32", 12: "tf32.ftz"}
-_TMA_BYTES = {0: 1, 1: 2, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 4, 11: 4, 12: 4}
-_TMA_INTERLEAVE = {0: 0, 1: 16, 2: 32}
-_TMA_SWIZZLE = {0: 0, 1: 32, 2: 64, 3: 128}
-_TMA_OOB_FILL = {0: "zero", 1: "nan"}
-_TMA_L2_PROMOTION = range(4)
-
-# numpy dtype name -> XLA_FFI_DataType (xla/ffi/api/c_api.h).
-XLA_DTYPES = {"bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8": 6, "uint16": 7,
-              "uint32": 8, "uint64": 9, "float16": 10, "float32": 11, "float64": 12,
-              "bfloat16": 16, "float8_e5m2": 19, "float8_e4m3fn": 20}
 # XLA_FFI_Error_Code -> name.
 _FFI_CODES = {1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 5: "NOT_FOUND",
               8: "RESOURCE_EXHAUSTED", 9: "FAILED_PRECONDITION", 12: "UNIMPLEMENTED",
@@ -112,7 +107,7 @@ class _Function:
     context: int
     name: str
     source: Any            # the parsed module
-    param_sizes: tuple[int, ...]
+    params: tuple[tuple[int, int], ...]   # (offset, size) of each parameter
     max_smem: int          # the opt-in limit of its target
 
 
@@ -173,14 +168,9 @@ class StandInDriver:
                    for j, (s, d) in enumerate(call.outputs)]
         frame_in = [(_xla_dtype(a.dtype), p, a.shape) for a, p in zip(arrays, inputs)]
         frame_out = [(_xla_dtype(d), p, s) for (s, d), p in zip(call.outputs, outputs)]
-        with _INSTALL:
-            _ffi.standin_install(self)
-            try:
-                code, message = _ffi.call_cuda_handler(frame_in, frame_out, list(call.attributes),
-                                                       self.stream, self if scratch else None,
-                                                       retired)
-            finally:
-                _ffi.standin_uninstall()
+        with installed(self):
+            code, message = _ffi.call_cuda_handler(frame_in, frame_out, list(call.attributes),
+                                                   self.stream, self if scratch else None, retired)
         if code:
             raise HandlerError(code, message)
         read = self.device.from_device
@@ -260,13 +250,13 @@ class StandInDriver:
         if name not in [f.name for f in source.functions if f.kind == "entry"]:
             raise DriverError(CUDA_ERROR_NOT_FOUND, f"the module has no entry {name!r}")
         try:
-            sizes = tuple(p.size for p in self.device.param_info(source, name))
+            params = tuple((p.offset, p.size) for p in self.device.param_info(source, name))
         except Exception as e:  # noqa: BLE001 - the JIT would refuse it
             raise DriverError(CUDA_ERROR_INVALID_PTX, f"{type(e).__name__}: {e}") from None
         target = (source.target or ("",))[0]
         sm = isa.parse_target(target).sm if target else 0
         handle = next(_HANDLES)
-        self._functions[handle] = _Function(module, ctx, name, source, sizes,
+        self._functions[handle] = _Function(module, ctx, name, source, params,
                                             MAX_SMEM_PER_BLOCK.get(sm, MAX_STATIC_SMEM))
         self._smem_opt_in[handle] = MAX_STATIC_SMEM
         self.log.append(("module_get_function", name))
@@ -289,9 +279,25 @@ class StandInDriver:
         self._smem_opt_in[fn] = value
         self.log.append(("func_set_attribute", (f.name, attribute, value)))
 
+    def func_get_param_info(self, fn: int, index: int) -> tuple[int, int]:
+        """``cuFuncGetParamInfo``: ``(offset, size)`` in bytes of parameter
+        ``index`` of ``fn``, as the device laid out the entry's ``.param`` s.
+
+        Raises:
+            DriverError: ``CUDA_ERROR_INVALID_VALUE`` past the last parameter
+                (how a caller finds the count), or an unknown ``fn``.
+        """
+        f = self._function(fn)
+        self.log.append(("func_get_param_info", (f.name, index)))
+        if not 0 <= index < len(f.params):
+            raise DriverError(CUDA_ERROR_INVALID_VALUE,
+                              f"{f.name} has {len(f.params)} parameters, no parameter {index}")
+        return f.params[index]
+
     def param_sizes(self, fn: int) -> list[int]:
-        """The byte size of each parameter of ``fn`` (what the C side copies)."""
-        return list(self._function(fn).param_sizes)
+        """The byte size of each parameter of ``fn``: what the stand-in's
+        cuLaunchKernelEx copies through each parameter pointer."""
+        return [size for _, size in self._function(fn).params]
 
     def launch(self, fn: int, grid: tuple, block: tuple, smem: int, stream: int,
                attributes: list, params: list[bytes]) -> None:
@@ -352,23 +358,39 @@ class StandInDriver:
                                 oob_fill: int) -> bytes:
         """``cuTensorMapEncodeTiled``: the driver's enums and innermost-first
         arrays, encoded by :func:`jaxptx.sim.tensor_map`."""
-        codes = ((dtype, _TMA_DTYPES, "data type"), (interleave, _TMA_INTERLEAVE, "interleave"),
-                 (swizzle, _TMA_SWIZZLE, "swizzle"), (oob_fill, _TMA_OOB_FILL, "OOB fill"),
-                 (l2_promotion, _TMA_L2_PROMOTION, "L2 promotion"))
-        for value, known, what in codes:
-            if value not in known:
-                raise DriverError(CUDA_ERROR_INVALID_VALUE, f"unsupported {what} {value}")
+        try:
+            check_codes(dtype, interleave, swizzle, l2_promotion, oob_fill)
+        except ValueError as e:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, str(e)) from None
         details = dict(dtype=dtype, rank=rank, address=address, dims=tuple(dims),
                        strides=tuple(strides), box=tuple(box), swizzle=swizzle)
         self.log.append(("tensor_map_encode_tiled", details))
         try:
-            return sim.tensor_map(address, dims[::-1], _TMA_DTYPES[dtype], box[::-1],
-                                  strides=[*strides[::-1], _TMA_BYTES[dtype]],
-                                  swizzle=_TMA_SWIZZLE[swizzle], oob_fill=_TMA_OOB_FILL[oob_fill],
-                                  element_strides=element_strides[::-1],
-                                  interleave=_TMA_INTERLEAVE[interleave])
+            return encode_tiled(dtype, address, dims, strides, box, element_strides, interleave,
+                                swizzle, oob_fill)
         except ValueError as e:
             raise DriverError(CUDA_ERROR_INVALID_VALUE, str(e)) from None
+
+
+@contextlib.contextmanager
+def installed(driver: StandInDriver) -> Iterator[StandInDriver]:
+    """Make ``driver`` the CUDA handler's driver for the ``with`` block (one
+    stand-in at a time; libcuda.so.1 again afterwards): its table from
+    ``jaxptx.testing._standin``, swapped in with ``jaxptx._ffi.set_cuda_driver``.
+
+    Example::
+
+        with installed(StandInDriver()) as driver:
+            jaxptx._ffi.call_cuda_handler(...)   # the handler asks `driver`
+    """
+    with _INSTALL:
+        _standin.install(driver)
+        _ffi.set_cuda_driver(_standin.driver_table())
+        try:
+            yield driver
+        finally:
+            _ffi.set_cuda_driver(None)
+            _standin.uninstall()
 
 
 def _xla_dtype(dtype: Any) -> int:

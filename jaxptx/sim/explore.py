@@ -1,0 +1,167 @@
+"""Run one launch under many schedules and report what fails: :func:`explore`.
+
+    >>> found = sim.explore(kernel_ptx, locks, out, block=64, seeds=100)
+    >>> found.failures            # [(seed, the error or the findings), ...]
+    >>> found.outputs_differ      # seeds whose outputs differ from the default schedule's
+    >>> print(found.replay(29))   # the call that reproduces seed 29
+
+Each seed is a :class:`jaxptx.sim.core.schedules.RandomSchedule`: another
+interleaving of the warps, reproduced bit for bit by its seed. A kernel
+whose outputs change with the schedule has a race even when no checker
+fires, so outputs are compared with the default schedule's run as well.
+With ``workers`` > 1 the seeds run in that many processes (PTX text or a
+parsed module only: a traced kernel object does not cross processes).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import hashlib
+import multiprocessing
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import SimError, SimLaunchError
+from .launch import launch as _launch
+from .precheck import PrecheckError
+
+__all__ = ["Exploration", "explore"]
+
+# Errors that say the launch itself is wrong (the same under every schedule):
+# explore raises them at once instead of reporting them per seed.
+_BAD_LAUNCH = (PrecheckError, SimLaunchError, TypeError, ValueError)
+
+
+@dataclasses.dataclass
+class Exploration:
+    """What :func:`explore` found.
+
+    Attributes:
+        seeds: the seeds run.
+        failures: ``(seed, error)`` of each seed whose launch raised (a
+            fault, a deadlock, a sanitizer error) or, with ``check="all"``,
+            ``(seed, findings)``; ``seed`` is ``None`` for the default schedule.
+        outputs_differ: seeds that ran to the end with outputs other than the
+            default schedule's (a race no checker saw).
+        call: how the launch was made, for :meth:`replay`.
+    """
+
+    seeds: tuple[int, ...]
+    failures: list[tuple[int | None, Any]]
+    outputs_differ: list[int]
+    call: str
+
+    @property
+    def ok(self) -> bool:
+        """No seed failed and every output matched the default schedule's."""
+        return not self.failures and not self.outputs_differ
+
+    def replay(self, seed: int) -> str:
+        """The call that reproduces ``seed`` (and, for a kernel called under
+        ``jax.jit``, the environment variable that does)."""
+        return (f"{self.call}, schedule='random', seed={seed})    "
+                f"# under jax.jit: JAXPTX_SIM_SCHEDULE=random:{seed}")
+
+    def __str__(self) -> str:
+        lines = [f"explored {len(self.seeds)} schedules: {len(self.failures)} failed, "
+                 f"{len(self.outputs_differ)} with outputs that differ from the default schedule's"]
+        for seed, error in self.failures[:8]:
+            what = str(error).splitlines()[0] if not isinstance(error, list) else f"{len(error)} findings"
+            lines.append(f"  seed {seed}: {what}")
+            if seed is not None:
+                lines.append(f"    replay: {self.replay(seed)}")
+        for seed in self.outputs_differ[:8]:
+            lines.append(f"  seed {seed}: outputs differ; replay: {self.replay(seed)}")
+        return "\n".join(lines)
+
+
+def explore(source: Any, *arrays: Any, seeds: int | Iterable[int] = 100, workers: int = 1,
+            **launch: Any) -> Exploration:
+    """Run ``sim.launch(source, *arrays, **launch)`` under the default
+    schedule and under ``schedule="random"`` with each seed, on fresh copies
+    of ``arrays`` (the caller's arrays are not changed).
+
+    Args:
+        source, arrays, launch: as :func:`jaxptx.sim.launch` takes them
+            (``check=`` included; not ``schedule``/``seed``).
+        seeds: how many (``range(seeds)``) or which seeds.
+        workers: processes to run the seeds in (1: this process).
+
+    Returns:
+        An :class:`Exploration`.
+
+    Raises:
+        SimError: a launch that is wrong under every schedule (bad
+            arguments, PTX the emulator refuses), raised by the default run;
+            ``schedule``/``seed`` among ``launch``.
+    """
+    if "schedule" in launch or "seed" in launch:
+        raise SimError("explore: it chooses the schedules itself; pass seeds=, not schedule= or seed=")
+    chosen = tuple(range(seeds)) if isinstance(seeds, int) else tuple(int(s) for s in seeds)
+    if not isinstance(workers, int) or workers < 1:
+        raise SimError(f"explore workers: expected an int >= 1, got {workers!r}")
+    failures: list[tuple[int | None, Any]] = []
+    reference = _run(source, arrays, launch, None)
+    if reference[0] is not None:
+        failures.append((None, reference[0]))
+    if workers > 1 and len(chosen) > 1:
+        results = _in_processes(source, arrays, launch, chosen, workers)
+    else:
+        results = [_run(source, arrays, launch, seed) for seed in chosen]
+    differ = []
+    for seed, (error, digest) in zip(chosen, results):
+        if error is not None:
+            failures.append((seed, error))
+        elif reference[0] is None and digest != reference[1]:
+            differ.append(seed)
+    return Exploration(chosen, failures, differ, _call_text(source, arrays, launch))
+
+
+def _run(source: Any, arrays: Sequence[Any], launch: dict, seed: int | None) -> tuple[Any, str]:
+    """``(error or findings or None, digest of the outputs)`` of one launch
+    (a launch wrong under every schedule raises)."""
+    copies = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in arrays]
+    schedule = {} if seed is None else {"schedule": "random", "seed": seed}
+    try:
+        result = _launch(source, *copies, **launch, **schedule)
+    except _BAD_LAUNCH:
+        raise
+    except SimError as e:
+        return e, ""
+    if isinstance(result, list) and result:            # check="all": the findings
+        return result, ""
+    h = hashlib.sha256()
+    for a in copies:
+        if isinstance(a, np.ndarray):
+            h.update(np.ascontiguousarray(a).view(np.uint8).tobytes())
+    return None, h.hexdigest()
+
+
+def _run_seeds(source: Any, arrays: Sequence[Any], launch: dict, seeds: Sequence[int]) -> list[tuple[Any, str]]:
+    """:func:`_run` for each seed (a worker process's share)."""
+    return [_run(source, arrays, launch, seed) for seed in seeds]
+
+
+def _in_processes(source: Any, arrays: Sequence[Any], launch: dict, seeds: tuple[int, ...],
+                  workers: int) -> list[tuple[Any, str]]:
+    """The seeds' results, run in ``workers`` spawned processes."""
+    if not isinstance(source, str) and type(source).__module__.startswith("jaxptx.dsl"):
+        raise SimError("explore workers > 1: a traced kernel cannot be sent to another process; pass its PTX "
+                       "text (kernel.ptx()) or run with workers=1")
+    chunks = [seeds[i::workers] for i in range(workers)]
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        done = list(pool.map(_run_seeds, *zip(*[(source, arrays, launch, c) for c in chunks])))
+    by_seed = {seed: r for chunk, results in zip(chunks, done) for seed, r in zip(chunk, results)}
+    return [by_seed[s] for s in seeds]
+
+
+def _call_text(source: Any, arrays: Sequence[Any], launch: dict) -> str:
+    """``jaxptx.sim.launch(<kernel>, <arrays>, grid=..., ...`` (unclosed)."""
+    name = getattr(source, "name", None) or ("<PTX text>" if isinstance(source, str) else "<module>")
+    args = ", ".join(f"<{a.dtype}{list(a.shape)}>" if isinstance(a, np.ndarray) else repr(a) for a in arrays)
+    options = "".join(f", {k}={v!r}" for k, v in launch.items())
+    return f"jaxptx.sim.launch({name}, {args}{options}"
