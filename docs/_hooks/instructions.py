@@ -14,8 +14,9 @@ _TITLES = {"arith": "Arithmetic", "logic": "Logic, bits, compare and select",
            "convert": "Data movement and conversion", "approx": "Transcendentals",
            "memory": "Loads, stores and atomics", "warp": "Warp shuffle, vote and reduce",
            "control": "Control flow, barriers and fences", "ampere": "Ampere: cp.async, ldmatrix, mma.sync",
-           "hopper": "Hopper: wgmma, mbarrier, TMA, clusters", "blackwell": "Blackwell: tcgen05",
-           "video": "Video instructions", "wmma": "wmma"}
+           "hopper": "Hopper: wgmma, mbarrier, clusters", "tma": "Hopper: bulk and tensor copies (TMA)",
+           "blackwell": "Blackwell: tcgen05", "video": "Video instructions", "wmma": "wmma",
+           "multimem": "multimem: multicast memory across GPUs"}
 
 
 def family_pages() -> dict[str, tuple[str, str]]:

@@ -1,5 +1,5 @@
 """Shared-memory pictures: the TMA / wgmma XOR swizzles and a TMA box over a
-tensor, computed by the emulator's own code (``bulk_copy.swizzle`` and the
+tensor, computed by the emulator's own code (``tma.swizzle`` and the
 box walk of ``cp.async.bulk.tensor``)."""
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ __all__ = ["swizzle_chunks", "swizzle_pattern", "tma_box_data", "tma_box"]
 def swizzle_chunks(span: int = 128, rows: int = 8) -> np.ndarray:
     """``(rows, span // 16)`` ints: the 16-byte chunk where logical chunk
     ``c`` of row ``r`` (a tile of ``span``-byte rows) lands under the
-    ``span``-byte swizzle, from :func:`jaxptx.sim.semantics.bulk_copy.swizzle`
+    ``span``-byte swizzle, from :func:`jaxptx.sim.semantics.tma.swizzle`
     (the function the emulator's TMA copies use).
 
     Raises:
         ValueError: ``span`` is not 32, 64 or 128.
     """
-    from ..sim.semantics.bulk_copy import swizzle
+    from ..sim.semantics.tma import swizzle
     if span not in (32, 64, 128):
         raise ValueError(f"swizzle_chunks: span must be 32, 64 or 128 bytes, got {span!r}")
     r, c = np.meshgrid(np.arange(rows), np.arange(span // 16), indexing="ij")
@@ -73,8 +73,8 @@ def tma_box_data(shape: Sequence[int], box: Sequence[int], coords: Sequence[int]
             must not exceed it (the driver's rule).
     """
     from ..sim.memory.tensormap import decode, tensor_map
-    from ..sim.semantics.bulk_copy import tma_box_addresses
-    from ..sim.semantics.bulk_copy import swizzle as swz
+    from ..sim.semantics.tma import tma_box_addresses
+    from ..sim.semantics.tma import swizzle as swz
     base = 1 << 36
     tm = decode(tensor_map(base, shape, dtype, box=box, swizzle=swizzle))
     gaddr, inb = tma_box_addresses(tm, np.asarray([list(coords)[::-1]], dtype=np.int64))

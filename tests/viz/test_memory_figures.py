@@ -1,5 +1,5 @@
 """jaxptx.viz swizzle, TMA-box and pipeline figures against the emulator
-(``bulk_copy.swizzle``, a real ``cp.async.bulk.tensor`` run, mbarrier words
+(``tma.swizzle``, a real ``cp.async.bulk.tensor`` run, mbarrier words
 after a Hopper GEMM) and independent formulas."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ pytest.importorskip("matplotlib")
 
 from jaxptx import sim, viz                                   # noqa: E402
 from jaxptx.dsl import fragments as dslf                       # noqa: E402
-from jaxptx.sim.semantics.bulk_copy import swizzle            # noqa: E402
+from jaxptx.sim.semantics.tma import swizzle            # noqa: E402
 
 
 def _close(fig) -> None:

@@ -24,14 +24,17 @@ module          instructions
 ``tcgen05``     tcgen05.alloc/dealloc/relinquish_alloc_permit, commit, wait, fence
                 (tensor memory in ``jaxptx.sim.memory.tmem``)
 ``tcgen05_move`` tcgen05.ld, tcgen05.st, tcgen05.cp, tcgen05.shift
-``mbarrier``    mbarrier.*, cp.async.mbarrier.arrive, mapa, getctarank
-``bulk_copy``   cp.async.bulk, cp.async.bulk.tensor (TMA), tensormap.*
+``mbarrier``    mbarrier.*, cp.async.mbarrier.arrive
+``cluster``     mapa, getctarank
+``bulk_copy``   cp.async.bulk
+``tma``         cp.async.bulk.tensor (TMA), tensormap.*
 ``video``       the scalar and SIMD video instructions
 ============== =========================================================
 """
 
-from . import (approx, arith, atomics, bulk_copy, compare, convert, float_arith, logic, mbarrier,  # noqa: F401
-               matrix_ldst, memory, mma, tcgen05, tcgen05_mma, tcgen05_move, video, warp, wgmma, wmma)
+from . import (approx, arith, atomics, bulk_copy, cluster, compare, convert, float_arith, logic,  # noqa: F401
+               matrix_ldst, mbarrier, memory, mma, tcgen05, tcgen05_mma, tcgen05_move, tma, video, warp, wgmma,
+               wmma)
 from .registry import MACHINE, NO_OPS, SEMANTICS, UNSUPPORTED
 
 __all__ = ["SEMANTICS", "MACHINE", "NO_OPS", "UNSUPPORTED"]

@@ -12,7 +12,6 @@ stores NOT borrow, as ``a + ~b + 1`` would.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 
 import numpy as np
 

@@ -1,53 +1,32 @@
-"""Emulator semantics: bulk copies (``cp.async.bulk``), tensor copies
-(``cp.async.bulk.tensor``, TMA) and tensor-map instructions
-(``tensormap.replace``, ``tensormap.cp_fenceproxy``).
+"""Emulator semantics: bulk copies (``cp.async.bulk``), and the memory
+helpers the tensor copies (:mod:`.tma`) share with them.
 
 The copies happen when the instruction executes: the bytes are in place
 before the next instruction, and a copy that signals an mbarrier performs
 its complete-tx (of the bytes it moved) right away. So
 ``cp.async.bulk.commit_group`` / ``wait_group{.read}`` and
 ``cp.async.bulk.prefetch`` have nothing to do. Copies go through the async
-proxy: the sanitizer does not check them for races, but marks the shared
-bytes they write as initialised.
-
-Tensor maps use jaxptx's own 128-byte encoding (:mod:`..memory.tensormap`). A box
-is laid out in shared memory densely, innermost dimension first, with
-``ceil(box / element stride)`` elements per dimension. Swizzling permutes
-16-byte chunks by shared-memory address bits (PTX ISA, "Tensor Swizzling
-Modes": the 128-byte mode XORs the chunk index, address bits 4-6, with the
-128-byte line index within a 1024-byte span, bits 7-9; the 64-byte mode bits
-4-5 with bits 7-8; the 32-byte mode bit 4 with bit 7; the 128-byte mode's
-coarser swizzle atomicities are in :func:`swizzle`), computed on the
-shared-memory offset of each byte, so a box whose destination is not aligned
-to the pattern starts at the matching base offset, as the ISA's "swizzle
-base offset" formula says. Out-of-bounds box elements read as zero or, in
-OOB-NaN fill mode, as the canonical NaN of the element type; stores skip
-them. An im2col copy lays its pixels out the same way, densely, one pixel's
-channels after another. ``.tf32`` elements are rounded from f32 to nearest even (10 mantissa
-bits); the ``.ftz`` types also flush subnormals to zero.
+proxy: the observers hear them as ``copy_read``/``copy_write`` (the
+sanitizer does not check them for races, but marks the shared bytes they
+write as initialised).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 
 import numpy as np
 
-from ... import ir
 from ...types import TYPES
-from ..memory.spaces import CLUSTER_TAG, GLOBAL_SHIFT
+from ..memory.spaces import CLUSTER_TAG
 from ..errors import SimError
 from .mbarrier import barrier_index, complete_tx, present
 from ..core.step import SPACES, Step
 from .registry import semantics
-from ..memory.tensormap import FIELDS, IM2COL, MAGIC, SIZE, VERSION, TensorMap, decode, im2col_elements
 
-__all__ = ["tma_box_addresses"]
+__all__: list[str] = []
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-_NAN = {2: 0x7FFF, 4: 0x7FFF_FFFF, 8: 0x7FFF_FFFF_FFFF_FFFF}
 _U32 = TYPES["u32"]
-_U64 = TYPES["u64"]
 _OFFSET = np.uint64(0xFFFFFF)
 
 
@@ -239,228 +218,3 @@ def cp_async_bulk_nothing(s: Step) -> None:
 
 
 # --- cp.async.bulk.tensor ------------------------------------------------------------------------
-
-
-def _tensor_maps(s: Step, k: int) -> np.ndarray:
-    """The 128 bytes of each thread's tensor map, ``(n, 128)`` uint8.
-
-    The tensor-map operand is a .param/.const/.global variable, or a register
-    with a generic address; a register value below every global buffer is
-    taken as a .param offset (what ``mov.u64 %rd, param_name`` gives)."""
-    op = s.ins.operands[k]
-    base = op.base
-    if isinstance(base, ir.Symbol) and base.name in s.m.program.variables:
-        space = s.m.program.variables[base.name].space
-        if base.name in s.m.program.thread_params:
-            space = "local"           # a .func's own .param: per-thread storage
-        addr = np.full(s.n, s.symbol_address(base), dtype=np.uint64)
-    elif isinstance(base, ir.Register):
-        addr = s.m.read_register(base.name, s.threads).astype(np.uint64)
-        space = "generic"
-        if (addr < np.uint64(1 << GLOBAL_SHIFT)).all():
-            space = "param"
-    else:
-        raise SimError(f"{s.ins.name}: cannot read the tensor map operand {op!r}")
-    if op.offset is not None:
-        off = op.offset if isinstance(op.offset, int) else int(op.offset.value)
-        addr = addr + np.uint64((-off if op.minus else off) & 0xFFFF_FFFF_FFFF_FFFF)
-    _aligned(s, addr, 64, "tensor map address")
-    words = np.stack([s.m.memory.load(space, addr + np.uint64(8 * j), s.threads, 8, s.ins.name)
-                      for j in range(SIZE // 8)], axis=1)
-    return np.ascontiguousarray(words).view(np.uint8).reshape(s.n, SIZE)
-
-
-def _coords(s: Step, k: int, rank: int) -> np.ndarray:
-    extra = s.ins.operands[k].extra
-    items = extra.items if isinstance(extra, ir.Vector) else (extra,)
-    if len(items) != rank:
-        raise SimError(f"{s.ins.name}: {len(items)} coordinates for a {rank}-d copy")
-    return np.stack([s.value(item, TYPES["s32"]).astype(np.int64) for item in items], axis=1)
-
-
-def tma_box_addresses(tm: TensorMap, coords: np.ndarray, offsets: np.ndarray | None = None
-         ) -> tuple[np.ndarray, np.ndarray]:
-    """Global byte addresses ``(n, E)`` and in-bounds mask of each box
-    element, box elements in shared-memory order (innermost fastest); an
-    im2col map walks its pixels instead (:func:`im2col_elements`)."""
-    if tm.mode == IM2COL:
-        g = im2col_elements(tm, coords, offsets if offsets is not None else np.zeros_like(coords[:, 2:]))
-    else:
-        counts = tm.counts
-        pos = np.stack(np.unravel_index(np.arange(int(np.prod(counts))), counts[::-1])[::-1], axis=1)
-        g = coords[:, None, :] + pos[None] * np.asarray(tm.element_strides, dtype=np.int64)
-    inb = ((g >= 0) & (g < np.asarray(tm.dims, dtype=np.int64))).all(axis=-1)
-    g = np.where(inb[..., None], g, 0)
-    steps = np.asarray((tm.elem_bytes, *tm.strides), dtype=np.int64)
-    return (np.uint64(tm.address) + (g * steps).sum(axis=-1).astype(np.uint64)), inb
-
-
-def swizzle(addr: np.ndarray, span: int, atomicity: int = 0) -> np.ndarray:
-    """Shared-memory address of each byte under a ``span``-byte swizzle:
-    address bits [4, 4+b) XOR bits [7, 7+b), b = log2(span / 16).
-
-    ``atomicity`` is the tensor map's swizzle atomicity code (128-byte
-    swizzle only; CUDA driver ``CU_TENSOR_MAP_SWIZZLE_128B_ATOM_*``): 0
-    swaps 16-byte chunks as above; 1 swaps 32-byte chunks (bits [5, 7) XOR
-    bits [7, 9)); 2 does that and also swaps the two 8-byte halves of each
-    16-byte chunk on odd 128-byte rows (bit 3 XOR bit 7); 3 swaps 64-byte
-    chunks (bit 6 XOR bit 7)."""
-    if not span:
-        return addr
-    if atomicity == 0:
-        mask = np.uint64(span // 16 - 1)
-        return addr ^ (((addr >> np.uint64(7)) & mask) << np.uint64(4))
-    row = addr >> np.uint64(7)
-    if atomicity == 3:
-        return addr ^ ((row & np.uint64(1)) << np.uint64(6))
-    out = addr ^ ((row & np.uint64(3)) << np.uint64(5))
-    if atomicity == 2:
-        out = out ^ ((row & np.uint64(1)) << np.uint64(3))
-    return out
-
-
-def _convert(tm: TensorMap, values: np.ndarray) -> np.ndarray:
-    """Element conversion on load: f32 → tf32 (round to nearest even), and
-    subnormal flushing for the .ftz element types."""
-    if tm.elemtype in (8, 12):
-        sub = (values & np.uint32(0x7F80_0000)) == 0
-        values = np.where(sub, values & np.uint32(0x8000_0000), values)
-    if tm.elemtype in (11, 12):
-        finite = (values & np.uint32(0x7F80_0000)) != np.uint32(0x7F80_0000)
-        wide = values.astype(np.uint64)
-        up = wide + np.uint64(0xFFF) + ((wide >> np.uint64(13)) & np.uint64(1))   # ties to even
-        values = np.where(finite, (up & np.uint64(0xFFFF_E000)).astype(np.uint32), values)
-    return values
-
-
-def _run(tm: TensorMap, starts: np.ndarray, e: int) -> int:
-    """The runs of bytes a box of ``e`` elements at shared ``starts`` comes
-    in unbroken by the swizzle (for the sanitizer): 16-byte chunks (8-byte
-    halves with the 128-byte mode's atomicity 2), when the box and its
-    starts are aligned to them; else single elements."""
-    run = 8 if tm.atomicity == 2 else 16
-    ok = (e * tm.elem_bytes) % run == 0 and not (starts.astype(np.int64) % run).any()
-    return max(run, tm.elem_bytes) if ok else tm.elem_bytes
-
-
-def _tensor_load(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, dst: np.ndarray,
-                 mbar: np.ndarray, offsets: np.ndarray | None) -> None:
-    w = tm.elem_bytes
-    gaddr, inb = tma_box_addresses(tm, coords, offsets)
-    n, e = gaddr.shape
-    threads = np.repeat(s.threads[sel], e)
-    values = np.full(n * e, _NAN[w] if tm.fill else 0, dtype=_UINT[w])
-    flat = inb.ravel()
-    if flat.any():
-        values[flat] = s.m.memory.load("global", gaddr.ravel()[flat], threads[flat], w, s.ins.name)
-    values = _convert(tm, values).reshape(n, e)
-    lin = np.arange(e, dtype=np.uint64) * np.uint64(w)          # dense box, innermost first
-    sub = Step(s.m, s.ins, s.r, s.threads[sel])
-    for pos, d, mb in _targets(sub, dst, mbar):
-        addr = swizzle(d[pos][:, None] + lin, tm.swizzle, tm.atomicity).ravel()
-        _write(sub, "shared", addr, np.repeat(sub.threads[pos], e), values[pos].ravel(), w, _run(tm, d[pos], e))
-        _signal(sub, pos, mb, np.full(len(pos), tm.box_bytes))
-
-
-def _tensor_store(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, src: np.ndarray) -> None:
-    w = tm.elem_bytes
-    gaddr, inb = tma_box_addresses(tm, coords)
-    n, e = gaddr.shape
-    threads = np.repeat(s.threads[sel], e)
-    lin = np.arange(e, dtype=np.uint64) * np.uint64(w)
-    values = _read(s, "shared", swizzle(src[:, None] + lin, tm.swizzle, tm.atomicity).ravel(), threads, w,
-                   _run(tm, src, e))
-    flat = inb.ravel()
-    if flat.any():
-        s.m.memory.store("global", gaddr.ravel()[flat], threads[flat], values[flat], w, s.ins.name)
-
-
-@semantics('cp_async_bulk_tensor')
-def cp_async_bulk_tensor(s: Step) -> None:
-    """``cp.async.bulk.tensor.Nd``: a box of the tensor described by the
-    tensor map, at signed element coordinates ``{c0, ...}`` (c0 innermost),
-    global → shared (complete-tx of the box's bytes on ``[mbar]``;
-    ``.multicast::cluster``: into each CTA of ``ctaMask`` at the same
-    offsets, signalling the mbarrier at the same offset in each, or with
-    ``.cta_group::2`` in the CTA of each one's pair that has the parity of
-    ``[mbar]``'s CTA; unicast ``.cta_group::2`` may signal the peer CTA's
-    mbarrier, ``.cta_group::1`` only the destination CTA's) or
-    shared::cta → global (bulk_group; out-of-bounds elements are not
-    written). ``.tile`` copies need a tiled map; ``.im2col`` loads (with the
-    ``im2colOffsets`` operand) and ``.im2col_no_offs`` stores (offsets 0)
-    need an im2col map and move its pixels-per-column × channels-per-pixel
-    elements. The shared address must be 128-byte aligned (PTX ISA,
-    cp.async.bulk.tensor; "Tensors": "Tiled mode", "im2col mode"; "Tensor
-    Swizzling Modes"; "Out of Boundary Access")."""
-    mode = s.mod("load_mode", "tile")
-    load = s.mod("dst") != "global"
-    k = present(s, "tensor")
-    rank = int(s.mod("dim")[0])
-    coords = _coords(s, k, rank)
-    j = present(s, "im2col_offsets")
-    offsets = None if j is None else s.src(j, TYPES["u16"]).astype(np.int64).reshape(s.n, rank - 2)
-    raw = _tensor_maps(s, k)
-    _, smem = s.address(0 if load else present(s, "src"))
-    _aligned(s, smem, 128, "shared-memory address")
-    mbar = _mbar(s)
-    maps, inverse = np.unique(raw, axis=0, return_inverse=True)
-    for g in range(len(maps)):
-        tm = decode(maps[g])
-        if tm.rank != rank:
-            raise SimError(f"{s.ins.name}: a {rank}-d copy with a rank-{tm.rank} tensor map")
-        if (tm.mode == IM2COL) != (mode != "tile"):
-            kind = "an im2col" if tm.mode == IM2COL else "a tiled"
-            raise SimError(f"{s.ins.name}: a .{mode} copy with {kind} tensor map")
-        sel = np.nonzero(inverse.ravel() == g)[0]
-        if load:
-            _tensor_load(s, tm, sel, coords[sel], smem[sel], mbar[sel],
-                         None if offsets is None else offsets[sel])
-        else:
-            _tensor_store(s, tm, sel, coords[sel], smem[sel])
-
-
-# --- tensor maps ------------------------------------------------------------------------------------
-
-
-def _map_space(s: Step) -> str:
-    mod = s.mod("space")
-    return SPACES[mod] if mod else "generic"
-
-
-@semantics('tensormap_replace')
-def tensormap_replace(s: Step) -> None:
-    """``tensormap.replace.tile.field{.space}.b1024.type [addr], {ord,} new_val``:
-    rewrite one field of the tensor map at ``addr`` in jaxptx's layout (PTX
-    ISA, tensormap.replace: ``.rank`` takes rank - 1; enumerated fields take
-    the ISA's codes). The magic and version are written too, so a map can be
-    built field by field in zeroed memory."""
-    field = s.mod("field")
-    offset, width, step = FIELDS[field]
-    _, base = s.address(0)
-    space = _map_space(s)
-    addr = base + np.uint64(offset)
-    k = present(s, "ord")
-    if k is not None:
-        ordinal = s.src(k, _U32).astype(np.int64)
-        if (ordinal >= (4 if field == "global_stride" else 5)).any():
-            raise SimError(f"{s.ins.name}: ordinal {int(ordinal.max())} out of range for .{field}")
-        addr = addr + (ordinal * step).astype(np.uint64)
-    value = s.src(present(s, "new_val"), _U64).astype(_UINT[width])
-    s.m.memory.store(space, addr, s.threads, value, width, s.ins.name)
-    old = s.m.memory.load(space, base, s.threads, 8, s.ins.name)
-    header = np.uint64(MAGIC | VERSION << 32)
-    s.m.memory.store(space, base, s.threads, (old & np.uint64(0xFFFF_FF00_0000_0000)) | header, 8,
-                     s.ins.name)
-
-
-@semantics('tensormap_cp_fenceproxy')
-def tensormap_cp_fenceproxy(s: Step) -> None:
-    """``tensormap.cp_fenceproxy.global.shared::cta... [dst], [src], size``:
-    copy a ``size``-byte (128) tensor map from shared to global memory; the
-    proxy fence has nothing to order here (PTX ISA, tensormap.cp_fenceproxy)."""
-    _, dst = s.address(0)
-    _, src = s.address(1)
-    size = int(s.src(2, _U32)[0])
-    for j in range(0, size, 8):
-        data = s.m.memory.load("shared", src + np.uint64(j), s.threads, 8, s.ins.name)
-        s.m.memory.store("global", dst + np.uint64(j), s.threads, data, 8, s.ins.name)

@@ -8,7 +8,6 @@ writes a result per half.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 
 import numpy as np
 

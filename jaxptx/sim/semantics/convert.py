@@ -11,7 +11,6 @@ may keep payload bits where this writes the canonical pattern).
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 
 import numpy as np
 

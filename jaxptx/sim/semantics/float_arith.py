@@ -8,7 +8,6 @@ integer forms of ``add``/``sub``/``abs``/``neg``/``min``/``max`` live in
 
 from __future__ import annotations
 
-from collections.abc import Callable
 
 import numpy as np
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 
-from collections.abc import Callable
 
 import numpy as np
 

@@ -14,7 +14,6 @@ Matrix Layout": K-major or MN-major, no swizzle or 32/64/128-byte swizzle.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 
 import numpy as np
 
