@@ -29,23 +29,24 @@ class MachineView(Protocol):
         memory: its address spaces (:class:`jaxptx.sim.memory.spaces.Memory`).
         observers: the launch's :class:`.observers.Observers` (events go here).
         semantics: ``sim`` name → semantics function.
-        launch: the :class:`jaxptx.launch.Launch`; grid, block, cluster:
-            its dims; ``dynamic_smem``: its bytes of dynamic shared memory.
-        ntid, nctas, nthreads, warps_per_cta: threads per CTA, CTAs, threads,
-            warps per CTA.
+        launch: the :class:`jaxptx.launch.Launch` (``grid``, ``block``,
+            ``cluster`` and ``dynamic_smem`` are its fields).
+        ntid: threads per CTA (``nctas`` CTAs, ``nthreads`` threads,
+            ``warps_per_cta`` warps per CTA).
         regs: the :class:`.registers.RegisterFile`.
-        pc, state: every thread's PC and state (running, waiting, parked …).
-        barrier, barrier_count, barrier_pc, barrier_pred, warp_mask, arrived,
-        cluster_arrivals, cluster_phase, arrived_phase: barrier bookkeeping
+        pc: every thread's PC (``state``: running, waiting, parked …).
+        barrier: each thread's barrier bookkeeping, with ``barrier_count``,
+            ``barrier_pc``, ``barrier_pred``, ``warp_mask``, ``arrived``,
+            ``cluster_arrivals``, ``cluster_phase`` and ``arrived_phase``
             (see :mod:`.barriers`).
-        groups: PC → running threads; parked, spinners, frames: waiting and
-            calling threads (see :mod:`.hangs`, :mod:`.calls`).
+        groups: PC → running threads (``parked``, ``spinners``, ``frames``:
+            waiting and calling threads; see :mod:`.hangs`, :mod:`.calls`).
         all_threads: ``arange(nthreads)``.
-        steps: steps taken so far (``%clock``); current_pc: the executing PC.
+        steps: steps taken so far (``%clock``; ``current_pc``: the executing PC).
         exit_checks: checks run once every thread has exited.
-        on_register_read, on_register_write: the hooks of the observers'
-            register events (``None`` when none listens: a read or write may
-            take a fast path).
+        on_register_read: the hook of the observers' register reads (and
+            ``on_register_write`` of their writes); ``None`` when none
+            listens, so a read or write may take a fast path.
     """
 
     program: Any
