@@ -3,7 +3,8 @@
 Each op of :mod:`jaxptx.kernels` is timed next to its XLA equivalent on the
 same inputs: ``matmul`` against ``jnp.dot`` (cuBLAS on a GPU),
 ``flash_attention`` against ``jax.nn.dot_product_attention`` (cuDNN where
-JAX offers it), the norms, softmax and SwiGLU against their ``jnp``
+JAX offers it), ``paged_attention`` against a ``jnp`` gather of the pages
+and a masked softmax, the norms, softmax and SwiGLU against their ``jnp``
 formulas, and the norms' gradients (``vjp`` rows: forward and backward
 kernels) against XLA's. Each row prints both times, the ratio, and the throughput —
 TFLOPS for the products, GB/s of compulsory traffic (inputs read once,
@@ -84,6 +85,19 @@ def cases(gpu: bool, arch: str) -> list[tuple[str, str, Callable, Callable, tupl
                      lambda q, k, v: kernels.flash_attention(q, k, v, arch=arch),
                      lambda q, k, v: jax.nn.dot_product_attention(q, k, v, implementation=impl),
                      (q, k_, v), 4.0 * b_ * h * s * s * d, 8.0 * b_ * s * h * d))
+    # Paged decode (B, Nq, Nkv, D, page_size, context): GQA 4 and MHA, split-K past 512 tokens.
+    paged = [(64, 32, 8, 128, 16, 4096), (32, 32, 32, 64, 32, 1024), (8, 64, 8, 128, 16, 16384)] if gpu \
+        else [(2, 8, 2, 64, 16, 200)]
+    for b_, nq, nkv, d, ps, ctx in paged:
+        per_seq = -(-ctx // ps)
+        pages = b_ * per_seq
+        q, k_, v = rand((b_, nq, d)), rand((pages, ps, nkv, d)), rand((pages, ps, nkv, d))
+        tables = jnp.asarray(rng.permutation(pages).reshape(b_, per_seq), jnp.int32)
+        lengths = jnp.asarray(rng.integers(ctx // 2, ctx + 1, b_), jnp.int32)
+        rows.append(("paged_attention", f"{b_}x{nq}/{nkv}x{d} p{ps} {ctx}",
+                     lambda *a: kernels.paged_attention(*a, arch=arch), _jnp_paged_attention,
+                     (q, k_, v, tables, lengths), 0.0,
+                     4.0 * nkv * d * float(lengths.sum()) + 4.0 * b_ * nq * d))
     rn = [(16384, 8192), (65536, 1024)] if gpu else [(64, 1024)]
     for r, n in rn:
         x, w, bias = rand((r, n)), rand((n,)), rand((n,))
@@ -120,6 +134,24 @@ def _vjp(f: Callable) -> Callable:
     def grads(*args):
         return jax.vjp(f, *args[:-1])[1](args[-1])
     return grads
+
+
+def _jnp_paged_attention(q, k_pages, v_pages, block_tables, lengths):
+    """The gather-based reference: each sequence's pages by its table, a
+    masked f32 softmax, grouped query heads."""
+    import jax
+    import jax.numpy as jnp
+    B, nq, d = q.shape
+    nkv = k_pages.shape[2]
+    k = k_pages[block_tables].reshape(B, -1, nkv, d)          # (B, T, Nkv, D)
+    v = v_pages[block_tables].reshape(B, -1, nkv, d)
+    qg = q.reshape(B, nkv, nq // nkv, d).astype(jnp.float32)
+    s = jnp.einsum("bgrd,btgd->bgrt", qg, k.astype(jnp.float32)) / jnp.sqrt(jnp.float32(d))
+    live = jnp.arange(k.shape[1])[None, :] < lengths[:, None]
+    s = jnp.where(live[:, None, None, :], s, -jnp.inf)
+    p = jnp.where(lengths[:, None, None, None] > 0, jax.nn.softmax(s, -1), 0.0)
+    o = jnp.einsum("bgrt,btgd->bgrd", p, v.astype(jnp.float32))
+    return o.reshape(B, nq, d).astype(q.dtype)
 
 
 def _jnp_rms_norm(x, w):

@@ -29,5 +29,7 @@ from .norms import layer_norm as layer_norm
 from .norms import rms_norm as rms_norm
 from .norms import softmax as softmax
 from .norms import swiglu as swiglu
+from .paged_attention import paged_attention as paged_attention
 
-__all__ = ["rms_norm", "layer_norm", "softmax", "swiglu", "matmul", "grouped_matmul", "flash_attention"]
+__all__ = ["rms_norm", "layer_norm", "softmax", "swiglu", "matmul", "grouped_matmul", "flash_attention",
+           "paged_attention"]
