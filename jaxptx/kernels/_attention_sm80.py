@@ -1,8 +1,12 @@
 """Flash-attention forward for Ampere and later: ``mma.sync.m16n8k16``.
 
-One CTA per (query block of 64 rows, batch × head); four warps, each owning
-16 query rows. The CTA keeps its Q tile in registers (A fragments read once
-with ``ldmatrix``) and walks the key/value sequence in blocks of 64:
+One CTA per (query block of 64 rows, batch × query head); four warps, each
+owning 16 query rows. K and V may have fewer heads than Q (grouped-query and
+multi-query attention, ``Hkv`` dividing ``H``): the CTA of query head ``h``
+reads KV head ``h // (H // Hkv)`` in place (its base address and row
+stride; the shared head is read by each of its query heads' CTAs, never
+copied). The CTA keeps its Q tile in registers (A fragments read once with
+``ldmatrix``) and walks the key/value sequence in blocks of 64:
 
 * K and V tiles stream into shared memory with 16-byte ``cp.async`` copies,
   double-buffered: block ``j + 1`` loads while block ``j`` computes (one
@@ -114,12 +118,14 @@ class _Loader:
 def _body(q: Any, k: Any, v: Any, o: Any, lse: Any, *, causal: bool, dtype: PtxType) -> None:
     """The kernel body (module docstring); ``dtype`` is bf16 or f16."""
     B, Sq, H, D = q.shape
-    Skv = k.shape[1]
+    Skv, Hkv = k.shape[1], k.shape[2]
+    per_kv = H // Hkv                            # query heads per KV head
     mma = getattr(ptx.mma.sync.aligned.m16n8k16.row.col.f32, dtype.name)
     mma = getattr(mma, dtype.name).f32
     pack = getattr(ptx.cvt.rn, f"{dtype.name}x2").f32
     ksteps = D // 16
-    row_stride = H * D * 2                       # bytes between sequence positions
+    q_stride = H * D * 2                         # bytes between sequence positions of q
+    kv_stride = Hkv * D * 2                      # and of k, v
     tile_bytes = BLOCK_M * D * 2
 
     sq = smem.alloc(dtype, (BLOCK_M, D), align=128)
@@ -134,7 +140,8 @@ def _body(q: Any, k: Any, v: Any, o: Any, lse: Any, *, causal: bool, dtype: PtxT
     h = bh - b * H
     qp, kp, vp, op, lp = ptx.batch_ptrs(q, k, v, o, lse)
     q_head = qp + ptx.mul.wide.u32(b * (Sq * H) + h, D * 2)
-    kv_first = ptx.mul.wide.u32(b * (Skv * H) + h, D * 2)
+    h_kv = h if per_kv == 1 else h // per_kv     # the KV head this query head reads
+    kv_first = ptx.mul.wide.u32(b * (Skv * Hkv) + h_kv, D * 2)
     k_head, v_head = kp + kv_first, vp + kv_first
 
     # Q and the first K/V block: cp.async group 0.
@@ -142,8 +149,8 @@ def _body(q: Any, k: Any, v: Any, o: Any, lse: Any, *, causal: bool, dtype: PtxT
     loader = _Loader(tid, D)
     q_head, k_head, v_head = (loader.source(x) for x in (q_head, k_head, v_head))
     k_dst = kv_base + loader.s_off
-    loader.load(q0, Sq, row_stride, ((q_head, sq_base + loader.s_off),))
-    loader.load(0, Skv, row_stride, ((k_head, k_dst), (v_head, k_dst + tile_bytes)))
+    loader.load(q0, Sq, q_stride, ((q_head, sq_base + loader.s_off),))
+    loader.load(0, Skv, kv_stride, ((k_head, k_dst), (v_head, k_dst + tile_bytes)))
     ptx.cp.async_.commit_group()
 
     # ldmatrix lane roles (PTX ISA, ldmatrix: lanes 8i..8i+7 address the rows of matrix i).
@@ -182,7 +189,7 @@ def _body(q: Any, k: Any, v: Any, o: Any, lse: Any, *, causal: bool, dtype: PtxT
         kb_next = kb + 1
         with ptx.if_(kb_next < n_blocks):
             nxt = k_dst + (kb_next & 1) * (2 * tile_bytes)
-            loader.load(kb_next * BLOCK_N, Skv, row_stride, ((k_head, nxt), (v_head, nxt + tile_bytes)))
+            loader.load(kb_next * BLOCK_N, Skv, kv_stride, ((k_head, nxt), (v_head, nxt + tile_bytes)))
             ptx.cp.async_.commit_group()
         k_lane = [stage + x for x in k_tiles.lane]
         v_lane = [stage + x for x in qv_tiles.lane]       # + tile_bytes as an immediate
@@ -309,10 +316,15 @@ def attention_kernel(dtype: PtxType, head_dim: int, arch: str = "sm_80") -> Kern
     ``arch`` is ``"sm_80"`` for the Ampere variant; the same code traced for a
     later target (``"sm_100a"``) runs there unchanged (``mma.sync``,
     ``ldmatrix`` and ``cp.async`` exist on every target from sm_80). Inputs
-    ``q`` (B, Sq, H, D), ``k`` and ``v`` (B, Skv, H, D); outputs ``o`` like
+    ``q`` (B, Sq, H, D), ``k`` and ``v`` (B, Skv, Hkv, D); outputs ``o`` like
     ``q`` and ``lse`` (B, H, Sq) f32; template ``causal``; raw param
     ``scale_log2`` (the softmax scale times log2(e)), so every scale shares
     one PTX. ``jax.vmap`` folds into grid z (``batch="z"``): one launch.
+
+    ``k`` and ``v`` are (B, Skv, Hkv, D) with ``Hkv`` dividing ``H``
+    (grouped-query attention; ``Hkv = H`` is plain multi-head): query head
+    ``h`` reads KV head ``h // (H // Hkv)``. ``H // Hkv`` is static (one PTX
+    per ratio, as per shape).
     """
     key = (dtype.name, head_dim, arch)
     if key not in _KERNELS:
@@ -320,7 +332,7 @@ def attention_kernel(dtype: PtxType, head_dim: int, arch: str = "sm_80") -> Kern
             _body(q, k, v, o, lse, causal=causal, dtype=dtype)
 
         q_spec = Tile("B", "Sq", "H", head_dim, dtype)
-        kv_spec = Tile("B", "Skv", "H", head_dim, dtype)
+        kv_spec = Tile("B", "Skv", "Hkv", head_dim, dtype)
         _KERNELS[key] = kernel(
             flash_attention_fwd,
             in_specs=(q_spec, kv_spec, kv_spec), out_specs=(q_spec, Tile("B", "H", "Sq", f32)),
@@ -338,7 +350,8 @@ def attention_sm80(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool,
 
     Args:
         q: (B, Sq, H, D) bf16 or f16, D in {64, 128}.
-        k, v: (B, Skv, H, D), the dtype of ``q``.
+        k, v: (B, Skv, Hkv, D), the dtype of ``q``; ``Hkv`` divides ``H``
+            (query head ``h`` reads KV head ``h // (H // Hkv)``).
         causal: query ``i`` sees keys ``j <= i`` (top-left aligned).
         scale: the factor applied to the scores before the softmax; positive
             (the running max is taken of unscaled scores).
@@ -349,12 +362,16 @@ def attention_sm80(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool,
         float32 (natural-log logsumexp of the scaled scores).
 
     Raises:
-        SpecError: a dtype other than bf16/f16, a head dim other than 64/128
-            (shapes are checked against the kernel's specs when it is bound).
+        SpecError: a dtype other than bf16/f16, a head dim other than 64/128,
+            a KV head count not dividing q's (other shapes are checked
+            against the kernel's specs when it is bound).
     """
     dtype = {"bfloat16": bf16, "float16": f16}.get(str(q.dtype))
     if dtype is None or q.shape[-1] not in HEAD_DIMS:
         raise SpecError(f"attention_sm80: q: expected bfloat16 or float16 with head dim 64 or 128, "
                         f"got {q.dtype} {tuple(q.shape)}")
+    if k.ndim != 4 or k.shape[2] == 0 or q.shape[2] % k.shape[2]:
+        raise SpecError(f"attention_sm80: k: expected (B, Skv, Hkv, D) with Hkv dividing q's "
+                        f"{q.shape[2]} heads, got {tuple(k.shape)}")
     return attention_kernel(dtype, q.shape[-1], arch)(q, k, v, causal=bool(causal),
                                                       scale_log2=float(scale) * LOG2E)

@@ -1,7 +1,10 @@
 """Hopper (sm_90a) flash-attention forward: one launch, TMA + mbarriers + wgmma.
 
-Each CTA owns ``BM = 128`` query rows of one (batch, head) and has three
-warpgroups:
+Each CTA owns ``BM = 128`` query rows of one (batch, query head). K and V
+may have fewer heads than Q (grouped-query and multi-query attention,
+``Hkv`` dividing ``H``): query head ``h`` reads KV head ``h // (H // Hkv)``,
+the head coordinate of its K and V tensor-map loads (the shared head is
+read in place by each query head's CTAs). The CTA has three warpgroups:
 
 * warpgroup 0 is the producer: its thread 0 loads the CTA's Q tile once and
   then streams K and V tiles of ``BN = 128`` keys through a two-stage ring
@@ -66,8 +69,9 @@ def _block_count(m0, S: int, T: int, causal: bool):
     return (ptx.min.u32(m0 + BM, min(S, T)) + (BN - 1)) // BN
 
 
-def _produce(q, k, v, tiles, bars, m0, h, b, nblk) -> None:
-    """Thread 0: the Q tile, then each K/V block into its stage once it is free."""
+def _produce(q, k, v, tiles, bars, m0, h, h_kv, b, nblk) -> None:
+    """Thread 0: the Q tile (head ``h``), then each K/V block (head ``h_kv``)
+    into its stage once it is free."""
     q_tile, k_tile, v_tile = tiles
     q_full, k_full, v_full, empty = bars
     D = q.shape[3]
@@ -90,8 +94,8 @@ def _produce(q, k, v, tiles, bars, m0, h, b, nblk) -> None:
             bar_at = ptx.addr(bar.base + stage * 8)
             ptx.mbarrier.arrive.expect_tx.shared.b64(ptx.SINK, bar_at, stage_bytes)
             for c in range(slabs):
-                load(ptx.addr(dst, c * BN * SLAB * 2), ptx.addr(src.tma_desc(), coords=(c * SLAB, h, kv0, b)),
-                     bar_at)
+                load(ptx.addr(dst, c * BN * SLAB * 2),
+                     ptx.addr(src.tma_desc(), coords=(c * SLAB, h_kv, kv0, b)), bar_at)
 
 
 def _row_reduce(value, op: str):
@@ -215,7 +219,7 @@ class _Consumer:
 def _body(dtype: str, q, k, v, o, lse, causal: bool) -> None:
     """The kernel: shared tiles and barriers, then the producer and consumer roles."""
     B, S, H, D = q.shape
-    T = k.shape[1]
+    T, Hkv = k.shape[1], k.shape[2]
     slabs = D // SLAB
     el = {"bf16": bf16, "f16": f16}[dtype]
     q_tile = smem.wgmma_tile(el, (slabs * BM, SLAB), major="K")
@@ -236,12 +240,15 @@ def _body(dtype: str, q, k, v, o, lse, causal: bool) -> None:
     qblock = ptx.special.nctaid.x() - 1 - ptx.special.ctaid.x() if causal else ptx.special.ctaid.x()
     m0 = qblock * BM
     h, b = ptx.special.ctaid.y(), ptx.special.ctaid.z()
+    per_kv = H // Hkv                         # query heads per KV head
     nblk = _block_count(m0, S, T, causal)
     wg = tid // WG
     with ptx.if_(wg == 0):
         ptx.setmaxnreg.dec.sync.aligned.u32(PRODUCER_REGS)
         with ptx.if_(tid == 0):
-            _produce(q, k, v, (q_tile, k_tile, v_tile), (q_full, k_full, v_full, empty), m0, h, b, nblk)
+            h_kv = h if per_kv == 1 else h // per_kv
+            _produce(q, k, v, (q_tile, k_tile, v_tile), (q_full, k_full, v_full, empty), m0, h, h_kv, b,
+                     nblk)
     with ptx.else_():
         ptx.setmaxnreg.inc.sync.aligned.u32(CONSUMER_REGS)
         wl = wg - 1
@@ -294,22 +301,23 @@ def _grid(B: int, S: int, H: int) -> tuple[int, int, int]:
 def attention_kernel(dtype: str) -> Kernel:
     """The sm_90a flash-attention forward kernel for ``dtype`` ("bf16" or "f16").
 
-    Tensors: q (B, S, H, D), k and v (B, T, H, D) in ``dtype``; outputs o
-    (B, S, H, D) and lse (B, H, S) float32. The template keyword ``causal``
+    Tensors: q (B, S, H, D), k and v (B, T, Hkv, D) in ``dtype`` (``Hkv``
+    divides ``H``; query head ``h`` reads KV head ``h // (H // Hkv)``);
+    outputs o (B, S, H, D) and lse (B, H, S) float32. The template keyword ``causal``
     specialises the PTX; the raw f32 parameter ``scale_log2`` (``scale *
     log2 e``) rides the call, so every scale shares one PTX and cubin.
     """
     el = {"bf16": bf16, "f16": f16}[dtype]
 
-    def spec(rows: str, box_rows: int) -> Tile:
-        return Tile("B", rows, "H", "D", el, Layout.TMA_128B, tma_box=(1, box_rows, 1, SLAB), tma_rank=4)
+    def spec(rows: str, heads: str, box_rows: int) -> Tile:
+        return Tile("B", rows, heads, "D", el, Layout.TMA_128B, tma_box=(1, box_rows, 1, SLAB), tma_rank=4)
 
     def flash_attention_sm90(q, k, v, o, lse, *, causal: bool = False):
         """Flash-attention forward (module docstring): o and lse from q, k, v."""
         _body(dtype, q, k, v, o, lse, causal)
 
     return kernel(flash_attention_sm90, name=f"flash_attention_fwd_{dtype}_sm_90a",
-                  in_specs=(spec("S", BM), spec("T", BN), spec("T", BN)),
+                  in_specs=(spec("S", "H", BM), spec("T", "Hkv", BN), spec("T", "Hkv", BN)),
                   out_specs=(Tile("B", "S", "H", "D", el), Tile("B", "H", "S", f32)),
                   raw_params=[("f32", "scale_log2")], grid=_grid, block=(3 * WG, 1, 1),
                   reqntid=(3 * WG, 1, 1), arch="sm_90a", extern_smem=True)
@@ -321,7 +329,8 @@ def attention_sm90(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool,
 
     Args:
         q: (B, Sq, H, D) bf16 or f16, D 64 or 128.
-        k, v: (B, Skv, H, D), same dtype and D.
+        k, v: (B, Skv, Hkv, D), same dtype and D; ``Hkv`` divides ``H``
+            (query head ``h`` reads KV head ``h // (H // Hkv)``).
         causal: mask keys after the query (``jax.nn.dot_product_attention``'s
             ``is_causal``, top-left aligned).
         scale: the factor on ``q @ k.T`` (must be positive).
@@ -338,10 +347,10 @@ def attention_sm90(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool,
     if dtype is None or str(k.dtype) != str(q.dtype) or str(v.dtype) != str(q.dtype):
         raise SpecError(f"attention_sm90: q, k, v must all be bf16 or all f16, got "
                         f"{q.dtype}, {k.dtype}, {v.dtype}")
-    if q.ndim != 4 or k.shape != v.shape or k.ndim != 4 or (q.shape[0], q.shape[2], q.shape[3]) != (
-            k.shape[0], k.shape[2], k.shape[3]):
-        raise SpecError(f"attention_sm90: expected q (B, Sq, H, D) and k, v (B, Skv, H, D), got "
-                        f"{q.shape}, {k.shape}, {v.shape}")
+    if q.ndim != 4 or k.shape != v.shape or k.ndim != 4 or (q.shape[0], q.shape[3]) != (
+            k.shape[0], k.shape[3]) or k.shape[2] == 0 or q.shape[2] % k.shape[2]:
+        raise SpecError(f"attention_sm90: expected q (B, Sq, H, D) and k, v (B, Skv, Hkv, D) with "
+                        f"Hkv dividing H, got {q.shape}, {k.shape}, {v.shape}")
     if q.shape[3] not in (64, 128):
         raise SpecError(f"attention_sm90: head dim must be 64 or 128, got {q.shape[3]}")
     if not (math.isfinite(scale) and scale > 0):

@@ -1,9 +1,14 @@
 """``flash_attention``: softmax(Q·Kᵀ·scale)·V in one kernel launch, differentiable.
 
 The layout is ``jax.nn.dot_product_attention``'s: q (B, Sq, H, D), k and v
-(B, Skv, H, D), bf16 or f16, D of 64 or 128. ``causal=True`` applies that
+(B, Skv, Hkv, D), bf16 or f16, D of 64 or 128. ``causal=True`` applies that
 function's ``is_causal`` mask: query ``i`` sees keys ``j <= i`` (aligned at
 the top-left when Sq != Skv).
+
+Grouped-query and multi-query attention as that function has them: ``Hkv``
+divides ``H`` and query head ``h`` attends with KV head ``h // (H // Hkv)``
+(``Hkv = H`` is multi-head attention, ``Hkv = 1`` multi-query). Every
+variant indexes the shared KV head in place; K and V are never repeated.
 
 Variants (``arch``, resolved by :func:`jaxptx.kernels._arch.variant`):
 
@@ -15,7 +20,8 @@ Variants (``arch``, resolved by :func:`jaxptx.kernels._arch.variant`):
   ``tcgen05`` variant yet); ``"auto"`` on a Blackwell GPU picks it.
 
 The backward is plain JAX (see :func:`attention_backward`): it recomputes
-the probabilities with a max-subtracted softmax of the scores.
+the probabilities with a max-subtracted softmax of the scores; with grouped
+KV heads, dK and dV sum over the query heads of each group.
 """
 
 from __future__ import annotations
@@ -87,7 +93,13 @@ def attention_backward(q: jax.Array, k: jax.Array, v: jax.Array, o: jax.Array, l
                        scale: float) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The VJP of ``(o, lse)`` in f32 JAX.
 
-    With S = Q·Kᵀ (per batch and head) and P = softmax(S·scale) (the
+    q is (B, Sq, H, D), k and v (B, Skv, Hkv, D) with ``Hkv`` dividing ``H``:
+    the query heads are taken as (Hkv, H // Hkv), query head ``h`` paired
+    with KV head ``h // (H // Hkv)``, and each KV head's dK, dV are the sums
+    over the query heads of its group (the chain rule for a KV head that
+    several query heads read).
+
+    With S = Q·Kᵀ (per batch and query head) and P = softmax(S·scale) (the
     forward's probabilities, recomputed; masked entries 0):
 
     * dV = Pᵀ·dO, dP = dO·Vᵀ
@@ -108,19 +120,23 @@ def attention_backward(q: jax.Array, k: jax.Array, v: jax.Array, o: jax.Array, l
     """
     del o, lse
     f32 = jnp.float32
-    qf, kf, vf = q.astype(f32), k.astype(f32), v.astype(f32)
-    dof = do.astype(f32)
-    s = jnp.einsum("bqhd,bkhd->bhqk", qf, kf) * scale
+    B, Sq, H, D = q.shape
+    Hkv = k.shape[2]
+    grouped = (B, Sq, Hkv, H // Hkv, D)          # query head h = (h // G, h % G)
+    qf, dof = q.astype(f32).reshape(grouped), do.astype(f32).reshape(grouped)
+    kf, vf = k.astype(f32), v.astype(f32)
+    s = jnp.einsum("bqhgd,bkhd->bhgqk", qf, kf) * scale
     if causal:     # every row sees key 0 (top-left alignment): no row is all -inf
-        s = jnp.where(jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool)), s, -jnp.inf)
+        s = jnp.where(jnp.tril(jnp.ones((Sq, k.shape[1]), bool)), s, -jnp.inf)
     p = jax.nn.softmax(s, axis=-1)
-    dv = jnp.einsum("bhqk,bqhd->bkhd", p, dof)
-    dp = jnp.einsum("bqhd,bkhd->bhqk", dof, vf)
+    dv = jnp.einsum("bhgqk,bqhgd->bkhd", p, dof)                 # summed over the group
+    dp = jnp.einsum("bqhgd,bkhd->bhgqk", dof, vf)
     delta = jnp.sum(p * dp, axis=-1)
-    ds = p * (dp - delta[..., None] + dlse.astype(f32)[..., None])
-    dq = jnp.einsum("bhqk,bkhd->bqhd", ds, kf) * scale
-    dk = jnp.einsum("bhqk,bqhd->bkhd", ds, qf) * scale
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+    dlse_g = dlse.astype(f32).reshape(B, Hkv, H // Hkv, Sq)
+    ds = p * (dp - delta[..., None] + dlse_g[..., None])
+    dq = jnp.einsum("bhgqk,bkhd->bqhgd", ds, kf) * scale
+    dk = jnp.einsum("bhgqk,bqhgd->bkhd", ds, qf) * scale        # summed over the group
+    return dq.reshape(q.shape).astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
 
 
 _attention = custom_vjp(attention_forward, attention_backward)
@@ -145,9 +161,14 @@ def _check(q: Any, k: Any, v: Any, causal: Any, scale: Any) -> float:
         raise SpecError(f"flash_attention: q: head dim (last axis) must be one of {HEAD_DIMS}, got {D}")
     if tuple(v.shape) != tuple(k.shape):
         raise SpecError(f"flash_attention: v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
-    if (k.shape[0], k.shape[2], k.shape[3]) != (B, H, D):
-        raise SpecError(f"flash_attention: k: expected (B, Skv, H, D) = ({B}, Skv, {H}, {D}) to "
+    Hkv = k.shape[2]
+    if (k.shape[0], k.shape[3]) != (B, D):
+        raise SpecError(f"flash_attention: k: expected (B, Skv, Hkv, D) = ({B}, Skv, Hkv, {D}) to "
                         f"match q {tuple(q.shape)}, got {tuple(k.shape)}")
+    if Hkv == 0 or H % Hkv:
+        raise SpecError(f"flash_attention: k: expected a head count Hkv dividing q's H = {H} "
+                        f"(query head h reads KV head h // (H // Hkv)), got Hkv = {Hkv} in "
+                        f"{tuple(k.shape)}")
     if Sq == 0 or k.shape[1] == 0:
         raise SpecError(f"flash_attention: q, k: sequence lengths must be positive, got Sq={Sq}, "
                         f"Skv={k.shape[1]}")
@@ -175,7 +196,11 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool = 
 
     Args:
         q: (B, Sq, H, D), bfloat16 or float16, D of 64 or 128.
-        k, v: (B, Skv, H, D), the dtype of ``q``.
+        k, v: (B, Skv, Hkv, D), the dtype of ``q``. ``Hkv`` divides ``H``:
+            query head ``h`` attends with KV head ``h // (H // Hkv)``
+            (grouped-query attention; ``Hkv = 1`` is multi-query, ``Hkv =
+            H`` multi-head), as in ``jax.nn.dot_product_attention``. The
+            kernel reads the shared KV head in place.
         causal: mask as ``jax.nn.dot_product_attention(..., is_causal=True)``
             does: query ``i`` sees keys ``j <= i``.
         scale: the factor on the scores; default ``1/sqrt(D)``. A static
@@ -188,7 +213,9 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool = 
 
     Raises:
         SpecError: an argument of the wrong shape, dtype or value (the
-            message names it), or an ``arch`` with no variant.
+            message names it: e.g. ``k`` when its head count does not
+            divide q's or its batch or head dim differs from q's, ``v``
+            when its shape is not k's), or an ``arch`` with no variant.
 
     Example:
         >>> import jax.numpy as jnp
@@ -196,6 +223,9 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool = 
         >>> q = jnp.ones((1, 64, 1, 64), jnp.bfloat16)
         >>> flash_attention(q, q, q, causal=True, arch="sm_80").shape
         (1, 64, 1, 64)
+        >>> q4, kv = jnp.ones((1, 64, 4, 64), jnp.bfloat16), q   # 4 query heads, 1 KV head
+        >>> flash_attention(q4, kv, kv, arch="sm_80").shape
+        (1, 64, 4, 64)
     """
     scale = _check(q, k, v, causal, scale)
     name = variant(arch, "flash_attention", VARIANTS)

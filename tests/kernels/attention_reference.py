@@ -8,8 +8,13 @@ import numpy as np
 
 def reference(q, k, v, causal: bool, scale: float) -> tuple[np.ndarray, np.ndarray]:
     """Attention in float64: o (B, Sq, H, D) and the natural-log lse (B, H, Sq);
-    causal keeps keys j <= i for query i (top-left aligned)."""
+    causal keeps keys j <= i for query i (top-left aligned). k and v may have
+    Hkv heads, Hkv dividing H (grouped-query): query head h reads KV head
+    h // (H // Hkv), as in ``jax.nn.dot_product_attention``."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    per_kv = q.shape[2] // k.shape[2]
+    assert per_kv * k.shape[2] == q.shape[2], (q.shape, k.shape)
+    k, v = (np.repeat(x, per_kv, axis=2) for x in (k, v))     # head h -> h // per_kv
     s = np.einsum("bqhd,bkhd->bhqk", q, k) * scale
     if causal:
         s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)

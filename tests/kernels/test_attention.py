@@ -190,21 +190,22 @@ def test_vmap_is_one_launch() -> None:
 @pytest.mark.parametrize("causal", [False, True])
 def test_ptxas_no_spills(dtype, arch, D, causal) -> None:
     for Sq, Skv in ((4096, 4096), (1000, 777)):
-        r = attention_kernel(PTX_T[dtype], D, arch).resources(B=4, Sq=Sq, Skv=Skv, H=16, causal=causal)
+        r = attention_kernel(PTX_T[dtype], D, arch).resources(B=4, Sq=Sq, Skv=Skv, H=16, Hkv=16,
+                                                              causal=causal)
         assert r.spill_stores == 0 and r.spill_loads == 0 and r.stack_frame == 0, r
         # recorded: sm_80 D=64 ~149-153, D=128 ~203-204; sm_100a ~144-148 and ~202-206
         assert r.registers <= (170 if D == 64 else 255), r
 
 
 def test_ptx_uses_the_ampere_instructions() -> None:
-    text = attention_kernel(bf16, 128).ptx(B=1, Sq=200, Skv=200, H=2, causal=True)
+    text = attention_kernel(bf16, 128).ptx(B=1, Sq=200, Skv=200, H=2, Hkv=2, causal=True)
     for needle in (".target sm_80", "cp.async.cg.shared.global", "cp.async.commit_group",
                    "cp.async.wait_group 0", "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
                    "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
                    "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ex2.approx.ftz.f32",
                    "cvt.rn.bf16x2.f32", "shfl.sync.bfly.b32", ".minnctapersm 2"):
         assert needle in text, needle
-    f16_text = attention_kernel(f16, 64).ptx(B=1, Sq=64, Skv=64, H=1, causal=False)
+    f16_text = attention_kernel(f16, 64).ptx(B=1, Sq=64, Skv=64, H=1, Hkv=1, causal=False)
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in f16_text and "cvt.rn.f16x2.f32" in f16_text
 
 
@@ -253,7 +254,8 @@ def test_sm90a_routes_to_the_hopper_kernel_and_vmap_folds_into_b() -> None:
 @pytest.mark.parametrize("args,kwargs,message", [
     (((1, 64, 1, 64), (1, 64, 1, 64), (1, 64, 64)), {}, r"v: expected 4 dims \(B, S, H, D\), got shape \(1, 64, 64\)"),
     (((1, 64, 1, 32),) * 3, {}, r"q: head dim \(last axis\) must be one of \(64, 128\), got 32"),
-    (((1, 64, 2, 64), (1, 64, 1, 64), (1, 64, 1, 64)), {}, r"k: expected \(B, Skv, H, D\) = \(1, Skv, 2, 64\)"),
+    (((2, 64, 2, 64), (1, 64, 1, 64), (1, 64, 1, 64)), {}, r"k: expected \(B, Skv, Hkv, D\) = \(2, Skv, Hkv, 64\)"),
+    (((1, 64, 3, 64), (1, 64, 2, 64), (1, 64, 2, 64)), {}, r"k: expected a head count Hkv dividing q's H = 3"),
     (((1, 64, 1, 64), (1, 64, 1, 64), (1, 32, 1, 64)), {}, r"v: expected the shape of k \(1, 64, 1, 64\)"),
     (((1, 64, 1, 64),) * 3, {"scale": -1.0}, r"scale: expected a positive finite Python number"),
     (((1, 64, 1, 64),) * 3, {"causal": 1}, r"causal: expected a bool, got 1"),

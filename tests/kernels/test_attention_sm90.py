@@ -109,7 +109,7 @@ def test_large_scores_give_no_nan_rows(causal):
     np.testing.assert_allclose(np.asarray(lse, np.float64), want_lse, rtol=1e-6)
 
 
-DIMS = dict(B=2, S=200, T=300, H=2)
+DIMS = dict(B=2, S=200, T=300, H=2, Hkv=2)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
