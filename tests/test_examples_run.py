@@ -57,3 +57,32 @@ def test_a_wrong_kernel_fails_the_check() -> None:
     main.__globals__["tiny"] = off_by_one
     with pytest.raises(SystemExit, match="does not match numpy"):
         main()
+
+
+def test_node_allgather_runs_on_a_node_of_8(capsys: pytest.CaptureFixture[str]) -> None:
+    """The collectives example: a ring all-gather and a one-shot multimem
+    all-reduce on ``jaxptx.sim.System(8)``, each checked against numpy."""
+    runpy.run_path(str(EXAMPLES / "node_allgather.py"), run_name="__main__")   # SystemExit on a mismatch
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "== ring all-gather on 8 emulated GPUs: every device holds all 8 chunks =="
+    assert lines[1].startswith("== one-shot multimem all-reduce on 8 emulated GPUs: matches numpy"), lines
+
+
+@kernel(arch="sm_90a", block=(64, 1, 1), raw_params=[("u32", "rank")])
+def ring_without_waits(out, next_out, flag, next_flag, *, n):
+    """The example's ring all-gather with its flag waits removed: a device
+    forwards a slot before the previous device has delivered it."""
+    rank = ptx.param("rank")
+    tid = ptx.special.tid.x()
+    for s in range(n - 1):
+        off = ptx.mul.wide.u32(ptx.rem.u32(rank + (n - s), n) * 64 + tid, 4)
+        ptx.st.global_.u32(next_out.ptr + off, ptx.ld.global_.u32(out.ptr + off))
+        with ptx.if_(tid == 0):
+            ptx.st.release.sys.global_.u32(next_flag.ptr, s + 1)
+
+
+def test_the_ring_without_its_flag_waits_fails_the_check() -> None:
+    main = runpy.run_path(str(EXAMPLES / "node_allgather.py"))["main"]
+    main.__globals__["ring_allgather"] = ring_without_waits
+    with pytest.raises(SystemExit, match="ring all-gather: does not match numpy"):
+        main()

@@ -135,7 +135,8 @@ class _Parser(OperandParser):
             if self.peek() is None or not self.peek().startswith("."):
                 raise self.toks.error(f"expected '{{', ';' or a directive after the header of "
                                       f"{name}, got {self._shown()}", self.i)
-            f.directives.append(self.directive())
+            # `.extern .func f(...) .noreturn;`: the ';' ends the declaration, not the directive
+            f.directives.append(self.directive(ends_at_semicolon=True))
         if self.peek() == ";":
             end = self.expect(";")
             f.body, f.brace_trivia = None, self.trivia(end, end)
@@ -178,7 +179,7 @@ class _Parser(OperandParser):
         self.expect(":")
         return self.finish(ir.Label(name), first, [name, ":"])
 
-    def directive(self) -> ir.Directive:
+    def directive(self, ends_at_semicolon: bool = False) -> ir.Directive:
         first = self.i
         name = self.next()
         args: list[str] = []
@@ -186,6 +187,8 @@ class _Parser(OperandParser):
         while self.i < self.n:
             tok = self.t[self.i]
             if tok == ";":
+                if ends_at_semicolon:        # the ';' belongs to what the directive is part of
+                    break
                 self.i += 1
                 semicolon = True
                 break

@@ -10,11 +10,15 @@ A fault while running (:class:`SimFault`) names the kernel, the access,
 the buffer, the CTA and thread, the PTX line and the Python line, the same
 way everywhere (:mod:`.faults`); output bytes a traced kernel never writes
 are an :class:`UnwrittenOutputError` (:mod:`.unwritten`).
+:class:`System` is a node of devices that run grids together, with peer
+memory and ``multimem`` multicast objects (:mod:`.system`).
 """
 
 from .launch import launch as launch
 from .device import Device as Device
 from .device import ParamInfo as ParamInfo
+from .system import System as System
+from .multicast import Multicast as Multicast
 from .fidelity import Fidelity as Fidelity
 from .fidelity import Reach as Reach
 from .fidelity import Usage as Usage

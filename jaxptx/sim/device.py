@@ -235,7 +235,7 @@ class Device(DeviceModules):
             raise SimError(f"launch of {program.name}: give launch= or grid/block/cluster/smem, not both")
         else:
             launch = launch_of(program, launch.grid, launch.block, launch.cluster, launch.smem)
-        where = capture.directory()
+        where = capture.directory() if self._capturable else None
         was = None
         if where is not None:
             try:
@@ -266,38 +266,8 @@ class Device(DeviceModules):
         """:meth:`launch` once the kernel is prepared and checked (``module``:
         the one ``program`` came from, for the PTX and Python lines of a fault;
         ``launch``: checked for it by :func:`launch_of`)."""
-        raw = pack_params(program.name, program.params, params)
-        options: dict[str, Any] = {}
-        if max_steps is not None:
-            if not is_int(max_steps) or int(max_steps) < 1:
-                raise SimError(f"launch max_steps: expected an int >= 1, got {max_steps!r}")
-            options["max_steps"] = int(max_steps)
-        if max_seconds is not None:
-            options["max_seconds"] = max_seconds_option(max_seconds)
-        nctas, ntid, smem = launch.blocks, launch.threads, launch.smem
-        # Each CTA's shared memory starts 16-aligned (8-byte mbarriers of every CTA stay aligned).
-        shared = -(-(-(-program.shared_size // 16) * 16 + smem) // 16) * 16
-        _check_host_memory(program, nctas, ntid, shared)
-        memory = Memory(nctas, ntid, shared, program.local_size, program.param_size, program.const_size)
-        # static, then dynamic from the next 16-byte boundary: the bytes a kernel may touch
-        memory.shared_limit = (-(-program.shared_size // 16) * 16 + smem) if smem else program.shared_size
-        memory.globals, memory.sizes = self._buffers, self._sizes
-        for p, data in zip(program.params, raw):
-            memory.param[p.offset:p.offset + len(data)] = np.frombuffer(data, np.uint8)
-        for v in program.variables.values():
-            if v.space == "const" and v.init:
-                data = initial_bytes(program, bases, v)
-                memory.const[v.offset:v.offset + len(data)] = data
-        memory.names = self._buffer_names(program, bases, params)
-        memory.freed = frozenset(k for k, owner in enumerate(self._owners) if owner is None)
-        tune_allocator()
         check = check_mode() if check is None else valid_mode(check)
-        schedule, seed = schedule_option(schedule, seed)
-        machine = Machine(program, launch, memory, SEMANTICS, global_bases=bases, check=check, schedule=schedule,
-                          seed=seed, **options)
-        recorder = self.store_recorder()
-        if recorder is not None:
-            machine.observe(recorder)
+        machine = self._machine(program, bases, params, launch, check, max_steps, max_seconds, schedule, seed)
         hook = PROFILING[0]
         counted = profile if profile is not None else module if hook is not None else None
         counter = None
@@ -324,14 +294,68 @@ class Device(DeviceModules):
         finally:
             machine.close()
 
+    def _machine(self, program: Program, bases: dict[str, int], params: Sequence[Any], launch: Launch,
+                 check: Any, max_steps: int | None, max_seconds: float | None = None,
+                 schedule: str | None = None, seed: int | None = None) -> Machine:
+        """The machine of one launch, ready to run: its memory holds the
+        parameters and constants and sees the device's allocations; the
+        device's store recorder watches it (``check``: a valid mode).
+        :meth:`_run` runs it; a node (:class:`jaxptx.sim.System`) runs
+        several together."""
+        raw = pack_params(program.name, program.params, params)
+        options: dict[str, Any] = {}
+        if max_steps is not None:
+            if not is_int(max_steps) or int(max_steps) < 1:
+                raise SimError(f"launch max_steps: expected an int >= 1, got {max_steps!r}")
+            options["max_steps"] = int(max_steps)
+        if max_seconds is not None:
+            options["max_seconds"] = max_seconds_option(max_seconds)
+        nctas, ntid, smem = launch.blocks, launch.threads, launch.smem
+        # Each CTA's shared memory starts 16-aligned (8-byte mbarriers of every CTA stay aligned).
+        shared = -(-(-(-program.shared_size // 16) * 16 + smem) // 16) * 16
+        _check_host_memory(program, nctas, ntid, shared)
+        memory = Memory(nctas, ntid, shared, program.local_size, program.param_size, program.const_size)
+        # static, then dynamic from the next 16-byte boundary: the bytes a kernel may touch
+        memory.shared_limit = (-(-program.shared_size // 16) * 16 + smem) if smem else program.shared_size
+        memory.globals, memory.sizes = self._buffers, self._sizes
+        memory.first_slot = self._first_slot
+        for p, data in zip(program.params, raw):
+            memory.param[p.offset:p.offset + len(data)] = np.frombuffer(data, np.uint8)
+        for v in program.variables.values():
+            if v.space == "const" and v.init:
+                data = initial_bytes(program, bases, v)
+                memory.const[v.offset:v.offset + len(data)] = data
+        memory.names = self._buffer_names(program, bases, params)
+        memory.freed = frozenset(k for k, owner in enumerate(self._owners) if owner is None)
+        self._connect(memory)
+        tune_allocator()
+        schedule, seed = schedule_option(schedule, seed)
+        machine = Machine(program, launch, memory, SEMANTICS, global_bases=bases, check=check, schedule=schedule,
+                          seed=seed, **options)
+        recorder = self.store_recorder()
+        if recorder is not None:
+            machine.observe(recorder)
+        return machine
+
+    def _connect(self, memory: Memory) -> None:
+        """Join a launch's memory to the rest of the machine the device is
+        part of: nothing for a lone device; a node's device
+        (:class:`jaxptx.sim.System`) sets the memory's seams to its peers
+        and multicast objects."""
+
+    # A lone device's launches may be captured for replay (JAXPTX_CAPTURE_DIR);
+    # a node's are not (a capture holds one device's memory).
+    _capturable = True
+
     def _buffer_names(self, program: Program, bases: dict[str, int], params: Sequence[Any]) -> dict[int, str]:
         """Allocation index -> what a fault calls it: the first pointer
         parameter whose value is inside it (``parameter 'x'``), or the
         global variable it holds."""
-        names = {(a >> GLOBAL_SHIFT) - 1: f"global variable '{name}'" for name, a in bases.items()}
+        first = self._first_slot
+        names = {(a >> GLOBAL_SHIFT) - first: f"global variable '{name}'" for name, a in bases.items()}
         for p, value in zip(program.params, params):
             if is_int(value) and p.size == 8:
-                k = (int(value) >> GLOBAL_SHIFT) - 1
+                k = (int(value) >> GLOBAL_SHIFT) - first
                 if 0 <= k < len(self._owners) and self._owners[k] == "alloc":
                     names.setdefault(k, f"parameter '{p.name}'")
         return names

@@ -38,6 +38,10 @@ class DeviceMemory:
     byte masks of :meth:`track_stores`. Device addresses are ints.
     """
 
+    # The global slot (address >> 36) of allocation 0; a node's device d
+    # starts at slot (d << 12) + 1 (jaxptx.sim.System: addresses unique across the node).
+    _first_slot = 1
+
     def __init__(self) -> None:
         self._buffers: list[np.ndarray] = []
         self._sizes: list[int] = []
@@ -79,7 +83,7 @@ class DeviceMemory:
             self._buffers[k], self._sizes[k], self._owners[k] = _padded(nbytes), nbytes, owner
         else:
             raise SimError(f"alloc: the device has {k} live allocations, the most it can address")
-        return (k + 1) << GLOBAL_SHIFT
+        return (k + self._first_slot) << GLOBAL_SHIFT
 
     def free(self, address: int) -> None:
         """Free the allocation that starts at ``address`` (``cuMemFree``).
@@ -90,7 +94,7 @@ class DeviceMemory:
         """
         k, offset = self._locate(address, 0, "free")
         if offset:
-            base = (k + 1) << GLOBAL_SHIFT
+            base = (k + self._first_slot) << GLOBAL_SHIFT
             raise SimError(f"free: {int(address):#x} is inside the allocation at {base:#x}, not its start")
         if self._owners[k] != "alloc":
             raise SimError(f"free: {int(address):#x} holds a module's global variables; it is not freed "
@@ -108,15 +112,15 @@ class DeviceMemory:
                            f"{address!r:.60}")
         self._check_open(what)
         address = int(address)
-        k, offset = (address >> GLOBAL_SHIFT) - 1, address & _OFFSET_MASK
+        k, offset = (address >> GLOBAL_SHIFT) - self._first_slot, address & _OFFSET_MASK
         if address >= 0 and 0 <= k < len(self._owners) and self._owners[k] is None:
-            raise SimError(f"{what}: {address:#x} is in the allocation at {(k + 1) << GLOBAL_SHIFT:#x}, "
+            raise SimError(f"{what}: {address:#x} is in the allocation at {address - offset:#x}, "
                            "which was freed (a use after free)")
         if address < 0 or not 0 <= k < len(self._owners):
             raise SimError(f"{what}: {address:#x} is not an address on this device (it is in no live "
                            "allocation)")
         if offset + nbytes > self._sizes[k]:
-            base = (k + 1) << GLOBAL_SHIFT
+            base = address - offset
             raise SimError(f"{what}: {nbytes} bytes at {address:#x} go past the end of the allocation at "
                            f"{base:#x} ({self._sizes[k]} bytes; the access starts at offset {offset})")
         return k, offset
@@ -237,7 +241,7 @@ class DeviceMemory:
         """``(address, nbytes)`` of every live allocation made by
         :meth:`alloc` or :meth:`to_device` (not a module's global
         variables), in the order they were made."""
-        return [((k + 1) << GLOBAL_SHIFT, self._sizes[k]) for k, owner in enumerate(self._owners)
+        return [((k + self._first_slot) << GLOBAL_SHIFT, self._sizes[k]) for k, owner in enumerate(self._owners)
                 if owner == "alloc"]
 
     def _check_open(self, what: str) -> None:

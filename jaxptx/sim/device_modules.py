@@ -102,7 +102,7 @@ class DeviceModules(DeviceMemory):
         for v in new:
             if v.init:
                 data = initial_bytes(program, bases, v)
-                self._buffers[(bases[v.name] >> GLOBAL_SHIFT) - 1][:len(data)] = data
+                self._buffers[(bases[v.name] >> GLOBAL_SHIFT) - self._first_slot][:len(data)] = data
         return {v.name: bases[v.name] for v in program.global_vars}
 
     def global_address(self, source: str | ir.Module, name: str, kernel: str | None = None) -> int:

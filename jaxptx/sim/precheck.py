@@ -273,10 +273,10 @@ def refuse(module: ir.Module, program: Program, arch: str | None = None) -> None
         raise PrecheckError(program.name, problems)
 
 
-# A multimem instruction reads or writes the memory of every GPU a multicast
-# address maps; one emulated device has no such memory, so these table
-# operations are refused with a reason until jaxptx.sim.System runs them.
+# The multimem loads, stores and reductions run on a node's devices
+# (jaxptx.sim.System, :mod:`.semantics.multimem`); the bulk copies to a
+# multicast range do not yet.
 UNSUPPORTED.update(dict.fromkeys(
-    ("multimem_ld_reduce", "multimem_st", "multimem_red", "multimem_cp_async_bulk",
-     "multimem_cp_reduce_async_bulk"),
-    "the emulator does not run multimem yet (jaxptx.sim.System is coming)"))
+    ("multimem_cp_async_bulk", "multimem_cp_reduce_async_bulk"),
+    "the emulator does not run the multimem bulk copies yet (multimem.ld_reduce, multimem.st and multimem.red "
+    "run on the devices of a jaxptx.sim.System)"))

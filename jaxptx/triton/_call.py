@@ -109,10 +109,9 @@ def triton_call(*args: Any, kernel: Any, out_type: Any = None, grid: Any, name: 
         zeroed_outputs: output indices that start as zeros (atomics
             accumulate into them), or a function of the meta-parameters
             returning them; an aliased output zeroed starts as zeros too.
-        debug: Triton's ``debug`` option (``tl.device_assert`` checks). Not
-            yet on jaxptx: the PTX it writes declares initialised
-            ``.global`` byte arrays (the assert messages), which jaxptx's
-            parser refuses.
+        debug: Triton's ``debug`` option: ``tl.device_assert`` checks run,
+            and a failed one stops the kernel with its message, file and
+            line (on the emulator, a ``SimFault`` naming the thread).
         serialized_metadata, cost_estimate, has_side_effect: accepted for
             jax-triton's API and ignored.
         out_shape: jax-triton's older name of ``out_type``.

@@ -299,14 +299,3 @@ def test_dsl_spells_the_same_text() -> None:
     assert check(text) == []
     run_ptxas(text, "sm_90a")
     assert "multimem" in ptx.multimem.ld_reduce.doc
-
-
-def test_the_emulator_refuses_multimem_with_a_reason() -> None:
-    # jaxptx.sim is a layer above isa; imported here (not at the top) because
-    # this one test pins the emulator's reading of the table's sim names.
-    from jaxptx import sim
-    text = _module("multimem.red.relaxed.gpu.add.u32 [%rd0], %r0;", "sm_90a", (8, 5))
-    with pytest.raises(sim.PrecheckError, match=r"1 that the emulator cannot run\n  PTX line \d+: "
-                       r"multimem\.red\.relaxed\.gpu\.add\.u32: the emulator does not run multimem yet "
-                       r"\(jaxptx\.sim\.System is coming\)"):
-        sim.launch(text)

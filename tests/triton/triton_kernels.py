@@ -159,3 +159,13 @@ def device_desc_copy_kernel(in_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr, B
     rm = pid * BM + tl.arange(0, BM)
     rn = tl.arange(0, N)
     tl.store(out_ptr + rm[:, None] * N + rn[None, :], tile)
+
+
+@triton.jit
+def checked_copy_kernel(x_ptr, out_ptr, n, limit, BLOCK: tl.constexpr):
+    """Copies x, asserting (with debug=True) that every element is below ``limit``."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    tl.device_assert(x < limit, "x is below the limit")
+    tl.store(out_ptr + offs, x, mask=mask)

@@ -9,7 +9,8 @@ thread's frame is the PC of the ``call`` it came from (``Machine.frames``,
 
 A call of a function the module only declares (``.extern .func``, no body)
 runs one of the CUDA builtins in :data:`BUILTINS` (``vprintf``:
-:mod:`.printf`) and is refused otherwise.
+:mod:`.printf`; ``__assertfail``: a failed device ``assert`` stops the
+kernel with its message) and is refused otherwise.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import numpy as np
 
 from ... import ir
 from ...types import TYPES
-from ..errors import SimError
-from .naming import where
-from .printf import vprintf
+from ..errors import SimError, SimFault
+from .naming import first_thread, where
+from .printf import _strings, vprintf
 from .step import Step
 from ..numerics.values import from_bits
 
@@ -71,7 +72,23 @@ def _vprintf(s: Step, rets: tuple[ir.Operand, ...], args: tuple[ir.Operand, ...]
             _write_bits(s, target.name, "var", result, _bytes_of(s, target.name)[1])
 
 
-BUILTINS = {"vprintf": _vprintf}
+def _assertfail(s: Step, rets: tuple[ir.Operand, ...], args: tuple[ir.Operand, ...]) -> None:
+    """``__assertfail(message, file, line, function, charSize)``, what a failed
+    device ``assert`` (CUDA's, Triton's ``tl.device_assert``) calls: the
+    kernel stops with the assertion's text, as a GPU's launch fails after
+    printing it."""
+    if len(args) != 5:
+        raise SimError(f"{s.m.program.name}: __assertfail takes (message, file, line, function, charSize), "
+                       f"got {len(args)} arguments{where(s.ins)}")
+    thread = s.threads[:1]
+    text = [_strings(s.m, _read_bits(s, args[k], 8)[:1].astype(np.uint64), thread)[0].decode(errors="replace")
+            for k in (0, 1, 3)]
+    line = int(_read_bits(s, args[2], 4)[0])
+    raise SimFault(f"{s.m.program.name}: device assertion failed: {text[1]}:{line}: {text[2]}: Assertion "
+                   f"`{text[0]}` failed, {first_thread(s.m, s.threads)}{where(s.ins)}")
+
+
+BUILTINS = {"vprintf": _vprintf, "__assertfail": _assertfail}
 """CUDA device-runtime functions a module may declare ``.extern`` and call:
 name → ``fn(step, results, arguments)``."""
 

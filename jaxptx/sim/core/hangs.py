@@ -36,6 +36,13 @@ mbarrier with its phase, pending arrivals and tx-count, or the loop and the
 addresses it reads), which threads (CTA and thread indices as ranges), and
 their PTX lines (Python lines for traced kernels).
 
+On a node of devices (:class:`jaxptx.sim.System`) the proofs also hash the
+memory of every other device (``Memory.peer_globals``), and a machine with
+no ready thread does not decide alone: the node runs the other devices'
+machines, and only when none can run does it ask each to wake what the
+changed memory may release (``Machine.unstall``); when none wakes, the
+node's deadlock names every device's stuck threads.
+
 A correct producer/consumer pipeline is never reported: its consumers,
 parked on a full barrier, are woken by the producer's arrive or the copy's
 complete-tx; its producer, parked on an empty barrier, by the consumers'
@@ -146,6 +153,14 @@ def _state_hash(m: "MachineView", keep: np.ndarray | None) -> bytes:
     for k, a in enumerate(mem.globals):
         h.update(f"global{k}".encode())
         _update(h, a)
+    # On a node, memory other devices' threads change (and this launch may
+    # read through peer or multicast addresses) is part of every proof: a
+    # waiter runs again when a peer writes.
+    peers = getattr(mem, "peer_globals", None)
+    if peers is not None:
+        for k, a in enumerate(peers()):
+            h.update(f"peer{k}".encode())
+            _update(h, a)
     for name, value in sorted(vars(m).items()):
         if name not in _SKIP and isinstance(value, (np.ndarray, dict)) and name not in ("frames", "groups",
                                                                                           "parked"):

@@ -114,6 +114,7 @@ class LaunchState:
         until the cycle collector runs, and every launch maps fresh pages."""
         self.memory.cluster_cta = lambda cta, rank: cta
         self.memory.on_access = None
+        self.memory.elsewhere = self.memory.multicast = self.memory.peer_globals = None     # a node's seams
         self._special = None
         self.sanitizer = None
         self.observers = Observers()

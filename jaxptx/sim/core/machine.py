@@ -57,6 +57,7 @@ _BARRIERS = ("bar_sync", "bar_red", "bar_arrive")
 RANDOM_FIRST_SAMPLE = 256      # steps before a random schedule's first look for spinning warps
 _NOT_PLAIN = MACHINE | NO_OPS
 _EMPTY = np.zeros(0, dtype=np.int64)
+_NO_TURN = 1 << 62          # a step no launch reaches: a lone launch's turn never ends
 
 
 class Machine(LaunchState):
@@ -122,7 +123,7 @@ class Machine(LaunchState):
                 can make progress), a loop that cannot be left, more than
                 ``max_steps`` steps, or more than ``max_seconds`` of wall time.
         """
-        self.clock = Clock(self, self.max_seconds, self.progress_every)
+        self.start()
         ok = False
         try:
             self._run()
@@ -130,17 +131,40 @@ class Machine(LaunchState):
         finally:
             self.clock.finish(ok)
 
-    def _run(self) -> None:
-        """:meth:`run`'s loop."""
+    def start(self) -> None:
+        """Start the launch's clock: what :meth:`run` does first, and what a
+        node (:class:`jaxptx.sim.System`) does before it calls :meth:`run_until`."""
+        self.clock = Clock(self, self.max_seconds, self.progress_every)
+
+    def run_until(self, steps: int) -> bool:
+        """Run until the launch has taken ``steps`` steps or no thread is
+        ready (a node's turn: the node runs its devices' machines in turns,
+        and decides what a stall means, :meth:`unstall`). After
+        :meth:`start`.
+
+        Returns:
+            True when every thread has exited (the exit checks have run).
+
+        Raises:
+            SimError: as :meth:`run`, except that a stall returns instead of
+                raising :class:`SimDeadlock`.
+        """
+        return self._run(steps)
+
+    def _run(self, until: int | None = None) -> bool:
+        """:meth:`run`'s loop; with ``until``, :meth:`run_until`'s. The turn's
+        bound shares the comparison that bounds ``max_steps`` and the clock,
+        so a step pays nothing for it."""
         code = self.program.code
         plain = self._plain
         groups = self.groups
         watch = self.watch
         limit = self.max_steps
         clock = self.clock
-        # One comparison a step serves both max_steps and the clock's next look.
-        stop = min(limit + 1, clock.next)
-        steps = thread_steps = 0
+        # One comparison a step serves max_steps, the clock's next look and a node's turn.
+        turn = _NO_TURN if until is None else until + 1       # the first step of the next turn
+        stop = min(limit + 1, clock.next, turn)
+        steps, thread_steps = self.steps, self.thread_steps
         schedule = self.schedule
         before = self.observers.hook("before_step")
         self._on_begin = self.observers.hook("begin")
@@ -148,11 +172,14 @@ class Machine(LaunchState):
         while True:
             if not groups:
                 self.steps, self.thread_steps = steps, thread_steps
-                if self._stalled(steps):
+                if until is not None:
+                    if (self.state != EXITED).any():
+                        return False        # stalled: the node decides (unstall)
+                elif self._stalled(steps):
                     continue
                 for check in self.exit_checks:
                     check(self)
-                return
+                return True
             steps += 1
             if schedule is not None:
                 pc, threads = schedule.pick(groups, steps)
@@ -165,9 +192,12 @@ class Machine(LaunchState):
             thread_steps += len(threads)
             if steps >= stop:
                 self._place(pc, threads)        # where the report and the errors see them
+                if steps >= turn:               # the node's turn is over: this step runs next turn
+                    self.steps, self.thread_steps = steps - 1, thread_steps - len(threads)
+                    return False
                 if steps > limit:
                     raise SimError(running_message(self, limit))
-                stop = min(limit + 1, clock.look(steps, thread_steps))
+                stop = min(limit + 1, clock.look(steps, thread_steps), turn)
                 self._take(pc, threads)
             if pc >= len(code):
                 raise SimError(f"{self.program.name}: ran past the end of the kernel (missing ret?)")
@@ -199,6 +229,18 @@ class Machine(LaunchState):
         anything (see :mod:`.hangs`). False when every thread has exited."""
         if not (self.state != EXITED).any():
             return False
+        if self.unstall():
+            return True
+        warps = stuck_warps(self)
+        raise SimDeadlock(f"{hang_message(self, steps)}\n  stuck warps:\n    " +
+                          table(warps).replace("\n", "\n    "), warps)
+
+    def unstall(self) -> bool:
+        """No thread is ready: wake the parked threads if the shared state
+        changed since they last ran, else the spinning threads whose proof
+        no longer holds (see :mod:`.hangs`). Returns whether any woke; when
+        none did, no thread of this launch can make progress until another
+        device changes memory it reads."""
         proof = shared_state(self)
         if self.parked and proof != self._probe:
             self._probe = proof
@@ -210,9 +252,7 @@ class Machine(LaunchState):
         if len(stale):
             self._wake(stale)
             return True
-        warps = stuck_warps(self)
-        raise SimDeadlock(f"{hang_message(self, steps)}\n  stuck warps:\n    " +
-                          table(warps).replace("\n", "\n    "), warps)
+        return False
 
     def _guard(self, ins: ir.Instruction, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The threads whose guard lets them execute ``ins``, and the rest."""

@@ -4,7 +4,12 @@ local memory, the param and const spaces, and generic addressing.
 Addresses are 64-bit. Global buffer ``k`` lives at ``(k + 1) << 36``; the
 generic window of shared memory starts at ``SHARED_WINDOW`` and that of local
 memory at ``LOCAL_WINDOW`` (each thread sees its own CTA's shared memory and
-its own local memory there). State-space addresses (``ld.shared``) are
+its own local memory there). On device ``d`` of a node
+(:class:`jaxptx.sim.System`) global buffer ``k`` lives at ``(d << DEVICE_SHIFT)
++ ((k + 1) << 36)`` (:attr:`Memory.first_slot`), so that addresses are unique
+across the node, and ``MULTICAST_BASE`` starts the node's multicast objects;
+a global address outside the launch's own buffers goes to the node
+(:attr:`Memory.elsewhere`). State-space addresses (``ld.shared``) are
 offsets within the space. Accesses are gathers and scatters over all the
 executing threads at once; misaligned or out-of-bounds ones, those into a
 freed allocation and stores to the const window fault (:class:`SimFault`,
@@ -20,9 +25,14 @@ from ..core.observers import ATOMIC, LOAD, STORE, UPDATE
 from ..errors import SimFault
 
 __all__ = ["Memory", "GLOBAL_SHIFT", "SHARED_WINDOW", "LOCAL_WINDOW", "CONST_WINDOW", "PARAM_WINDOW",
-           "CLUSTER_TAG"]
+           "CLUSTER_TAG", "DEVICE_SHIFT", "NODE_BASE", "MULTICAST_BASE"]
 
 GLOBAL_SHIFT = 36
+# A node's device d has its allocations at d << DEVICE_SHIFT and up (device 0
+# and a lone device: as above); device index 0xFF marks multicast addresses.
+DEVICE_SHIFT = 48
+NODE_BASE = 1 << DEVICE_SHIFT           # above every window: device 1's first address
+MULTICAST_BASE = 0xFF << DEVICE_SHIFT
 SHARED_WINDOW = 0x7000_0000_0000
 LOCAL_WINDOW = 0x7800_0000_0000
 CONST_WINDOW = 0x7C00_0000_0000
@@ -89,6 +99,18 @@ class Memory:
         # and the indices of freed allocations (an access is a use after free).
         self.names: dict[int, str] = {}
         self.freed: frozenset[int] = frozenset()
+        # The global slot (address >> GLOBAL_SHIFT) of buffer 0: 1 for a lone
+        # device; (d << (DEVICE_SHIFT - GLOBAL_SHIFT)) + 1 for device d of a node.
+        self.first_slot = 1
+        # A node's seams (jaxptx.sim.System), None for a lone device:
+        # elsewhere(addr, positions, threads, width, what) resolves global
+        # addresses outside this launch's buffers (a peer's memory) into
+        # access groups; multicast(addr, threads, width, what) maps multimem
+        # addresses to every bound copy; peer_globals() lists the buffers
+        # other devices may change (hashed into hang proofs, :mod:`..core.hangs`).
+        self.elsewhere = None
+        self.multicast = None
+        self.peer_globals = None
         # (CTA index, rank) -> index of that rank's CTA in its cluster (set by the machine).
         self.cluster_cta = lambda cta, rank: cta
 
@@ -131,8 +153,10 @@ class Memory:
         return owner, addr & np.uint64(0xFFFFFF)
 
     def _generic(self, addr: np.ndarray, threads: np.ndarray, width: int, what: str, write: bool = False):
-        if len(addr) and int(addr.max()) < SHARED_WINDOW:      # the usual case: all global
-            return self._global(addr, None, threads, width, what)
+        if len(addr):
+            top = int(addr.max())
+            if top < SHARED_WINDOW or (top >= NODE_BASE and int(addr.min()) >= NODE_BASE):   # all global
+                return self._global(addr, None, threads, width, what)
         groups = []
         rest = np.ones(len(addr), dtype=bool)
         for base, space in ((SHARED_WINDOW, "shared"), (LOCAL_WINDOW, "local"),
@@ -169,30 +193,35 @@ class Memory:
         if len(addr):
             # The usual access: one buffer, in bounds, aligned — a few array ops.
             lo, hi, bits = _summary(addr)
-            k = (lo >> GLOBAL_SHIFT) - 1
-            if (hi >> GLOBAL_SHIFT) - 1 == k and 0 <= k < len(self.globals):
-                base = (k + 1) << GLOBAL_SHIFT
+            first = self.first_slot
+            k = (lo >> GLOBAL_SHIFT) - first
+            if (hi >> GLOBAL_SHIFT) - first == k and 0 <= k < len(self.globals):
+                base = (k + first) << GLOBAL_SHIFT
                 if hi - base + width <= self.sizes[k] and \
                         not (width > 1 and bits & (width - 1)):
                     return [(self.globals[k], addr.view(np.int64) - base, pos)]
         every = np.arange(len(addr)) if pos is None else pos
-        ids = (addr >> np.uint64(GLOBAL_SHIFT)).astype(np.int64) - 1
+        slot0 = self.first_slot
+        ids = (addr >> np.uint64(GLOBAL_SHIFT)).astype(np.int64) - slot0
         offsets = (addr & np.uint64((1 << GLOBAL_SHIFT) - 1)).view(np.int64)
         groups = []
         first = int(ids[0]) if len(ids) else 0
         distinct = [first] if (ids == first).all() else np.unique(ids)   # one buffer: the usual case
         for k in distinct:
             sel = ids == k
+            if (k < 0 or k >= len(self.globals)) and self.elsewhere is not None:     # a node's other memory
+                groups.extend(self.elsewhere(addr[sel], every[sel], threads, width, what))
+                continue
             if k < 0 or k >= len(self.globals):
                 bad = int(addr[sel][0])
                 raise SimFault(f"{what}: address {bad:#x} is not in any global buffer "
                                f"({self._who(threads[every[sel][0]])})")
             if k in self.freed:
                 bad = int(addr[sel][0])
-                raise SimFault(f"{what}: address {bad:#x} is in the allocation at {(k + 1) << GLOBAL_SHIFT:#x}, "
+                raise SimFault(f"{what}: address {bad:#x} is in the allocation at {(k + slot0) << GLOBAL_SHIFT:#x}, "
                                f"which was freed (a use after free; {self._who(threads[every[sel][0]])})")
             off = offsets[sel]
-            self._check(off, width, self.sizes[k], "global", what, (k + 1) << GLOBAL_SHIFT,
+            self._check(off, width, self.sizes[k], "global", what, (k + slot0) << GLOBAL_SHIFT,
                         threads[every[sel]])
             groups.append((self.globals[k], off, every[sel]))
         return groups
@@ -231,8 +260,8 @@ class Memory:
     def describe(self, address: int) -> str:
         """`` (offset 0x10 of parameter 'x')`` for a generic or global
         address in a named global buffer, else ``""``."""
-        k = (int(address) >> GLOBAL_SHIFT) - 1
-        if address >= SHARED_WINDOW or k not in self.names:
+        k = (int(address) >> GLOBAL_SHIFT) - self.first_slot
+        if SHARED_WINDOW <= address < NODE_BASE or k not in self.names:
             return ""
         return f" (offset {int(address) & ((1 << GLOBAL_SHIFT) - 1):#x} of {self.names[k]})"
 
@@ -249,7 +278,7 @@ class Memory:
         if len(off) == 0:
             return
         off = off.astype(np.uint64, copy=False)
-        name = self.names.get((base >> GLOBAL_SHIFT) - 1) if space == "global" else None
+        name = self.names.get((base >> GLOBAL_SHIFT) - self.first_slot) if space == "global" else None
         if width > 1 and (off % np.uint64(width)).any():
             k = int(np.nonzero((off % np.uint64(width)) != 0)[0][0])
             where = f"offset {int(off[k]):#x} of {name}; " if name else ""

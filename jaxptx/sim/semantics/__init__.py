@@ -14,6 +14,7 @@ module          instructions
 ``convert``     mov, cvt, cvt.pack, cvta
 ``memory``      ld, st, cp.async, createpolicy
 ``atomics``     atom, atom.cas, red
+``multimem``    multimem.ld_reduce, multimem.st, multimem.red (on a ``jaxptx.sim.System``)
 ``warp``        shfl, vote, redux, match, elect, activemask
 ``mma``         mma.sync (fragments in ``fragments``)
 ``matrix_ldst`` ldmatrix, stmatrix (every shape and source format)
@@ -33,8 +34,8 @@ module          instructions
 """
 
 from . import (approx, arith, atomics, bulk_copy, cluster, compare, convert, float_arith, logic,  # noqa: F401
-               matrix_ldst, mbarrier, memory, mma, tcgen05, tcgen05_mma, tcgen05_move, tma, video, warp, wgmma,
-               wmma)
+               matrix_ldst, mbarrier, memory, mma, multimem, tcgen05, tcgen05_mma, tcgen05_move, tma, video,
+               warp, wgmma, wmma)
 from .registry import MACHINE, NO_OPS, SEMANTICS, UNSUPPORTED
 
 __all__ = ["SEMANTICS", "MACHINE", "NO_OPS", "UNSUPPORTED"]

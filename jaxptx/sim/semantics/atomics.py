@@ -26,6 +26,7 @@ propagate numpy's way (a hardware payload may differ).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ from ..core.step import Step
 from .registry import semantics
 from ..numerics.values import UINT, from_bits, to_bits
 
-__all__: list[str] = []
+__all__ = ["rmw", "step_for"]
 
 _F32_TINY = np.float32(2.0 ** -126)
 _CANONICAL = {"f32": np.uint32(0x7FFF_FFFF), "f16": np.uint16(0x7FFF), "bf16": np.uint16(0x7FFF)}
@@ -172,7 +173,9 @@ def _apply_serial(step: Callable, mem0: np.ndarray, seg: np.ndarray, starts: np.
     return old, cur
 
 
-def _step_for(op: str, t: PtxType) -> Callable:
+def step_for(op: str, t: PtxType) -> Callable:
+    """The element operation ``op`` of type ``t``: ``(old, operand[, operand])
+    -> new`` (also :mod:`.multimem`'s reductions)."""
     if op == "add" and t.kind == "f":
         return _float_add(t)
     if op in ("min", "max") and t.kind == "f":
@@ -180,14 +183,17 @@ def _step_for(op: str, t: PtxType) -> Callable:
     return {"inc": _inc, "dec": _dec, "exch": _exch, "cas": _cas}.get(op) or _ASSOCIATIVE[op]
 
 
-def _rmw(s: Step, space: str, addr: np.ndarray, t: PtxType, op: str,
-         operands: tuple[np.ndarray, ...]) -> np.ndarray:
+def rmw(s: Step, space: str, addr: np.ndarray, t: PtxType, op: str,
+        operands: tuple[np.ndarray, ...], memory: Any = None, threads: np.ndarray | None = None) -> np.ndarray:
     """Apply ``op`` atomically at ``addr`` for every executing thread, in
-    thread order per address; returns the old values (of ``t``)."""
+    thread order per address; returns the old values (of ``t``).
+    ``memory``/``threads``: another device's memory and the threads whose
+    addresses ``addr`` holds (:mod:`.multimem`); default: the launch's, all."""
     width = t.nbytes
-    old_all = np.zeros((s.n,) + operands[0].shape[1:], dtype=operands[0].dtype)
-    for view, index, pos in s.m.memory.locations(space, addr, s.threads, width, s.ins.name,
-                                                 atomic=True):
+    threads = s.threads if threads is None else threads
+    old_all = np.zeros((len(threads),) + operands[0].shape[1:], dtype=operands[0].dtype)
+    memory = s.m.memory if memory is None else memory
+    for view, index, pos in memory.locations(space, addr, threads, width, s.ins.name, atomic=True):
         order, seg, starts = _segments(index)
         where = index[order][starts]
         mem0 = from_bits(t, view[where])
@@ -195,7 +201,7 @@ def _rmw(s: Step, space: str, addr: np.ndarray, t: PtxType, op: str,
         if op in _ASSOCIATIVE and t.kind != "f":
             old, final = _apply_scan(_ASSOCIATIVE[op], mem0, seg, starts, ops[0])
         else:
-            old, final = _apply_serial(_step_for(op, t), mem0, seg, starts, ops)
+            old, final = _apply_serial(step_for(op, t), mem0, seg, starts, ops)
         old_all[pos[order]] = old
         view[where] = to_bits(t, final, width * 8)
     return old_all
@@ -222,7 +228,7 @@ def _run(s: Step, d: int | None, a: int, srcs: tuple[int, ...]) -> None:
     values = tuple(s.src(k, t) for k in srcs)
     count = len(s.ins.operands[srcs[0]].items) if isinstance(s.ins.operands[srcs[0]], ir.Vector) else 1
     if count == 1:
-        old = _rmw(s, space, addr, t, op, values)
+        old = rmw(s, space, addr, t, op, values)
     else:
         total = count * t.nbytes
         bad = np.flatnonzero((addr % np.uint64(total)) != 0)
@@ -230,7 +236,7 @@ def _run(s: Step, d: int | None, a: int, srcs: tuple[int, ...]) -> None:
             at, (cta, tid) = int(addr[bad[0]]), divmod(int(s.threads[bad[0]]), s.m.ntid)
             raise SimFault(f"{s.ins.name}: misaligned {total}-byte vector atomic at {at:#x}"
                            f"{s.m.memory.describe(at)} (CTA {cta}, thread {tid})")
-        old = np.stack([_rmw(s, space, addr + np.uint64(i * t.nbytes), t, op,
+        old = np.stack([rmw(s, space, addr + np.uint64(i * t.nbytes), t, op,
                              tuple(v[..., i] for v in values)) for i in range(count)], axis=-1)
     if d is not None:
         s.dst(d, old, t)

@@ -1,0 +1,128 @@
+"""Running the grids of a node together: turns, stalls and the node's deadlock.
+
+Each launch of :meth:`jaxptx.sim.System.launch` is one
+:class:`~.core.machine.Machine`. They run in turns, round robin in the
+order given: a turn is at most :data:`TURN_STEPS` steps of one machine
+(:meth:`~.core.machine.Machine.run_until`; the bound rides on the
+comparison the machine already makes each step, so a lone launch pays
+nothing for it). A device spinning on a flag that another device sets
+therefore makes progress: the other device runs in its turns.
+
+A machine with no ready thread (every live thread waits at a barrier, is
+parked on an mbarrier, or spins in a loop proven to change nothing) is
+*stalled*: it skips its turns, since only another device can change what it
+waits on. When every machine that has not finished is stalled, each is
+asked to wake what changed memory may release
+(:meth:`~.core.machine.Machine.unstall`; its proofs hash every device's
+memory, :mod:`.core.hangs`). When none wakes, no thread on any device can
+make progress: :class:`~.errors.SimDeadlock` names each device's stuck
+threads and what they wait on, its ``warps`` carrying their ``device``.
+
+Memory operations complete when they execute, in each thread's program
+order, and one step runs at a time; so ``.sys``-scope releases,
+acquires, fences and atomics order memory across devices by construction
+(the emulator has no weaker behaviour for them to rule out).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .. import ir
+from .core.barriers import EXITED
+from .core.forensics import stuck_warps, table
+from .core.hangs import hang_message
+from .core.machine import Machine
+from .core.program import Program
+from .errors import SimDeadlock, SimError, SimFault
+from .faults import located
+
+__all__ = ["NodeLaunch", "TURN_STEPS", "run_together", "results"]
+
+TURN_STEPS = 64
+"""Steps a machine runs before the next device's turn."""
+
+
+@dataclasses.dataclass
+class NodeLaunch:
+    """One grid of a node launch: its device, machine and kernel."""
+
+    device: int
+    machine: Machine
+    module: ir.Module
+    program: Program
+    done: bool = False
+
+
+def run_together(runs: list[NodeLaunch], turn: int = TURN_STEPS) -> None:
+    """Run every launch's machine to the end, in turns of ``turn`` steps.
+
+    Raises:
+        SimDeadlock: no thread on any device can make progress.
+        SimError: a fault or another error on one device (the message
+            starts with the device).
+    """
+    for r in runs:
+        r.machine.start()
+    ok = False
+    try:
+        _turns(runs, turn)
+        ok = True
+    finally:
+        for r in runs:
+            r.machine.clock.finish(ok and r.done)
+
+
+def _turns(runs: list[NodeLaunch], turn: int) -> None:
+    live = list(runs)
+    while live:
+        ran = False
+        for r in live:
+            m = r.machine
+            if not m.groups and (m.state != EXITED).any():
+                continue                # stalled: another device must change something first
+            before = m.steps
+            r.done = _turn(r, m.steps + turn)
+            ran = ran or m.steps > before
+        live = [r for r in live if not r.done]
+        if live and not ran:
+            woke = [r.machine.unstall() for r in live]      # every one: each takes its new proof
+            if not any(woke):
+                raise _deadlock(runs)
+
+
+def _turn(r: NodeLaunch, until: int) -> bool:
+    """One turn of ``r``'s machine; errors say which device raised them."""
+    try:
+        return r.machine.run_until(until)
+    except SimFault as e:
+        fault = located(e, r.module, r.program, r.machine.current_pc)
+        raise SimFault(f"device {r.device}: {fault}", fault.fault) from None
+    except SimDeadlock:
+        raise
+    except SimError as e:
+        raise type(e)(f"device {r.device}: {e}") from None
+
+
+def _deadlock(runs: list[NodeLaunch]) -> SimDeadlock:
+    """The node's deadlock: each device's stuck groups, then every stuck warp."""
+    parts, warps = [], []
+    for r in runs:
+        m = r.machine
+        if r.done:
+            parts.append(f"device {r.device}: {m.program.name} has finished")
+            continue
+        parts.append(f"device {r.device}: " + hang_message(m, m.steps).replace("\n", "\n  "))
+        warps += stuck_warps(m, device=r.device)
+    warps.sort(key=lambda w: (w.device, w.cta[2], w.cta[1], w.cta[0], w.warp))
+    head = "node deadlock: no thread on any device can make progress"
+    return SimDeadlock(f"{head}\n  " + "\n  ".join(parts) + "\n  stuck warps:\n    " +
+                       table(warps).replace("\n", "\n    "), warps)
+
+
+def results(runs: list[NodeLaunch], check: Any) -> list[Any]:
+    """Each launch's result: the sanitizer's findings under ``check="all"``,
+    else ``None``."""
+    return [r.machine.sanitizer.findings if check == "all" and r.machine.sanitizer is not None else None
+            for r in runs]

@@ -1,0 +1,253 @@
+"""``jaxptx.sim.System``: a node of emulated GPUs that run kernels together.
+
+==================================  ==========================================
+``System(n)``                       ``n`` devices (``system.devices[i]``: a
+                                    :class:`jaxptx.sim.Device`)
+``enable_peer_access()``            ``cuCtxEnablePeerAccess`` between every
+                                    pair of devices
+``multicast(nbytes)``               ``cuMulticastCreate`` (+ ``AddDevice``);
+                                    ``mc.bind(device, addr)``: ``BindAddr``
+``launch([dict(device=i, ...)])``   one grid per device (or several), run
+                                    together until all are done
+==================================  ==========================================
+
+Addresses are unique across the node, as with CUDA's unified addressing:
+device ``d``'s allocations start at ``(d << 48) + (1 << 36)`` (device 0's
+are a lone :class:`~jaxptx.sim.Device`'s). A kernel loads, stores and runs
+atomics on another device's memory through its addresses once peer access is
+enabled (before, such an access faults, naming both devices and the
+address); ``multimem.ld_reduce`` / ``multimem.st`` / ``multimem.red`` reach
+every buffer bound to a multicast object through ``mc.address``
+(:mod:`.multicast`, :mod:`.node_memory`).
+
+:meth:`System.launch` runs every grid in turns (:mod:`.node_run`): a device
+spinning on a flag that another device sets makes progress, and a device
+waiting for a flag no thread on any device will set is a
+:class:`~jaxptx.sim.SimDeadlock` naming each device's waiting threads.
+Memory operations complete in program order, one step at a time, so
+``.sys``-scope ``ld.acquire`` / ``st.release`` / ``atom`` / ``red`` and
+``fence.acq_rel.sys`` / ``fence.sc.sys`` order memory across devices by
+construction. ``check=`` runs each device's sanitizer over its own memory;
+it does not yet track happens-before across devices (accesses to another
+device's buffer are not checked).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import ir
+from ..launch import Launch
+from .checking import check_mode, valid_mode
+from .device import Device, launch_of
+from .device_memory import is_int
+from .errors import SimError
+from .memory.spaces import DEVICE_SHIFT, GLOBAL_SHIFT, Memory
+from .multicast import Multicast
+from .node_memory import NodeLink
+from .node_run import NodeLaunch, results, run_together
+from .observing import open_observers
+
+__all__ = ["System"]
+
+MAX_DEVICES = 255           # device index 0xFF marks multicast addresses
+_KEYS = ("device", "source", "params", "grid", "block", "cluster", "smem", "kernel", "launch")
+
+
+class NodeDevice(Device):
+    """Device ``index`` of a node: a :class:`~jaxptx.sim.Device` whose
+    allocations have addresses unique in the node, and whose launches reach
+    the other devices' memory (:mod:`.node_memory`)."""
+
+    _capturable = False
+
+    def __init__(self, system: "System", index: int, arch: str | None) -> None:
+        super().__init__(arch)
+        self.system = system
+        self.index = index
+        self._first_slot = (index << (DEVICE_SHIFT - GLOBAL_SHIFT)) + 1
+
+    def _connect(self, memory: Memory) -> None:
+        NodeLink(self.system, self.index, memory)
+
+    def _locate(self, address: Any, nbytes: int, what: str) -> tuple[int, int]:
+        if is_int(address) and int(address) >= 0 and (int(address) >> DEVICE_SHIFT) != self.index:
+            other = int(address) >> DEVICE_SHIFT
+            where = f"device {other}'s" if other < len(self.system.devices) else "no device's"
+            raise SimError(f"{what}: {int(address):#x} is {where} address, not device {self.index}'s (use "
+                           f"that device's read/write, or a kernel with peer access)")
+        return super()._locate(address, nbytes, what)
+
+    def __repr__(self) -> str:
+        return f"<jaxptx.sim.Device {self.index} of a System of {len(self.system.devices)}>"
+
+
+class System:
+    """A node of ``n`` emulated GPUs with peer memory and multicast objects.
+
+    Args:
+        n: the number of devices (1 to 255).
+        arch: the target every module is checked and run for (default:
+            each module's own ``.target``).
+
+    Attributes:
+        devices: the devices, ``devices[i]`` of index ``i``.
+        peer_access: whether kernels may access other devices' memory.
+        multicasts: the multicast objects, in the order made.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxptx import sim
+        >>> ptx = '''.version 8.5
+        ... .target sm_90a
+        ... .address_size 64
+        ... .visible .entry put(.param .u64 peer, .param .u32 v)
+        ... {
+        ...     .reg .b32 %r<2>; .reg .b64 %rd<2>;
+        ...     ld.param.u64 %rd1, [peer];
+        ...     ld.param.u32 %r1, [v];
+        ...     st.release.sys.global.u32 [%rd1], %r1;
+        ...     ret;
+        ... }'''
+        >>> node = sim.System(2)
+        >>> node.enable_peer_access()
+        >>> a, b = (d.alloc(4) for d in node.devices)
+        >>> node.launch([dict(device=0, source=ptx, params=[b, 7]),
+        ...              dict(device=1, source=ptx, params=[a, 5])])
+        [None, None]
+        >>> node.devices[1].from_device(b, like=np.zeros(1, np.uint32))
+        array([7], dtype=uint32)
+    """
+
+    def __init__(self, n: int, arch: str | None = None) -> None:
+        if not is_int(n) or not 1 <= int(n) <= MAX_DEVICES:
+            raise SimError(f"System: expected a number of devices from 1 to {MAX_DEVICES}, got {n!r}")
+        self.devices: tuple[Device, ...] = tuple(NodeDevice(self, i, arch) for i in range(int(n)))
+        self.peer_access = False
+        self.multicasts: list[Multicast] = []
+
+    def enable_peer_access(self) -> None:
+        """Let every device load, store and run atomics on every other
+        device's memory (``cuCtxEnablePeerAccess`` for each pair)."""
+        self.peer_access = True
+
+    def index_of(self, device: Any, what: str) -> int:
+        """The index of ``device`` (an index or one of :attr:`devices`).
+
+        Raises:
+            SimError: neither, naming ``what``.
+        """
+        if isinstance(device, NodeDevice) and device.system is self:
+            return device.index
+        if is_int(device) and 0 <= int(device) < len(self.devices):
+            return int(device)
+        raise SimError(f"{what}: expected a device of this System (an index 0..{len(self.devices) - 1} or one "
+                       f"of system.devices), got {device!r:.60}")
+
+    def multicast(self, nbytes: int, devices: Sequence[Any] | None = None) -> Multicast:
+        """A multicast object of ``nbytes`` over ``devices`` (default: all):
+        each member binds a buffer with :meth:`Multicast.bind`, and
+        ``multimem`` instructions use :attr:`Multicast.address`.
+
+        Raises:
+            SimError: ``nbytes`` is not an int in 1..2**36, or ``devices``
+                names no device of the node or one twice.
+        """
+        if not is_int(nbytes) or not 1 <= int(nbytes) <= 1 << GLOBAL_SHIFT:
+            raise SimError(f"System.multicast: nbytes must be an int in 1..2**{GLOBAL_SHIFT}, got {nbytes!r}")
+        members = range(len(self.devices)) if devices is None else \
+            [self.index_of(d, "System.multicast devices") for d in devices]
+        if not members or len(set(members)) != len(members):
+            raise SimError(f"System.multicast: devices must name each member once, got {list(members)}")
+        mc = Multicast(self, len(self.multicasts), int(nbytes), tuple(sorted(members)))
+        self.multicasts.append(mc)
+        return mc
+
+    def launch(self, launches: Sequence[Mapping[str, Any]], *, check: Any = None, max_steps: int | None = None,
+               max_seconds: float | None = None) -> list[Any]:
+        """Run one grid per item, all together, until every one is done.
+
+        Args:
+            launches: one mapping per grid: ``device`` (an index or a
+                device), ``source`` (PTX text or a module), ``params`` (as
+                :meth:`jaxptx.sim.Device.launch` takes them), and optionally
+                ``grid``, ``block``, ``cluster``, ``smem`` (or ``launch``, a
+                :class:`jaxptx.launch.Launch`) and ``kernel``.
+            check: each device's sanitizer, as ``Device.launch`` takes it
+                (it checks each device's own memory; accesses to another
+                device's buffers are not tracked yet).
+            max_steps: a bound on each grid's steps.
+            max_seconds: a bound on each grid's wall time.
+
+        Returns:
+            One item per grid: its sanitizer findings under ``check="all"``,
+            else ``None``.
+
+        Raises:
+            PrecheckError: PTX that ptxas would reject or the emulator
+                cannot run.
+            SimDeadlock: no thread on any device can make progress (its
+                ``warps`` name their devices).
+            SimError: a bad item or launch, or a fault on a device (the
+                message starts with the device).
+        """
+        if isinstance(launches, Mapping) or not isinstance(launches, Sequence) or not launches:
+            raise SimError("System.launch: expected a non-empty list of dicts, one per grid "
+                           "(dict(device=0, source=ptx, params=[...], grid=..., block=...))")
+        check = check_mode() if check is None else valid_mode(check)
+        runs: list[NodeLaunch] = []
+        try:
+            for k, item in enumerate(launches):
+                runs.append(self._prepare(k, item, check, max_steps, max_seconds))
+            for r in runs:
+                for dev in self.devices:        # writes to a peer count on the peer's masks too
+                    recorder = dev.store_recorder() if dev.index != r.device else None
+                    if recorder is not None:
+                        r.machine.observe(recorder)
+                for make in open_observers():
+                    r.machine.observe(make(r.machine))
+            run_together(runs)
+            return results(runs, check)
+        finally:
+            for r in runs:
+                r.machine.close()
+
+    def _prepare(self, k: int, item: Mapping[str, Any], check: Any, max_steps: int | None,
+                 max_seconds: float | None) -> NodeLaunch:
+        """Grid ``k``'s machine, checked and ready to run."""
+        if not isinstance(item, Mapping):
+            raise SimError(f"System.launch item {k}: expected a dict, got {type(item).__name__}")
+        unknown = sorted(set(item) - set(_KEYS))
+        if unknown or "device" not in item or "source" not in item:
+            raise SimError(f"System.launch item {k}: takes device, source, params and optionally grid, block, "
+                           f"cluster, smem, launch, kernel; got keys {sorted(item)}")
+        device = self.devices[self.index_of(item["device"], f"System.launch item {k} device")]
+        source: str | ir.Module = item["source"]
+        module, program, bases = device._entry(source, item.get("kernel"))
+        shape: Launch | None = item.get("launch")
+        if shape is not None:
+            if any(key in item for key in ("grid", "block", "cluster", "smem")):
+                raise SimError(f"System.launch item {k}: give launch= or grid/block/cluster/smem, not both")
+            grid, block, cluster, smem = shape.grid, shape.block, shape.cluster, shape.smem
+        else:
+            grid, block = item.get("grid", (1, 1, 1)), item.get("block", (1, 1, 1))
+            cluster, smem = item.get("cluster", (1, 1, 1)), item.get("smem", 0)
+        launch = launch_of(program, grid, block, cluster, smem)
+        machine = device._machine(program, bases, item.get("params", ()), launch, check, max_steps, max_seconds)
+        return NodeLaunch(device.index, machine, module, program)
+
+    def close(self) -> None:
+        """Close every device (their memory is released)."""
+        for d in self.devices:
+            d.close(report_leaks=False)
+
+    def __enter__(self) -> "System":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<jaxptx.sim.System of {len(self.devices)} devices, peer access "
+                f"{'on' if self.peer_access else 'off'}, {len(self.multicasts)} multicast objects>")
