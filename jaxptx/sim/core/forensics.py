@@ -18,12 +18,13 @@ import numpy as np
 
 from ... import ir
 from .barriers import CLUSTER_BARRIER, EXITED, PARKED, SPINNING, WAITING, WARP_SYNC
+from .naming import ranges
 from .step import Step
 
 if TYPE_CHECKING:
     from .view import MachineView
 
-__all__ = ["StuckWarp", "Waiting", "stuck_warps", "table"]
+__all__ = ["StuckWarp", "Waiting", "loop_reads", "stuck_warps", "table"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +102,7 @@ def stuck_warps(m: "MachineView", device: int | None = None) -> list[StuckWarp]:
         for ts in _by_warp(m, threads[m.state[threads] == PARKED]):
             out.append(_record(m, ts, int(m.pc[ts[0]]) - 1, "mbarrier", str(why), fields, device))
     for threads, _, pcs in m.spinners.loops:
-        reads = _reads(m, pcs, threads)
+        reads = [read for _, read in loop_reads(m, pcs, threads) if read is not None]
         words = ", ".join(f"{space} {address:#x} = {value:#x}" for space, address, value in reads) or "nothing"
         for ts in _by_warp(m, threads[m.state[threads] == SPINNING]):
             out.append(_record(m, ts, min(pcs), "spinning", f"a loop reading {words}", {"reads": reads}, device))
@@ -113,7 +114,7 @@ def table(warps: list[StuckWarp]) -> str:
     """The records as a text table, one line per warp."""
     rows = [("device", "CTA", "warp", "lanes", "line", "state", "waits on")]
     for w in warps:
-        lanes = _lane_ranges(w.lanes)
+        lanes = ranges(w.lanes).replace(", ", ",")
         line = f"PTX {w.ptx_line}" if w.ptx_line else ""
         if w.python_line:
             line += (" " if line else "") + str(w.python_line)
@@ -144,10 +145,12 @@ def _record(m: "MachineView", threads: np.ndarray, pc: int, state: str, words: s
                      ins.name if ins is not None else "?", ptx_line, python, state, words, detail)
 
 
-def _reads(m: "MachineView", pcs: frozenset[int], threads: np.ndarray) -> list[tuple[str, int, int]]:
-    """``(space, address, value)`` of each load in a spin loop, for its first
-    thread (read without telling the observers)."""
-    found = []
+def loop_reads(m: "MachineView", pcs: frozenset[int], threads: np.ndarray) -> list[tuple[ir.Instruction, Any]]:
+    """What each load (``ld``, ``atom``) of a spin loop reads for the first of
+    ``threads``: ``(instruction, (space, address, value))``, or
+    ``(instruction, None)`` when its address cannot be computed. Read without
+    telling the observers: a report is not an access."""
+    found: list[tuple[ir.Instruction, Any]] = []
     hook, m.memory.on_access = m.memory.on_access, None
     try:
         for pc in sorted(pcs):
@@ -160,24 +163,11 @@ def _reads(m: "MachineView", pcs: frozenset[int], threads: np.ndarray) -> list[t
             try:
                 step = Step(m, ins, r, threads[:1])
                 space, addr = step.address(k)
-                width = max(step.type(0).nbytes, 1)
-                value = int(m.memory.load(space, addr, threads[:1], min(width, 8), "hang report")[0])
-                found.append((space, int(addr[0]), value))
+                width = min(max(step.type(0).nbytes, 1), 8)
+                value = int(m.memory.load(space, addr, threads[:1], width, "hang report")[0])
+                found.append((ins, (space, int(addr[0]), value)))
             except Exception:  # noqa: BLE001 - a report must not fail on a bad address
-                continue
+                found.append((ins, None))
     finally:
         m.memory.on_access = hook
     return found
-
-
-def _lane_ranges(lanes: tuple[int, ...]) -> str:
-    if len(lanes) == 32:
-        return "0-31"
-    out, i = [], 0
-    while i < len(lanes):
-        j = i
-        while j + 1 < len(lanes) and lanes[j + 1] == lanes[j] + 1:
-            j += 1
-        out.append(str(lanes[i]) if i == j else f"{lanes[i]}-{lanes[j]}")
-        i = j + 1
-    return ",".join(out)

@@ -66,11 +66,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ... import ir
+from .forensics import loop_reads
 from .naming import instruction_at, ranges, source_lines, thread_ranges, where
 from .barriers import CLUSTER_BARRIER, EXITED, PARKED, RUNNING, SPINNING, WAITING, WARP_SYNC
 from ..errors import SimError
-from .step import Step
 
 if TYPE_CHECKING:
     from ..core.view import MachineView
@@ -324,19 +323,8 @@ def _parked_groups(m: "MachineView") -> list[str]:
 
 def _reads(m: "MachineView", pcs: frozenset[int], threads: np.ndarray) -> str:
     """The memory a loop reads: each load's address for the first thread."""
-    found = []
-    for pc in sorted(pcs):
-        ins, r = m.program.code[pc], m.program.resolved[pc]
-        if r is None or not r.inst.sim or not r.inst.sim.startswith(("ld", "atom")):
-            continue
-        k = next((i for i, op in enumerate(ins.operands) if isinstance(op, ir.Address)), None)
-        if k is None:
-            continue
-        try:
-            space, addr = Step(m, ins, r, threads[:1]).address(k)
-            found.append(f"{ins.name}{where(ins)} reads {space} address {int(addr[0]):#x}")
-        except Exception:  # noqa: BLE001 - a message must not fail on a bad address
-            found.append(f"{ins.name}{where(ins)}")
+    found = [f"{ins.name}{where(ins)}" + (f" reads {read[0]} address {read[1]:#x}" if read else "")
+             for ins, read in loop_reads(m, pcs, threads)]
     return ("; " + ", ".join(found) + ", which no thread that can still run writes") if found else ""
 
 
