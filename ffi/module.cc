@@ -62,32 +62,8 @@ void set_cuda_driver(nb::object table) {
   Py_XDECREF(old);
 }
 
-}  // namespace
-
-NB_MODULE(_ffi, m) {
-  m.doc() = "jaxptx native extension (XLA FFI handlers)";
-  m.attr("__version__") = JAXPTX_VERSION;
-
-  m.def("abi_info", []() {
-    nb::dict d;
-    d["compiler"] = JAXPTX_CXX_COMPILER;  // CMake's id and version
-    d["cplusplus"] = static_cast<long>(__cplusplus);
-    d["nanobind"] = JAXPTX_STR(NB_VERSION_MAJOR) "." JAXPTX_STR(
-        NB_VERSION_MINOR) "." JAXPTX_STR(NB_VERSION_PATCH);
-#if defined(Py_LIMITED_API)
-    d["stable_abi"] = true;
-#else
-    d["stable_abi"] = false;
-#endif
-    d["xla_ffi_headers"] = true;
-#if defined(JAXPTX_CHECKED_CUDA_H)
-    d["checked_against_cuda_h"] = true;
-#else
-    d["checked_against_cuda_h"] = false;
-#endif
-    return d;
-  }, "Small facts about how this extension was built.");
-
+// The handlers as capsules and the CPU handler's hooks.
+void bind_handlers(nb::module_& m) {
   m.def("handlers", []() {
     nb::dict d;
     d[jaxptx::kCpuTarget] = nb::capsule(reinterpret_cast<void*>(&JaxptxCpu));
@@ -121,7 +97,10 @@ NB_MODULE(_ffi, m) {
   m.def("cpu_shutdown", &jaxptx::cpu_shutdown,
         "Close the CPU handler for good and wait for the calls in flight (an "
         "atexit hook: XLA threads still running at exit must not take the GIL).");
+}
 
+// The CUDA handler's module registry.
+void bind_cuda_modules(nb::module_& m) {
   m.def("cuda_register",
         [](int64_t kernel_id, nb::bytes image, const std::string& ptx, const std::string& entry,
            int64_t num_params) {
@@ -135,7 +114,10 @@ NB_MODULE(_ffi, m) {
         "it takes num_params pointer parameters (inputs then outputs). A call "
         "is served the image only when it carries that PTX. Without it, the "
         "handler JIT-compiles the PTX that each call carries.");
+}
 
+// What both handlers check on every call, exposed so Python can agree with it.
+void bind_checks(nb::module_& m) {
   m.def("content_id",
         [](nb::bytes ptx, const std::string& entry, const std::vector<int64_t>& launch) {
           return jaxptx::content_id(std::string_view(ptx.c_str(), ptx.size()), entry, launch);
@@ -185,7 +167,10 @@ NB_MODULE(_ffi, m) {
 
   m.def("cuda_registered", &jaxptx::cuda_registered, nb::arg("kernel_id"),
         "Whether kernel_id is registered for the CUDA handler.");
+}
 
+// The CUDA handler's tensor-map decoder, for inspection and tests.
+void bind_tensor_maps(nb::module_& m) {
   m.def("tma_encode_arguments",
         [](const std::vector<int64_t>& records, size_t num_buffers) {
           std::vector<jaxptx::cu::TiledMapArgs> args;
@@ -222,7 +207,10 @@ NB_MODULE(_ffi, m) {
         "handler decodes from a call's tma attribute over num_buffers "
         "buffers, one dict per descriptor; ValueError for a malformed one. "
         "The handler's own decoder, for inspection and tests.");
+}
 
+// The driver: its status, the seam that swaps its table, and the call frame built outside XLA.
+void bind_driver(nb::module_& m) {
   m.def("cuda_driver_error", &jaxptx::cuda_driver_error,
         "Empty when libcuda.so.1 opens and cuInit succeeds (or another "
         "driver table is installed: set_cuda_driver), else the reason.");
@@ -245,4 +233,37 @@ NB_MODULE(_ffi, m) {
         "size), or is None; with retired, the retired jaxptx_launch_v1 handler "
         "is called instead. Returns (XLA_FFI_Error_Code, message), (0, '') on "
         "success.");
+}
+
+}  // namespace
+
+NB_MODULE(_ffi, m) {
+  m.doc() = "jaxptx native extension (XLA FFI handlers)";
+  m.attr("__version__") = JAXPTX_VERSION;
+
+  m.def("abi_info", []() {
+    nb::dict d;
+    d["compiler"] = JAXPTX_CXX_COMPILER;  // CMake's id and version
+    d["cplusplus"] = static_cast<long>(__cplusplus);
+    d["nanobind"] = JAXPTX_STR(NB_VERSION_MAJOR) "." JAXPTX_STR(
+        NB_VERSION_MINOR) "." JAXPTX_STR(NB_VERSION_PATCH);
+#if defined(Py_LIMITED_API)
+    d["stable_abi"] = true;
+#else
+    d["stable_abi"] = false;
+#endif
+    d["xla_ffi_headers"] = true;
+#if defined(JAXPTX_CHECKED_CUDA_H)
+    d["checked_against_cuda_h"] = true;
+#else
+    d["checked_against_cuda_h"] = false;
+#endif
+    return d;
+  }, "Small facts about how this extension was built.");
+
+  bind_handlers(m);
+  bind_cuda_modules(m);
+  bind_checks(m);
+  bind_tensor_maps(m);
+  bind_driver(m);
 }
