@@ -306,7 +306,7 @@ def _waited(s: Step, idx: np.ndarray, words: np.ndarray, complete: np.ndarray) -
     """Write waitComplete and park the threads that found their phase
     incomplete until the phase (or validity) of their mbarrier changes."""
     s.dst(0, complete, TYPES["pred"])
-    if complete.any():
+    if s.m.observers.listens("mbarrier_acquire") and complete.any():
         s.m.observers.mbarrier_acquire(s.threads[complete], idx[complete])
     if not complete.all():
         fail = ~complete
