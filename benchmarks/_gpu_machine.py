@@ -60,11 +60,12 @@ class Ran:
 class Context:
     """What every step needs: paths, the interpreter, tools, the child environment, the log."""
 
-    def __init__(self, out: Path, python: str, repeat: int, dry_run: bool) -> None:
+    def __init__(self, out: Path, python: str, repeat: int, dry_run: bool, smoke: bool = False) -> None:
         self.out = out
         self.python = python
         self.repeat = repeat
         self.dry_run = dry_run
+        self.smoke = smoke            # benchmarks run in their --smoke mode
         self.logs = out / "logs"
         self.tools = {name: find_tool(name) for name in ("nvidia-smi", "compute-sanitizer", "ncu", "nvcc",
                                                          "ptxas", "cmake", "ninja")}
@@ -150,6 +151,17 @@ def _cuda_home() -> str | None:
         if c and Path(c).is_dir():
             return c
     return None
+
+
+def gpu_listed(nvidia_smi: str | None) -> bool:
+    """Whether ``nvidia-smi -L`` (at the path given; None: not found) lists a GPU."""
+    if not nvidia_smi:
+        return False
+    try:
+        out = subprocess.run([nvidia_smi, "-L"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
 
 
 def find_tool(name: str) -> str | None:

@@ -168,8 +168,9 @@ def run_tests(ctx: Context, clock: Clock) -> Outcome:
 # 3. kernels vs XLA
 
 def plan_kernels(ctx: Context) -> list[Cmd]:
-    """``benchmarks/kernels.py`` with JSON rows."""
-    return [Cmd(_py(ctx, str(KERNELS), "--repeat", str(ctx.repeat), "--json", str(ctx.out / "kernels.json")),
+    """``benchmarks/kernels.py`` with JSON rows (``--smoke`` too in a smoke run)."""
+    smoke = ["--smoke"] if ctx.smoke else []
+    return [Cmd(_py(ctx, str(KERNELS), "--repeat", str(ctx.repeat), *smoke, "--json", str(ctx.out / "kernels.json")),
                 label="kernels.py")]
 
 

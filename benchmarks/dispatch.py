@@ -25,23 +25,30 @@ smallest N, where the jnp op itself costs next to nothing; ``kernel`` minus
 ``no-op cb`` is the emulator run plus the numpy views and input copies.
 
     python benchmarks/dispatch.py [--sizes 256 4096 65536] [--repeat 200]
+    python benchmarks/dispatch.py --smoke     # CI: N = 256, 3 calls, B = 2, a 64 x 64 TMA copy
+
+Every result is checked: the kernel against the jnp op, the emulator's
+output against numpy, the vmap loop against the grid-z launch and against
+numpy, and the TMA copy against its input (``self-check:`` lines).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from _timing import wall_times
 
 
-def median_us(fn, repeat: int) -> float:
+def median_us(fn: Callable[[], Any], repeat: int) -> float:
     """Median wall time of ``fn()`` in microseconds, after three warm-ups."""
     return statistics.median(wall_times(fn, repeat, warmup=3)) * 1e6
 
 
-def make_kernel(batch: str | None = None):
+def make_kernel(batch: str | None = None) -> Any:
     """The benchmarked kernel: ``y = x * 2 + 1``."""
     from jaxptx import Tile, kernel, ptx
     from jaxptx.types import f32
@@ -58,55 +65,102 @@ def make_kernel(batch: str | None = None):
     return affine
 
 
-def vmap_table(repeat: int) -> None:
-    """``jax.vmap`` as a loop of launches against one grid-z launch."""
+def vmap_table(repeat: int, batches: tuple[int, ...] = (4, 16, 64)) -> None:
+    """``jax.vmap`` as a loop of launches against one grid-z launch, for each
+    batch size in ``batches``; both checked against numpy."""
     import jax
     import jax.numpy as jnp
 
     loop, folded = jax.jit(jax.vmap(make_kernel())), jax.jit(jax.vmap(make_kernel("z")))
     print(f"\njax.vmap over B problems of N = 4096; median of {repeat} calls, microseconds")
     print(f"{'B':>8} {'loop':>10} {'grid z':>10} {'ratio':>8}")
-    for b in (4, 16, 64):
+    for b in batches:
         xs = jnp.arange(b * 4096, dtype=jnp.float32).reshape(b, 4096)
-        np.testing.assert_array_equal(loop(xs), folded(xs))
+        want = np.asarray(xs) * 2 + 1
+        np.testing.assert_array_equal(loop(xs), want)
+        np.testing.assert_array_equal(folded(xs), want)
         t_loop = median_us(lambda: loop(xs).block_until_ready(), repeat)
         t_fold = median_us(lambda: folded(xs).block_until_ready(), repeat)
         print(f"{b:>8} {t_loop:>10.1f} {t_fold:>10.1f} {t_loop / t_fold:>7.1f}x")
+    print(f"self-check: vmap loop and grid-z launches equal x * 2 + 1 (B = {', '.join(map(str, batches))})")
 
 
-def tma_table(repeat: int) -> None:
-    """Decoding and encoding a call's two TMA descriptors on the CPU path."""
-    import jax
+def tma_copy_kernel() -> Any:
+    """A TMA copy ``y = x``, one 32 x 32 tile a CTA: a TMA load (128-byte
+    swizzle) into shared memory, then a TMA store from it to ``y``.
 
-    from jaxptx import Layout, Tile, kernel, ptx
-    from jaxptx.jax import _tma
+    Its two descriptors are what :func:`tma_table` times; the copy writes
+    every element of ``y``, so the call's result is checked (the CPU path
+    refuses outputs a kernel leaves unwritten).
+    """
+    from jaxptx import Layout, Tile, kernel, ptx, reg, smem
     from jaxptx.types import f32
 
     spec = Tile("M", "N", f32, Layout.TMA_128B, tma_box=(32, 32))
 
-    @kernel(in_specs=(spec,), out_specs=(spec,), arch="sm_90a")
+    @kernel(in_specs=(spec,), out_specs=(spec,), grid=lambda M, N: (N // 32, M // 32, 1),
+            block=(32, 1, 1), arch="sm_90a")
     def two_maps(x, y):
-        ptx.prefetch.tensormap(ptx.addr(x.tma_desc()))
-        ptx.prefetch.tensormap(ptx.addr(y.tma_desc()))
+        col = ptx.special.ctaid.x() * 32
+        row = ptx.special.ctaid.y() * 32
+        tile = smem.alloc(f32, (32, 32), align=1024)
+        bar = smem.mbarrier(1)
+        tid = ptx.special.tid.x()
+        with ptx.if_(tid == 0):
+            ptx.mbarrier.init.shared.b64(bar[0], 1)
+            ptx.fence.mbarrier_init.release.cluster()
+        ptx.bar.sync(0)
+        with ptx.if_(tid == 0):
+            ptx.mbarrier.arrive.expect_tx.shared.b64(ptx.SINK, bar[0], 32 * 32 * 4)
+            ptx.cp.async_.bulk.tensor._2d.shared__cluster.global_.tile.mbarrier__complete_tx__bytes(
+                tile, ptx.addr(x.tma_desc(), coords=(col, row)), bar[0])
+        done = reg.pred(init=0)
+        for _ in ptx.while_(lambda: ~done):
+            ptx.mbarrier.try_wait.parity.shared.b64(done, bar[0], 0)
+        with ptx.if_(tid == 0):
+            ptx.cp.async_.bulk.tensor._2d.global_.shared__cta.tile.bulk_group(
+                ptx.addr(y.tma_desc(), coords=(col, row)), tile)
+            ptx.cp.async_.bulk.commit_group()
+            ptx.cp.async_.bulk.wait_group.read(0)
 
-    x = np.zeros((256, 256), np.float32)
-    s = two_maps.specialize(M=256, N=256)
+    return two_maps
+
+
+def tma_table(repeat: int, n: int = 256) -> None:
+    """Decoding and encoding a call's two TMA descriptors on the CPU path
+    (an ``n`` x ``n`` float32 load map and store map), after one real call
+    of the kernel that uses them, checked against its input."""
+    import jax
+
+    from jaxptx.jax import _tma
+
+    two_maps = tma_copy_kernel()
+    x = np.arange(n * n, dtype=np.float32).reshape(n, n)
+    s = two_maps.specialize(M=n, N=n)
     records = _tma.records(s.tma, "two_maps", [(x.shape, x.dtype)] * 2)
-    jax.jit(two_maps)(x).block_until_ready()  # the same records run through a real call
+    y = jax.jit(two_maps)(x)  # the same records run through a real call
+    np.testing.assert_array_equal(np.asarray(y), x)
+    print(f"\nself-check: the TMA copy kernel's output equals its input ({n}x{n})")
 
     def build() -> None:
         for m in _tma.sim_maps(records):
             m.encode(1 << 36)
 
-    print(f"\nTMA descriptors per call (CPU path), median of {repeat}: "
+    print(f"TMA descriptors per call (CPU path), median of {repeat}: "
           f"{median_us(build, repeat):.1f} microseconds for 2 maps")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Print the three tables (``--smoke``: tiny sizes, a few calls)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[256, 4096, 65536])
-    parser.add_argument("--repeat", type=int, default=200)
-    args = parser.parse_args()
+    parser.add_argument("--sizes", type=int, nargs="+", default=None,
+                        help="N of the elementwise kernel (default 256 4096 65536; --smoke: 256)")
+    parser.add_argument("--repeat", type=int, default=None, help="calls per median (default 200; --smoke: 3)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="CI smoke run: N = 256, 3 calls, B = 2, a 64 x 64 TMA copy; checks only")
+    args = parser.parse_args(argv)
+    sizes = args.sizes or ([256] if args.smoke else [256, 4096, 65536])
+    repeat = args.repeat or (3 if args.smoke else 200)
 
     import jax
     import jax.numpy as jnp
@@ -118,25 +172,28 @@ def main() -> None:
     jnp_op = jax.jit(lambda x: x * 2 + 1)
     kernel_op = jax.jit(affine)
     print(f"jax {jax.__version__}, device {jax.devices()[0].device_kind}; "
-          f"median of {args.repeat} calls, microseconds")
+          f"median of {repeat} calls, microseconds")
     print(f"{'N':>8} {'jnp':>9} {'kernel':>10} {'no-op cb':>10} {'emulator':>10}")
-    for n in args.sizes:
+    for n in sizes:
         x = jnp.arange(n, dtype=jnp.float32)
         np.testing.assert_array_equal(kernel_op(x), jnp_op(x))
-        t_jnp = median_us(lambda: jnp_op(x).block_until_ready(), args.repeat)
-        t_kernel = median_us(lambda: kernel_op(x).block_until_ready(), args.repeat)
+        t_jnp = median_us(lambda: jnp_op(x).block_until_ready(), repeat)
+        t_kernel = median_us(lambda: kernel_op(x).block_until_ready(), repeat)
         _ffi.set_cpu_callback(lambda *call: None)
         try:
-            t_noop = median_us(lambda: kernel_op(x).block_until_ready(), args.repeat)
+            t_noop = median_us(lambda: kernel_op(x).block_until_ready(), repeat)
         finally:
             _ffi.set_cpu_callback(_cpu.run)
         spec = affine.specialize(N=n)
         xn, yn = np.asarray(x).copy(), np.zeros(n, np.float32)
         t_sim = median_us(lambda: sim.launch(spec.module, xn, yn, grid=spec.grid,
-                                             block=spec.block), args.repeat)
+                                             block=spec.block), repeat)
+        np.testing.assert_array_equal(yn, xn * 2 + 1)
         print(f"{n:>8} {t_jnp:>9.1f} {t_kernel:>10.1f} {t_noop:>10.1f} {t_sim:>10.1f}")
-    vmap_table(max(args.repeat // 10, 5))
-    tma_table(args.repeat)
+    print(f"self-check: kernel under jax.jit equals the jnp op, emulator output equals numpy "
+          f"(N = {', '.join(map(str, sizes))})")
+    vmap_table(max(repeat // 10, 5) if not args.smoke else 1, (2,) if args.smoke else (4, 16, 64))
+    tma_table(repeat, 64 if args.smoke else 256)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@
    bf16 in, f32 out, checked against numpy; ``--gemm 1024`` for 1024³.
 
     python benchmarks/emulator_speed.py [--repeat 3] [--gemm 512]
+    python benchmarks/emulator_speed.py --smoke   # CI: tiny sizes, one repeat, checks only
+
+Every result is checked against numpy (``self-check:`` lines); a peer that
+is not installed (Pallas, part of jax) is skipped with a note.
 
 The emulator raises glibc malloc's mmap/trim thresholds on its first launch
 (``jaxptx/sim/core/host.py``: per-instruction arrays would otherwise fault in
@@ -26,6 +30,8 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from _timing import wall_times
@@ -33,26 +39,40 @@ from _timing import wall_times
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
 
 
-def best(fn, repeat: int) -> float:
+def best(fn: Callable[[], Any], repeat: int) -> float:
     """Best wall time of ``repeat`` calls of ``fn`` (after one warm-up)."""
     return min(wall_times(fn, repeat))
 
 
-def softmax_rows(repeat: int) -> None:
-    """The softmax comparison table."""
+def softmax_rows(repeat: int, rows: int = 256, cols: int = 1024) -> None:
+    """The softmax comparison table: ``rows`` x ``cols`` float32, both
+    backends checked against numpy (Pallas skipped with a note when it
+    cannot be imported)."""
     import jax
     import jax.numpy as jnp
-    from jax.experimental import pallas as pl
 
     from jaxptx import sim
     from softmax import reference, softmax
 
-    x = np.random.default_rng(0).standard_normal((256, 1024)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
     want = reference(x)
     y = np.zeros_like(x)
 
-    def emulate():
+    def emulate() -> None:
         sim.launch(softmax, x, y)
+
+    t_emu = best(emulate, repeat)
+    err_emu = float(np.abs(y - want).max())
+    assert err_emu < 1e-5, f"softmax on the emulator: max abs error {err_emu}"
+    print(f"softmax ({rows}, {cols}) float32, best of", repeat)
+    print(f"| {'backend':<34} | {'ms':>8} | {'max abs err':>11} |")
+    print(f"| {f'jaxptx emulator ({rows * 128:,} threads)':<34} | {t_emu * 1e3:8.1f} | {err_emu:11.2e} |")
+    try:
+        from jax.experimental import pallas as pl
+    except ImportError as e:
+        print(f"| {'pallas_call(interpret=True)':<34} | skipped: {e} |")
+        print("self-check: softmax on the emulator matches numpy (Pallas not available, its row skipped)")
+        return
 
     def row_kernel(x_ref, o_ref):
         v = x_ref[...]
@@ -64,36 +84,37 @@ def softmax_rows(repeat: int) -> None:
         in_specs=[pl.BlockSpec((1, x.shape[1]), lambda i: (i, 0))],
         out_specs=pl.BlockSpec((1, x.shape[1]), lambda i: (i, 0)), interpret=True))
 
-    def interpret():
+    def interpret() -> None:
         pallas(x).block_until_ready()
 
-    t_emu = best(emulate, repeat)
-    err_emu = float(np.abs(y - want).max())
     t_pal = best(interpret, repeat)
     err_pal = float(np.abs(np.asarray(pallas(x)) - want).max())
-    print("softmax (256, 1024) float32, best of", repeat)
-    print(f"| {'backend':<34} | {'ms':>8} | {'max abs err':>11} |")
-    print(f"| {'jaxptx emulator (32,768 threads)':<34} | {t_emu * 1e3:8.1f} | {err_emu:11.2e} |")
+    assert err_pal < 1e-5, f"softmax under Pallas interpret: max abs error {err_pal}"
     print(f"| {'pallas_call(interpret=True)':<34} | {t_pal * 1e3:8.1f} | {err_pal:11.2e} |")
     print(f"emulator / pallas time: {t_emu / t_pal:.2f}x")
+    print("self-check: softmax on the emulator and under Pallas interpret matches numpy")
 
 
-def mma_gemm_256(repeat: int) -> None:
-    """The 256×256×256 mma.sync GEMM on the emulator."""
+def mma_gemm_256(repeat: int, n: int = 256) -> None:
+    """The ``n`` x ``n`` x ``n`` mma.sync GEMM on the emulator (256 by
+    default), checked against numpy."""
     import ml_dtypes
 
     from jaxptx import sim
     from mma_gemm import mma_gemm
 
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((256, 256)).astype(ml_dtypes.bfloat16)
-    bt = np.ascontiguousarray(rng.standard_normal((256, 256)).astype(ml_dtypes.bfloat16).T)
-    c = np.zeros((256, 256), np.float32)
+    a = rng.standard_normal((n, n)).astype(ml_dtypes.bfloat16)
+    bt = np.ascontiguousarray(rng.standard_normal((n, n)).astype(ml_dtypes.bfloat16).T)
+    c = np.zeros((n, n), np.float32)
     t = best(lambda: sim.launch(mma_gemm, a, bt, c), repeat)
-    err = float(np.abs(c - a.astype(np.float64) @ bt.astype(np.float64).T).max())
-    steps = mma_gemm.ptx(M=256, N=256, K=256).count("mma.sync")
-    print(f"\nmma.sync GEMM 256x256x256 bf16->f32 (512 CTAs x 32 threads, {steps} mma.sync per warp): "
-          f"{t * 1e3:.1f} ms, max abs err {err:.2e}")
+    want = a.astype(np.float64) @ bt.astype(np.float64).T
+    err = float(np.abs(c - want).max())
+    assert err < 1e-3 * np.abs(want).max(), f"mma.sync GEMM: max abs error {err}"
+    steps = mma_gemm.ptx(M=n, N=n, K=n).count("mma.sync")
+    print(f"\nmma.sync GEMM {n}x{n}x{n} bf16->f32 ({(n // 16) * (n // 8)} CTAs x 32 threads, {steps} mma.sync "
+          f"per warp): {t * 1e3:.1f} ms, max abs err {err:.2e}")
+    print("self-check: the mma.sync GEMM matches numpy")
 
 
 class LaunchStats:
@@ -106,7 +127,7 @@ class LaunchStats:
         close = Machine.close
         stats = self
 
-        def keep(machine) -> None:
+        def keep(machine: Machine) -> None:
             stats.steps, stats.thread_steps = machine.steps, machine.thread_steps
             close(machine)
         Machine.close = keep
@@ -231,8 +252,9 @@ END:
 }"""
 
 
-def step_costs(repeat: int) -> None:
-    """Fixed cost per step, and ns per thread-instruction of a busy grid."""
+def step_costs(repeat: int, scale: float = 1.0, rows: int = 256) -> None:
+    """Fixed cost per step, and ns per thread-instruction of a busy grid
+    (``scale`` multiplies the loops' trip counts; ``rows`` of the softmax)."""
     from jaxptx import sim
     from softmax import softmax
 
@@ -240,6 +262,8 @@ def step_costs(repeat: int) -> None:
     out = np.zeros(1, np.uint32)
 
     def per_step(text: str, block: int, n: int = 0, grid: int = 1) -> float:
+        n = max(4, int(n * scale))
+
         def launch(k: int) -> None:
             sim.launch(text, out, k, block=(block, 1, 1), grid=(grid, 1, 1))
         times = [min(wall_times(lambda: launch(k), repeat)) for k in (n, 4 * n)]
@@ -260,11 +284,12 @@ def step_costs(repeat: int) -> None:
     print(f"| spin-wait: consumer warp waits on mbarriers while  | {t / stats.steps * 1e6:6.1f} us | "
           f"({stats.steps} steps, {t * 1e3:.1f} ms a launch)")
     print("|   one producer thread works (64 items)            |           |")
-    x = np.random.default_rng(0).standard_normal((256, 1024)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal((rows, 1024)).astype(np.float32)
     y = np.zeros_like(x)
     t = min(wall_times(lambda: sim.launch(softmax, x, y), repeat))
-    print(f"softmax (256, 1024): {stats.thread_steps:,} thread-instructions in {stats.steps} steps: "
+    print(f"softmax ({rows}, 1024): {stats.thread_steps:,} thread-instructions in {stats.steps} steps: "
           f"{t / stats.thread_steps * 1e9:.2f} ns per thread-instruction, {t / stats.steps * 1e6:.0f} us a step")
+    print("self-check: the spin-wait kernel's sum is right")
 
 
 def warp_specialised_gemms(n: int, repeat: int) -> None:
@@ -284,7 +309,7 @@ def warp_specialised_gemms(n: int, repeat: int) -> None:
         spec = k.specialize(M=n, N=n, K=n)
         c = np.zeros((n, n), np.float32)
 
-        def run(spec=spec, c=c):
+        def run(spec: Any = spec, c: np.ndarray = c) -> None:
             sim.launch(spec.module, a, bt, c, *maps(a.shape, bt.shape), grid=spec.grid, block=spec.block,
                        smem=spec.smem)
         t = min(wall_times(run, repeat, warmup=0 if n >= 1024 else 1))
@@ -292,18 +317,26 @@ def warp_specialised_gemms(n: int, repeat: int) -> None:
         assert err < 1e-3 * np.abs(want).max(), f"{k.name}: max abs error {err}"
         print(f"| {what:<38} | {t:7.2f} s | {stats.steps:5d} steps | {stats.thread_steps:>12,} thread-inst | "
               f"max abs err {err:.1e} |")
+    print(f"self-check: both warp-specialised GEMMs match numpy at {n}^3")
 
 
-def main() -> None:
-    """Run the benchmarks."""
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmarks (``--smoke``: tiny sizes, one repeat)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--gemm", type=int, default=512, help="n of the n x n x n warp-specialised GEMMs")
-    args = ap.parse_args()
-    softmax_rows(args.repeat)
-    mma_gemm_256(args.repeat)
-    step_costs(args.repeat)
-    warp_specialised_gemms(args.gemm, 1 if args.gemm >= 1024 else args.repeat)
+    ap.add_argument("--repeat", type=int, default=None, help="launches per figure, the best counts (default 3)")
+    ap.add_argument("--gemm", type=int, default=None,
+                    help="n of the n x n x n warp-specialised GEMMs (default 512; --smoke: 128)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI smoke run: 8-row softmax, 32^3 mma.sync and 128^3 warp-specialised GEMMs, "
+                         "short loops, one repeat")
+    args = ap.parse_args(argv)
+    repeat = args.repeat or (1 if args.smoke else 3)
+    gemm = args.gemm or (128 if args.smoke else 512)
+    rows = 8 if args.smoke else 256
+    softmax_rows(repeat, rows)
+    mma_gemm_256(repeat, 32 if args.smoke else 256)
+    step_costs(repeat, 0.05 if args.smoke else 1.0, rows)
+    warp_specialised_gemms(gemm, 1 if gemm >= 1024 else repeat)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ network (jax with its CUDA plugin, torch, the CUDA toolkit with
 
     python benchmarks/gpu_check.py [--out gpu_check_out] [--only STEP,...] [--skip STEP,...]
     python benchmarks/gpu_check.py --dry-run        # no GPU: check and print what would run
+    python benchmarks/gpu_check.py --smoke          # CI: a dry run without a GPU; with one, the
+                                                    # build and kernels.py --smoke only
 
 Steps, in order, each one or more subprocesses with its own time budget; a
 failed or timed-out step is recorded and the next one runs:
@@ -50,7 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _gpu_machine import Context, machine_info, preflight
+from _gpu_machine import Context, find_tool, gpu_listed, machine_info, preflight
 from _gpu_report import step_record, summary_rows, write_reports
 from _gpu_steps import STEPS, Clock, Outcome
 
@@ -104,16 +106,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="run only these steps (comma-separated keys or names)")
     ap.add_argument("--skip", help="skip these steps (comma-separated)")
     ap.add_argument("--dry-run", action="store_true", help="check and describe; build and run nothing on a GPU")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI smoke run: without a GPU (nvidia-smi lists none) a --dry-run; with one, only the "
+                         "build and kernels steps (unless --only/--skip), kernels.py in its --smoke mode")
     ap.add_argument("--repeat", type=int, default=5, help="kernels.py --repeat (default 5)")
     ap.add_argument("--time-scale", type=float, default=1.0, help="multiply every step's budget (default 1)")
     ap.add_argument("--budget", action="append", default=[], metavar="STEP=SECONDS",
                     help="one step's budget, e.g. --budget kernels=120 (repeatable; after --time-scale)")
     args = ap.parse_args(argv)
     raw_argv = list(sys.argv[1:] if argv is None else argv)
+    if args.smoke and not args.dry_run:
+        if gpu_listed(find_tool("nvidia-smi")):
+            if not (args.only or args.skip):
+                args.only = "build,kernels"
+            print(f"gpu_check: smoke run on the GPU: steps {args.only or 'all'} minus {args.skip or 'none'}")
+        else:
+            args.dry_run = True
+            print("gpu_check: smoke run, no GPU (nvidia-smi lists none): the GPU steps are skipped; "
+                  "checking them as a dry run")
     chosen = select(args.only, args.skip)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    ctx = Context(out, sys.executable, args.repeat, args.dry_run)
+    ctx = Context(out, sys.executable, args.repeat, args.dry_run, smoke=args.smoke)
     budgets = {s.key: s.budget * args.time_scale for s in STEPS}
     budgets.update(parse_budgets(args.budget))
     total = sum(budgets[k] for k in chosen)

@@ -16,9 +16,16 @@ where a kernel call runs the emulator; those figures measure the emulator,
 not the kernel, and the ratio is to XLA on the CPU.
 
     python benchmarks/kernels.py [--repeat 20] [--arch auto] [--json PATH]
+    python benchmarks/kernels.py --smoke     # CI: tiny sizes, one call each, every result checked
 
 ``--json PATH`` also writes the rows as JSON (rewritten after each row, so
 a run cut short keeps what it measured); the printed table is the same.
+
+Every row's result is checked against XLA's (each output, as float32, within
+:data:`TOLERANCE` of XLA's largest magnitude); a row that raises or differs
+is reported as an error, and the script exits 1 when any row did.
+``--smoke`` uses the small no-GPU sizes (smaller still) and one timed call
+on a GPU too, so no cuBLAS-sized row runs.
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ from _timing import wall_times
 # data sheets (SXM parts; dense, not the 2:4-sparse figure).
 PEAKS = {"A100": (312.0, 2039.0), "H100": (989.0, 3350.0), "H200": (989.0, 4800.0),
          "B200": (2250.0, 8000.0)}
+# Largest |ours - XLA| allowed, as a fraction of XLA's largest |output| (at
+# least 1): bf16 outputs round at 2**-8 relative, and the two sum in orders of their own.
+TOLERANCE = 3e-2
 
 
 def peak_for(device_kind: str) -> tuple[float, float] | None:
@@ -54,12 +64,14 @@ def median_ms(fn: Callable[[], Any], repeat: int) -> float:
 
 
 def _block(out: Any) -> None:
+    """Wait for every array in ``out``."""
     import jax
     jax.block_until_ready(out)
 
 
-def cases(gpu: bool, arch: str) -> list[tuple[str, str, Callable, Callable, tuple, float, float]]:
-    """(op, shape, jaxptx fn, XLA fn, args, flops, bytes) for each benchmarked call."""
+def cases(gpu: bool, arch: str, smoke: bool = False) -> list[tuple[str, str, Callable, Callable, tuple, float, float]]:
+    """(op, shape, jaxptx fn, XLA fn, args, flops, bytes) for each benchmarked call
+    (GPU-sized shapes on a GPU unless ``smoke``; ``smoke``: the smallest shapes)."""
     import jax
     import jax.numpy as jnp
 
@@ -67,17 +79,18 @@ def cases(gpu: bool, arch: str) -> list[tuple[str, str, Callable, Callable, tupl
 
     rng = np.random.default_rng(0)
 
-    def rand(shape, dtype=jnp.bfloat16):
+    def rand(shape: tuple[int, ...], dtype: Any = jnp.bfloat16) -> Any:
         return jnp.asarray(rng.standard_normal(shape, dtype=np.float32), dtype)
 
     rows: list = []
-    mm = [(8192, 8192, 8192), (4096, 4096, 4096)] if gpu else [(256, 256, 512)]
+    big = gpu and not smoke
+    mm = [(8192, 8192, 8192), (4096, 4096, 4096)] if big else [(128, 128, 64)] if smoke else [(256, 256, 512)]
     for m, n, k in mm:
         a, b = rand((m, k)), rand((k, n))
         rows.append(("matmul", f"{m}x{n}x{k}", lambda a, b: kernels.matmul(a, b, arch=arch),
                      lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32),
                      (a, b), 2.0 * m * n * k, 2.0 * (m * k + k * n) + 4.0 * m * n))
-    bshd = [(4, 4096, 16, 128), (16, 1024, 16, 64)] if gpu else [(1, 128, 2, 64)]
+    bshd = [(4, 4096, 16, 128), (16, 1024, 16, 64)] if big else [(1, 64, 1, 64)] if smoke else [(1, 128, 2, 64)]
     for b_, s, h, d in bshd:
         q, k_, v = rand((b_, s, h, d)), rand((b_, s, h, d)), rand((b_, s, h, d))
         impl = "cudnn" if gpu else None
@@ -86,8 +99,8 @@ def cases(gpu: bool, arch: str) -> list[tuple[str, str, Callable, Callable, tupl
                      lambda q, k, v: jax.nn.dot_product_attention(q, k, v, implementation=impl),
                      (q, k_, v), 4.0 * b_ * h * s * s * d, 8.0 * b_ * s * h * d))
     # Paged decode (B, Nq, Nkv, D, page_size, context): GQA 4 and MHA, split-K past 512 tokens.
-    paged = [(64, 32, 8, 128, 16, 4096), (32, 32, 32, 64, 32, 1024), (8, 64, 8, 128, 16, 16384)] if gpu \
-        else [(2, 8, 2, 64, 16, 200)]
+    paged = [(64, 32, 8, 128, 16, 4096), (32, 32, 32, 64, 32, 1024), (8, 64, 8, 128, 16, 16384)] if big \
+        else [(1, 4, 1, 64, 16, 40)] if smoke else [(2, 8, 2, 64, 16, 200)]
     for b_, nq, nkv, d, ps, ctx in paged:
         per_seq = -(-ctx // ps)
         pages = b_ * per_seq
@@ -95,10 +108,10 @@ def cases(gpu: bool, arch: str) -> list[tuple[str, str, Callable, Callable, tupl
         tables = jnp.asarray(rng.permutation(pages).reshape(b_, per_seq), jnp.int32)
         lengths = jnp.asarray(rng.integers(ctx // 2, ctx + 1, b_), jnp.int32)
         rows.append(("paged_attention", f"{b_}x{nq}/{nkv}x{d} p{ps} {ctx}",
-                     lambda *a: kernels.paged_attention(*a, arch=arch), _jnp_paged_attention,
+                     lambda *a: kernels.paged_attention(*a, arch=arch), jnp_paged_attention,
                      (q, k_, v, tables, lengths), 0.0,
                      4.0 * nkv * d * float(lengths.sum()) + 4.0 * b_ * nq * d))
-    rn = [(16384, 8192), (65536, 1024)] if gpu else [(64, 1024)]
+    rn = [(16384, 8192), (65536, 1024)] if big else [(8, 256)] if smoke else [(64, 1024)]
     for r, n in rn:
         x, w, bias = rand((r, n)), rand((n,)), rand((n,))
         nbytes = 4.0 * r * n + 2.0 * n
@@ -107,7 +120,7 @@ def cases(gpu: bool, arch: str) -> list[tuple[str, str, Callable, Callable, tupl
                                                                  keepdims=True) + 1e-6) * w).astype(x.dtype),
                      (x, w), 0.0, nbytes))
         rows.append(("layer_norm", f"{r}x{n}", lambda x, w, b: kernels.layer_norm(x, w, b, arch=arch),
-                     _jnp_layer_norm, (x, w, bias), 0.0, nbytes + 2.0 * n))
+                     jnp_layer_norm, (x, w, bias), 0.0, nbytes + 2.0 * n))
         rows.append(("softmax", f"{r}x{n}", lambda x: kernels.softmax(x, arch=arch),
                      lambda x: jax.nn.softmax(x.astype(jnp.float32), -1).astype(x.dtype),
                      (x,), 0.0, 4.0 * r * n))
@@ -116,10 +129,10 @@ def cases(gpu: bool, arch: str) -> list[tuple[str, str, Callable, Callable, tupl
         # Compulsory traffic: x and dy read, dx written, w (and b) read, dw (and db) written.
         dy = rand((r, n))
         rows.append(("rms_norm vjp", f"{r}x{n}", _vjp(lambda x, w: kernels.rms_norm(x, w, arch=arch)),
-                     _vjp(_jnp_rms_norm), (x, w, dy), 0.0, 6.0 * r * n + 4.0 * n))
+                     _vjp(jnp_rms_norm), (x, w, dy), 0.0, 6.0 * r * n + 4.0 * n))
         rows.append(("layer_norm vjp", f"{r}x{n}",
                      _vjp(lambda x, w, b: kernels.layer_norm(x, w, b, arch=arch)),
-                     _vjp(_jnp_layer_norm), (x, w, bias, dy), 0.0, 6.0 * r * n + 8.0 * n))
+                     _vjp(jnp_layer_norm), (x, w, bias, dy), 0.0, 6.0 * r * n + 8.0 * n))
         g, u = rand((r, n)), rand((r, n))
         rows.append(("swiglu", f"{r}x{n}", lambda g, u: kernels.swiglu(g, u, arch=arch),
                      lambda g, u: (jax.nn.silu(g.astype(jnp.float32)) * u).astype(g.dtype),
@@ -131,12 +144,12 @@ def _vjp(f: Callable) -> Callable:
     """``(*primals, cotangent) -> the primals' cotangents`` of ``f``."""
     import jax
 
-    def grads(*args):
+    def grads(*args: Any) -> Any:
         return jax.vjp(f, *args[:-1])[1](args[-1])
     return grads
 
 
-def _jnp_paged_attention(q, k_pages, v_pages, block_tables, lengths):
+def jnp_paged_attention(q: Any, k_pages: Any, v_pages: Any, block_tables: Any, lengths: Any) -> Any:
     """The gather-based reference: each sequence's pages by its table, a
     masked f32 softmax, grouped query heads."""
     import jax
@@ -154,14 +167,16 @@ def _jnp_paged_attention(q, k_pages, v_pages, block_tables, lengths):
     return o.reshape(B, nq, d).astype(q.dtype)
 
 
-def _jnp_rms_norm(x, w):
+def jnp_rms_norm(x: Any, w: Any) -> Any:
+    """RMS norm in jnp (f32 statistics, eps 1e-6)."""
     import jax
     import jax.numpy as jnp
     x32 = x.astype(jnp.float32)
     return (x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), -1, keepdims=True) + 1e-6) * w).astype(x.dtype)
 
 
-def _jnp_layer_norm(x, w, b):
+def jnp_layer_norm(x: Any, w: Any, b: Any) -> Any:
+    """Layer norm in jnp (f32 statistics, eps 1e-5)."""
     import jax.numpy as jnp
     x32 = x.astype(jnp.float32)
     mean = x32.mean(-1, keepdims=True)
@@ -169,8 +184,25 @@ def _jnp_layer_norm(x, w, b):
     return ((x32 - mean) / jnp.sqrt(var + 1e-5) * w + b).astype(x.dtype)
 
 
-def main() -> None:
-    """Print one table: each op, jaxptx and XLA times, ratio, throughput."""
+def mismatch(ours: Any, theirs: Any) -> float:
+    """Largest ``|ours - theirs|`` over the outputs (float32), as a fraction of
+    ``theirs``'s largest magnitude (at least 1)."""
+    import jax
+    a, b = jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs)
+    if len(a) != len(b):
+        return float("inf")
+    worst = 0.0
+    for x, y in zip(a, b):
+        x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
+        if x.shape != y.shape or not np.isfinite(x).all():
+            return float("inf")
+        worst = max(worst, float(np.abs(x - y).max(initial=0.0)) / max(1.0, float(np.abs(y).max(initial=0.0))))
+    return worst
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print one table: each op, jaxptx and XLA times, ratio, throughput;
+    0 when every row ran and matched XLA, else 1."""
     import jax
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -180,7 +212,9 @@ def main() -> None:
                              "variant on the emulator")
     parser.add_argument("--json", type=Path, default=None,
                         help="also write the rows to this file as JSON")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true",
+                        help="CI smoke run: the smallest shapes, one timed call, every result checked")
+    args = parser.parse_args(argv)
     dev = jax.devices()[0]
     gpu = dev.platform == "gpu"
     peak = peak_for(getattr(dev, "device_kind", "")) if gpu else None
@@ -189,18 +223,29 @@ def main() -> None:
     else:
         print("No GPU: the jaxptx column is the CPU emulator running each kernel at a small size, "
               "the XLA column XLA on the CPU. These figures measure the emulator, not the kernels.")
-    repeat = args.repeat if gpu else min(args.repeat, 3)
+    repeat = 1 if args.smoke else args.repeat if gpu else min(args.repeat, 3)
     arches = [args.arch] if args.arch else (["auto"] if gpu else ["sm_80", "sm_90a", "sm_100a"])
     print(f"{'op':16} {'arch':8} {'shape':18} {'jaxptx ms':>10} {'XLA ms':>9} {'XLA/jaxptx':>10} "
           f"{'jaxptx rate':>16} {'of peak':>8}")
     report = {"gpu": gpu, "device_kind": getattr(dev, "device_kind", ""), "platform": dev.platform,
               "peak_tflops_gbs": list(peak) if peak else None, "repeat": repeat, "rows": []}
     for arch in arches:
-        _rows(cases(gpu, arch), arch, repeat, gpu, peak, report, args.json)
+        _rows(cases(gpu, arch, args.smoke), arch, repeat, gpu, peak, report, args.json)
     _write_json(report, args.json)
+    bad = [r for r in report["rows"] if "error" in r]
+    checked = [r["max_rel_err"] for r in report["rows"] if "error" not in r]
+    if checked:
+        print(f"self-check: {len(checked)} rows match XLA (worst |ours - XLA| / max |XLA|: {max(checked):.2e}, "
+              f"allowed {TOLERANCE:g})")
+    if bad:
+        print(f"FAILED: {len(bad)} of {len(report['rows'])} rows raised or differ from XLA: "
+              + "; ".join(f"{r['op']} {r['arch']} {r['shape']}: {r['error']}" for r in bad)[:500])
+        return 1
+    return 0
 
 
 def _write_json(report: dict, path: Path | None) -> None:
+    """Write ``report`` to ``path`` as JSON (nothing when ``path`` is None)."""
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report, indent=1))
@@ -208,6 +253,7 @@ def _write_json(report: dict, path: Path | None) -> None:
 
 def _rows(rows: list, arch: str, repeat: int, gpu: bool, peak: tuple[float, float] | None,
           report: dict | None = None, json_path: Path | None = None) -> None:
+    """Time, check and print each row; append it to ``report["rows"]``."""
     import jax
     out = report["rows"] if report is not None else []
     for op, shape, ours, theirs, inputs, flops, nbytes in rows:
@@ -215,6 +261,9 @@ def _rows(rows: list, arch: str, repeat: int, gpu: bool, peak: tuple[float, floa
             f_ours, f_xla = jax.jit(ours), jax.jit(theirs)
             t_ours = median_ms(lambda: f_ours(*inputs), repeat)
             t_xla = median_ms(lambda: f_xla(*inputs), repeat)
+            err = mismatch(f_ours(*inputs), f_xla(*inputs))
+            if not err <= TOLERANCE:
+                raise AssertionError(f"differs from XLA: |ours - XLA| / max |XLA| = {err:.3g} > {TOLERANCE:g}")
         except Exception as e:  # noqa: BLE001 - a missing op or variant is a row, not a crash
             print(f"{op:16} {arch:8} {shape:18} {type(e).__name__}: {str(e).splitlines()[0][:60]}")
             out.append({"op": op, "arch": arch, "shape": shape,
@@ -232,11 +281,11 @@ def _rows(rows: list, arch: str, repeat: int, gpu: bool, peak: tuple[float, floa
         print(f"{op:16} {arch:8} {shape:18} {t_ours:10.3f} {t_xla:9.3f} {t_xla / t_ours:10.4f} "
               f"{rate:9.2f} {unit:6}{frac:>8}")
         out.append({"op": op, "arch": arch, "shape": shape, "jaxptx_ms": t_ours, "xla_ms": t_xla,
-                    "xla_over_jaxptx": t_xla / t_ours, "rate": rate, "unit": unit,
+                    "xla_over_jaxptx": t_xla / t_ours, "max_rel_err": err, "rate": rate, "unit": unit,
                     "of_peak": rate / of if of else None})
         if report is not None:
             _write_json(report, json_path)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

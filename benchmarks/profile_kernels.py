@@ -11,16 +11,24 @@
    counts at peak rates, never a measurement) for H100 and B200.
 2. The cost of profiling and of the sanitizer: ``sim.launch`` plain, with
    ``profile=True`` and with ``check=True`` on the two GEMMs of
-   ``benchmarks/gemm_kernels.py``, interleaved, best of N, every result
-   checked against numpy.
+   ``benchmarks/gemm_kernels.py`` and on ``examples/softmax.py`` (float32,
+   1024 columns, ``--softmax-rows`` rows), interleaved, best of N, every
+   result checked against numpy.
 3. The sanitizer's cost on the kernel library: every op and variant
    through ``jax.jit`` with and without ``sim.checking()``, best of N.
 
     python benchmarks/profile_kernels.py [--repeat 3] [--shapes 256x256x512 512x512x512]
-        [--only OP] [--skip-library] [--skip-overhead] [--skip-library-check]
+        [--softmax-rows 64 4096] [--rows 64] [--only OP] [--skip-library] [--skip-overhead] [--skip-library-check]
+
+    python benchmarks/profile_kernels.py --smoke   # CI: softmax only, one 128x128x64 GEMM, one repeat
 
 ``--only rms_norm`` keeps the library ops whose name contains the text
 (parts 1 and 3).
+
+Every result is checked (``self-check:`` lines): the GEMMs of part 2
+against numpy, each library call of parts 1 and 3 against its jnp formula
+(within ``benchmarks/kernels.py``'s tolerance), and part 3's checked
+result against its unchecked one, bit for bit.
 """
 
 from __future__ import annotations
@@ -36,11 +44,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def library_cases(only: str | None = None) -> list[tuple[str, str, Any, tuple]]:
-    """(op, arch, jitted call, inputs) for every op and variant (``only``:
-    the ops whose name contains it)."""
+def library_cases(only: str | None = None, rows: int = 64) -> list[tuple[str, str, Any, tuple, Any]]:
+    """(op, arch, jitted call, inputs, jitted jnp reference) for every op and
+    variant (``only``: the ops whose name contains it; ``rows``: of the
+    norms, softmax and SwiGLU, 1024 columns each)."""
     import jax
     import jax.numpy as jnp
+    from kernels import jnp_layer_norm, jnp_rms_norm
 
     from jaxptx import kernels
     rng = np.random.default_rng(0)
@@ -48,34 +58,62 @@ def library_cases(only: str | None = None) -> list[tuple[str, str, Any, tuple]]:
     def rand(shape: tuple, dtype: Any = jnp.bfloat16) -> Any:
         return jnp.asarray(rng.standard_normal(shape, dtype=np.float32), dtype)
 
-    rows = []
+    def mm_ref(a: Any, b: Any) -> Any:
+        return jnp.dot(a, b, preferred_element_type=jnp.float32)
+
+    def grouped_ref(lhs: Any, rhs: Any, sizes: Any) -> Any:
+        return jnp.concatenate([mm_ref(lhs[:128], rhs[0]), mm_ref(lhs[128:], rhs[1])])
+
+    def softmax_ref(x: Any) -> Any:
+        return jax.nn.softmax(x.astype(jnp.float32), -1).astype(x.dtype)
+
+    def swiglu_ref(g: Any, u: Any) -> Any:
+        return (jax.nn.silu(g.astype(jnp.float32)) * u).astype(g.dtype)
+
+    calls = []
     for arch in ("sm_80", "sm_90a", "sm_100a"):
         a, b = rand((256, 256)), rand((256, 256))
-        rows.append(("matmul 256^3", arch, lambda a, b, arch=arch: kernels.matmul(a, b, arch=arch), (a, b)))
+        calls.append(("matmul 256^3", arch, lambda a, b, arch=arch: kernels.matmul(a, b, arch=arch), (a, b), mm_ref))
     for arch in ("sm_80", "sm_90a"):
         q, k, v = rand((1, 128, 2, 64)), rand((1, 128, 2, 64)), rand((1, 128, 2, 64))
-        rows.append(("flash_attention 1x128x2x64", arch,
-                     lambda q, k, v, arch=arch: kernels.flash_attention(q, k, v, arch=arch), (q, k, v)))
+        calls.append(("flash_attention 1x128x2x64", arch,
+                     lambda q, k, v, arch=arch: kernels.flash_attention(q, k, v, arch=arch), (q, k, v),
+                     jax.nn.dot_product_attention))
     lhs, rhs = rand((256, 128)), rand((2, 128, 128))
     sizes = jnp.asarray([128, 128], jnp.int32)
-    rows.append(("grouped_matmul 2x128x128x128", "sm_80",
-                 lambda l, r, s: kernels.grouped_matmul(l, r, s, arch="sm_80"), (lhs, rhs, sizes)))
-    x, w, bias = rand((64, 1024)), rand((1024,)), rand((1024,))
-    g, u = rand((64, 1024)), rand((64, 1024))
+    calls.append(("grouped_matmul 2x128x128x128", "sm_80",
+                 lambda l, r, s: kernels.grouped_matmul(l, r, s, arch="sm_80"), (lhs, rhs, sizes), grouped_ref))
+    x, w, bias = rand((rows, 1024)), rand((1024,)), rand((1024,))
+    g, u = rand((rows, 1024)), rand((rows, 1024))
+    shape = f"{rows}x1024"
     for arch in ("sm_80", "sm_90a", "sm_100a"):
-        rows.append(("rms_norm 64x1024", arch, lambda x, w, arch=arch: kernels.rms_norm(x, w, arch=arch), (x, w)))
-        rows.append(("layer_norm 64x1024", arch,
-                     lambda x, w, b, arch=arch: kernels.layer_norm(x, w, b, arch=arch), (x, w, bias)))
-        rows.append(("softmax 64x1024", arch, lambda x, arch=arch: kernels.softmax(x, arch=arch), (x,)))
-        rows.append(("swiglu 64x1024", arch, lambda g, u, arch=arch: kernels.swiglu(g, u, arch=arch), (g, u)))
-    return [(op, arch, jax.jit(fn), inputs) for op, arch, fn, inputs in rows if only is None or only in op]
+        calls.append((f"rms_norm {shape}", arch, lambda x, w, arch=arch: kernels.rms_norm(x, w, arch=arch), (x, w),
+                     jnp_rms_norm))
+        calls.append((f"layer_norm {shape}", arch,
+                      lambda x, w, b, arch=arch: kernels.layer_norm(x, w, b, arch=arch), (x, w, bias),
+                     jnp_layer_norm))
+        calls.append((f"softmax {shape}", arch, lambda x, arch=arch: kernels.softmax(x, arch=arch), (x,),
+                     softmax_ref))
+        calls.append((f"swiglu {shape}", arch, lambda g, u, arch=arch: kernels.swiglu(g, u, arch=arch), (g, u),
+                     swiglu_ref))
+    return [(op, arch, jax.jit(fn), inputs, jax.jit(ref)) for op, arch, fn, inputs, ref in calls
+            if only is None or only in op]
+
+
+def check_result(op: str, arch: str, got: Any, ref: Any, inputs: tuple) -> None:
+    """Raise AssertionError unless ``got`` matches ``ref(*inputs)`` within
+    ``benchmarks/kernels.py``'s tolerance."""
+    from kernels import TOLERANCE, mismatch
+    err = mismatch(got, ref(*inputs))
+    assert err <= TOLERANCE, f"{op} {arch}: |ours - jnp| / max |jnp| = {err:.3g} > {TOLERANCE:g}"
 
 
 def _us(seconds: float) -> str:
+    """Seconds as microseconds, two decimals."""
     return f"{seconds * 1e6:.2f}"
 
 
-def profile_library(only: str | None = None) -> None:
+def profile_library(only: str | None = None, rows: int = 64) -> None:
     """Part 1: one row per launch of every op and variant."""
     import jax
 
@@ -84,12 +122,15 @@ def profile_library(only: str | None = None) -> None:
           "tensor-operand extra wavefronts | regs | spills (B) | occupancy | H100 est. (us, bound) | "
           "B200 est. (us, bound) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for op, arch, fn, inputs in library_cases(only):
+    failed = []
+    cases = library_cases(only, rows)
+    for op, arch, fn, inputs, ref in cases:
         with profile.profiling() as collected:      # every emulator launch of the call, profiled
             try:
-                jax.block_until_ready(fn(*inputs))
+                check_result(op, arch, jax.block_until_ready(fn(*inputs)), ref, inputs)
             except Exception as e:                  # report and go on with the others
                 print(f"| {op} | {arch} | failed: {type(e).__name__}: {str(e)[:80]} | | | | | | | | |")
+                failed.append(f"{op} {arch}")
                 continue
         collected.attach_resources()                # ptxas: registers, spills, occupancy
         for p in collected.profiles:
@@ -112,14 +153,18 @@ def profile_library(only: str | None = None) -> None:
                 print(f"|  | | line {e['line']}: `{e['instruction'][:60]}` | "
                       f"{e['sectors_per_request']:.2f} ({e['ideal_sectors_per_request']:.2f}) | "
                       f"{e['shared_bank_conflicts']} ({e['wavefronts_per_request']:.2f}) | | | | | | |")
+    if failed:
+        raise SystemExit(f"FAILED: part 1: {', '.join(failed)}")
+    print(f"self-check: part 1: {len(cases)} profiled library calls match their jnp formulas")
 
 
 def overhead(shapes: list[tuple[int, int, int]], repeat: int) -> None:
     """Part 2: profiled / plain and checked (sanitizer) / plain launch time
     of the benchmark GEMMs, each result checked against numpy."""
     import ml_dtypes
-
     from gemm_kernels import maps, tc_gemm, ws_gemm
+
+    import jaxptx.profile  # noqa: F401 - sim.launch(profile=True) needs the profiler loaded
     from jaxptx import sim
     print("\n| GEMM | M×N×K | plain s | profiled s | ratio | checked s | ratio |")
     print("|---|---|---:|---:|---:|---:|---:|")
@@ -147,9 +192,42 @@ def overhead(shapes: list[tuple[int, int, int]], repeat: int) -> None:
                 checked.append(run(check=True))
             p, q, c = min(plain), min(profiled), min(checked)
             print(f"| {k.name} | {m}×{n}×{kk} | {p:.3f} | {q:.3f} | {q / p:.2f} | {c:.3f} | {c / p:.2f} |")
+    print("self-check: part 2: every plain, profiled and checked GEMM matches numpy")
 
 
-def check_cost_library(repeat: int, only: str | None = None) -> None:
+def overhead_softmax(rows_list: list[int], repeat: int) -> None:
+    """Part 2, continued: profiled / plain and checked / plain launch time of
+    ``examples/softmax.py`` (float32, ``rows`` x 1024, one CTA a row), each
+    result checked against numpy."""
+    import jaxptx.profile  # noqa: F401 - sim.launch(profile=True) needs the profiler loaded
+    from jaxptx import sim
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    from softmax import reference, softmax
+    print("\n| examples/softmax.py | rows × 1024 | plain s | profiled s | ratio | checked s | ratio |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for rows in rows_list:
+        x = np.random.default_rng(0).standard_normal((rows, 1024)).astype(np.float32)
+        want = reference(x)
+
+        def run(x: np.ndarray = x, want: np.ndarray = want, **how: Any) -> float:
+            y = np.zeros_like(x)
+            t = time.perf_counter()
+            sim.launch(softmax, x, y, **how)
+            took = time.perf_counter() - t
+            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+            return took
+        run()
+        plain, profiled, checked = [], [], []
+        for _ in range(repeat):
+            plain.append(run())
+            profiled.append(run(profile=True))
+            checked.append(run(check=True))
+        p, q, c = min(plain), min(profiled), min(checked)
+        print(f"| softmax | {rows}×1024 | {p:.3f} | {q:.3f} | {q / p:.2f} | {c:.3f} | {c / p:.2f} |")
+    print("self-check: part 2: every plain, profiled and checked softmax matches numpy")
+
+
+def check_cost_library(repeat: int, only: str | None = None, rows: int = 64) -> None:
     """Part 3: every op and variant through ``jax.jit`` with and without
     ``sim.checking()`` (the sanitizer), interleaved, best of ``repeat``."""
     import jax
@@ -157,7 +235,8 @@ def check_cost_library(repeat: int, only: str | None = None) -> None:
     from jaxptx import sim
     print("\n| op | variant | plain s | checked s | ratio |")
     print("|---|---|---:|---:|---:|")
-    for op, arch, fn, inputs in library_cases(only):
+    cases = library_cases(only, rows)
+    for op, arch, fn, inputs, ref in cases:
         def run(check: bool, fn: Any = fn, inputs: tuple = inputs) -> float:
             t = time.perf_counter()
             if check:
@@ -166,39 +245,59 @@ def check_cost_library(repeat: int, only: str | None = None) -> None:
             else:
                 jax.block_until_ready(fn(*inputs))
             return time.perf_counter() - t
-        run(False)
-        run(True)
+        plain_out = jax.block_until_ready(fn(*inputs))
+        with sim.checking():
+            checked_out = jax.block_until_ready(fn(*inputs))
+        check_result(op, arch, plain_out, ref, inputs)
+        for x, y in zip(jax.tree_util.tree_leaves(plain_out), jax.tree_util.tree_leaves(checked_out)):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=f"{op} {arch}: checked != plain")
         plain, checked = [], []
         for _ in range(repeat):
             plain.append(run(False))
             checked.append(run(True))
         p, c = min(plain), min(checked)
         print(f"| {op} | {arch} | {p:.3f} | {c:.3f} | {c / p:.2f} |")
+    print(f"self-check: part 3: {len(cases)} library calls match their jnp formulas, checked equal to plain")
 
 
 def _shape(text: str) -> tuple[int, int, int]:
+    """``"MxNxK"`` as ``(M, N, K)``."""
     m, n, k = (int(v) for v in text.lower().split("x"))
     return m, n, k
 
 
-def main() -> None:
-    """Run the three parts."""
+def main(argv: list[str] | None = None) -> None:
+    """Run the three parts (``--smoke``: softmax only, one small GEMM, one repeat)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--shapes", type=_shape, nargs="*", default=[(256, 256, 512), (512, 512, 512)],
-                    help="GEMM shapes MxNxK for part 2")
+    ap.add_argument("--repeat", type=int, default=None, help="launches per figure, the best counts (default 3)")
+    ap.add_argument("--shapes", type=_shape, nargs="*", default=None,
+                    help="GEMM shapes MxNxK for part 2 (default 256x256x512 512x512x512; --smoke: 128x128x64)")
+    ap.add_argument("--rows", type=int, default=64,
+                    help="rows (of 1024) of the library's norms, softmax and SwiGLU in parts 1 and 3 (default 64)")
+    ap.add_argument("--softmax-rows", type=int, nargs="*", default=None,
+                    help="rows of examples/softmax.py for part 2 (default 64 4096; --smoke: 8)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI smoke run: --only softmax, --shapes 128x128x64, --softmax-rows 8, --repeat 1")
     ap.add_argument("--only", default=None, metavar="OP",
                     help="library ops whose name contains OP (parts 1 and 3), e.g. rms_norm")
     ap.add_argument("--skip-overhead", action="store_true")
     ap.add_argument("--skip-library", action="store_true")
     ap.add_argument("--skip-library-check", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.only = args.only or "softmax"
+    args.repeat = args.repeat or (1 if args.smoke else 3)
+    if args.shapes is None:
+        args.shapes = [(128, 128, 64)] if args.smoke else [(256, 256, 512), (512, 512, 512)]
+    if args.softmax_rows is None:
+        args.softmax_rows = [8] if args.smoke else [64, 4096]
     if not args.skip_library:
-        profile_library(args.only)
+        profile_library(args.only, args.rows)
     if not args.skip_overhead:
         overhead(args.shapes, args.repeat)
+        overhead_softmax(args.softmax_rows, args.repeat)
     if not args.skip_library_check:
-        check_cost_library(args.repeat, args.only)
+        check_cost_library(args.repeat, args.only, args.rows)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@ launches of the same grids.
    a one-shot multimem all-reduce.
 
     python benchmarks/system_speed.py [--repeat 5]
+    python benchmarks/system_speed.py --smoke     # CI: 1 CTA a grid, 20 iterations, one repeat
+
+Checked (``self-check:`` lines): every scaled vector against the same
+float32 recurrence in numpy, and both collectives against numpy.
 """
 
 from __future__ import annotations
@@ -51,8 +55,19 @@ LOOP:
 """
 
 
+def expected(launches: int, iterations: int, n: int) -> np.ndarray:
+    """``n`` zeros after ``launches`` launches of ``iterations`` steps of
+    ``x = x * 0.5 + 1`` in float32 (the halving is exact, so the fma rounds
+    once, like numpy's add)."""
+    x = np.float32(0.0)
+    for _ in range(launches * iterations):
+        x = np.float32(x * np.float32(0.5) + np.float32(1.0))
+    return np.full(n, x, np.float32)
+
+
 def independent(repeat: int, iterations: int = 300, ctas: int = 4) -> None:
-    """Table 1: a node launch of 8 independent grids against 8 lone launches."""
+    """Table 1: a node launch of 8 independent grids against 8 lone launches,
+    every vector checked afterwards."""
     from jaxptx import sim
 
     node = sim.System(DEVICES)
@@ -75,6 +90,14 @@ def independent(repeat: int, iterations: int = 300, ctas: int = 4) -> None:
                     ("8 launches on the node's devices", apart), ("8 launches on 8 lone sim.Device", alone)):
         print(f"| {what:<37} | {t:7.3f} | {t / (DEVICES * steps) * 1e6:9.1f} us  |")
     print(f"ratio node launch / 8 lone launches: {together / alone:.2f}")
+    n = ctas * 128
+    like = np.zeros(n, np.float32)
+    node_want, lone_want = expected(2 * (repeat + 1), iterations, n), expected(repeat + 1, iterations, n)
+    for d, a in zip(node.devices, on_node):
+        np.testing.assert_array_equal(d.from_device(a, like=like), node_want, err_msg=f"node device {d.index}")
+    for i, (d, a) in enumerate(zip(lone, on_lone)):
+        np.testing.assert_array_equal(d.from_device(a, like=like), lone_want, err_msg=f"lone device {i}")
+    print("self-check: every device's vector equals the float32 recurrence in numpy")
 
 
 def collectives(repeat: int) -> None:
@@ -88,22 +111,37 @@ def collectives(repeat: int) -> None:
     x = rng.standard_normal((DEVICES, DEVICES * THREADS)).astype(np.float32)
 
     def fresh() -> System:
+        """A node of 8 with peer access on."""
         node = System(DEVICES)
         node.enable_peer_access()
         return node
-    gather = min(wall_times(lambda: run_allgather(fresh(), chunks), repeat))
-    reduce = min(wall_times(lambda: run_allreduce(fresh(), x), repeat))
+    gathered: list = []
+    reduced: list = []
+    gather = min(wall_times(lambda: gathered.append(run_allgather(fresh(), chunks)), repeat))
+    reduce = min(wall_times(lambda: reduced.append(run_allreduce(fresh(), x)), repeat))
+    want = x[0].copy()
+    for part in x[1:]:                  # the device order multimem.ld_reduce sums in
+        want += part
+    assert all(np.array_equal(g, chunks) for g in gathered[-1]), "ring all-gather: does not match numpy"
+    assert all(np.array_equal(r, want) for r in reduced[-1]), "one-shot all-reduce: does not match numpy"
     print(f"\nexamples/node_allgather.py on {DEVICES} devices ({THREADS} threads each), best of {repeat}")
     print(f"| ring all-gather (7 flag hand-offs)   | {gather:7.3f} s |")
     print(f"| one-shot multimem all-reduce         | {reduce:7.3f} s |")
+    print("self-check: the all-gather and the all-reduce match numpy on every device")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Run both tables (``--smoke``: 1 CTA a grid, 20 iterations, one repeat)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
-    independent(args.repeat)
-    collectives(args.repeat)
+    parser.add_argument("--repeat", type=int, default=None, help="runs per figure, the best counts (default 5)")
+    parser.add_argument("--smoke", action="store_true", help="CI smoke run: 1 CTA a grid, 20 iterations, one repeat")
+    args = parser.parse_args(argv)
+    repeat = args.repeat or (1 if args.smoke else 5)
+    if args.smoke:
+        independent(repeat, iterations=20, ctas=1)
+    else:
+        independent(repeat)
+    collectives(repeat)
 
 
 if __name__ == "__main__":

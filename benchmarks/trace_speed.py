@@ -7,6 +7,10 @@ run and the ratio is printed. Each figure is the best of ``--repeat`` fresh
 traces (a new kernel object each time, so no cache is hit).
 
     python benchmarks/trace_speed.py [--sizes 1000 10000 50000] [--repeat 3]
+    python benchmarks/trace_speed.py --smoke     # CI: 200 instructions, one trace each
+
+Each emitted text is checked: it holds the ``n / 2`` adds and ``n / 2``
+fmas (``self-check:`` lines). Without pyptx its column says so.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ def jaxptx_builder(n: int) -> Callable[[], str]:
     from jaxptx import kernel, ptx, reg
     from jaxptx.types import f32
 
-    def body():
+    def body() -> None:
         a = reg.scalar(f32)
         b = reg.scalar(f32)
         for i in range(n // 2):
@@ -40,7 +44,7 @@ def pyptx_builder(n: int) -> Callable[[], str] | None:
     except ImportError:
         return None
 
-    def bench():
+    def bench() -> None:
         a = reg.scalar(f32)
         b = reg.scalar(f32)
         for i in range(n // 2):
@@ -61,24 +65,37 @@ def best_of(fn: Callable[[], str], repeat: int) -> tuple[float, str]:
     return best, out
 
 
-def main() -> None:
-    """Print the table."""
+def check_text(text: str, n: int, tool: str) -> None:
+    """Raise AssertionError unless ``text`` holds ``n // 2`` adds and ``n // 2`` fmas."""
+    adds, fmas = text.count("add.f32"), text.count("fma.rn.f32")
+    assert adds == n // 2 and fmas == n // 2, f"{tool}: {adds} add.f32 and {fmas} fma.rn.f32, want {n // 2} each"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the table (``--smoke``: 200 instructions, one trace)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 50000])
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
+    ap.add_argument("--sizes", type=int, nargs="+", default=None,
+                    help="instructions per kernel (default 1000 10000 50000; --smoke: 200)")
+    ap.add_argument("--repeat", type=int, default=None, help="traces per figure, the best counts (default 3)")
+    ap.add_argument("--smoke", action="store_true", help="CI smoke run: 200 instructions, one trace")
+    args = ap.parse_args(argv)
+    args.sizes = args.sizes or ([200] if args.smoke else [1000, 10000, 50000])
+    args.repeat = args.repeat or (1 if args.smoke else 3)
     print(f"{'instructions':>12} {'jaxptx ms':>10} {'µs/inst':>8} {'pyptx ms':>10} {'µs/inst':>8} {'pyptx/jaxptx':>12}")
     for n in args.sizes:
         t_j, text = best_of(jaxptx_builder(n), args.repeat)
-        assert text.count("add.f32") == n // 2
+        check_text(text, n, "jaxptx")
         row = f"{n:>12} {t_j * 1e3:>10.1f} {t_j / n * 1e6:>8.2f}"
         p = pyptx_builder(n)
         if p is None:
             row += f" {'(pyptx not installed)':>32}"
         else:
-            t_p, _ = best_of(p, args.repeat)
+            t_p, p_text = best_of(p, args.repeat)
+            check_text(p_text, n, "pyptx")
             row += f" {t_p * 1e3:>10.1f} {t_p / n * 1e6:>8.2f} {t_p / t_j:>12.2f}"
         print(row, flush=True)
+    print(f"self-check: every emitted kernel holds its adds and fmas "
+          f"({'jaxptx and pyptx' if pyptx_builder(0) else 'jaxptx; pyptx not installed, its column skipped'})")
 
 
 if __name__ == "__main__":
