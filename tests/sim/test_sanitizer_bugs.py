@@ -2,9 +2,9 @@
 names its line (and the other access's), and every correct twin, which
 differs from its bug by the fix only, runs clean under ``check=True`` with
 the right numbers. ptxas accepts every kernel. The cases are in
-:mod:`sanitizer_cases_races`, ``_checks``, ``_copies``, ``_mma`` and ``_cells``; the
-sanitizer's known misses and false alarms are strict xfails (they turn red
-when fixed).
+:mod:`sanitizer_cases_races`, ``_checks``, ``_global``, ``_copies``, ``_mma``
+and ``_cells``; the sanitizer's known misses and false alarms are strict
+xfails (they turn red when fixed).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from sanitizer_cases import Case, kernel_text, marked_line, marked_lines
 from sanitizer_cases_cells import CASES as CELLS
 from sanitizer_cases_checks import CASES as CHECKS
 from sanitizer_cases_copies import CASES as COPIES
+from sanitizer_cases_global import CASES as GLOBAL
 from sanitizer_cases_mma import CASES as MMA
 from sanitizer_cases_races import CASES as RACES
 
@@ -28,7 +29,7 @@ from jaxptx.sim import SanitizerError, SimError
 from jaxptx.sim.core.sanitizer import values
 from jaxptx.types import u32
 
-CASES = RACES + CHECKS + COPIES + MMA + CELLS
+CASES = RACES + CHECKS + GLOBAL + COPIES + MMA + CELLS
 IDS = [re.sub(r"[^a-z0-9]+", "-", c.name.lower()).strip("-") for c in CASES]
 
 
@@ -125,12 +126,15 @@ def test_coarse_shadow_cells_find_what_byte_cells_find(case: Case, monkeypatch) 
     assert fine == coarse
 
 
-def test_reads_of_an_unwritten_buffer_are_recorded_whatever_their_volume(monkeypatch) -> None:
+@pytest.mark.parametrize("name", ["global memory: a CTA overwrites an input",
+                                  "global memory: a warp overwrites a word another warp read"])
+def test_reads_of_an_unwritten_buffer_are_recorded_whatever_their_volume(monkeypatch, name: str) -> None:
     """Plain reads of a global buffer nothing has written are kept aside and
     recorded when it is first written, or once they pass a size: a race
-    with the write is found either way."""
+    with the write (by another CTA, or another warp of the reader's CTA) is
+    found either way."""
     from jaxptx.sim.core.sanitizer import memory
-    case = next(c for c in CASES if c.name.startswith("global memory: a CTA overwrites an input"))
+    case = next(c for c in CASES if c.name.startswith(name))
     text = kernel_text(case, True)
     for limit in (1, memory.READ_LOG_BYTES):
         monkeypatch.setattr(memory, "READ_LOG_BYTES", limit)
@@ -154,6 +158,50 @@ def test_same_value_stores_are_reported_only_in_strict_mode() -> None:
                                              rf"conflicts with the write at PTX line {line}\b"):
         _launch(case, text, "strict")
     assert _launch(case, kernel_text(case, False), "strict")[2] is None    # the fix: one thread stores
+
+
+@pytest.mark.parametrize("body", [
+    "    [[||@%p1 ]]st.global.u32 [%rd1], 5;     //@L\n",           # every thread, one instruction
+    next(c for c in GLOBAL if c.mode == "strict").body,               # two warps, two instructions
+], ids=["one-instruction", "two-warps"])
+def test_same_value_global_stores_within_a_cta_are_reported_only_in_strict_mode(body: str) -> None:
+    """Threads of one CTA storing the same value to one global word: clean
+    under check=True and "all" with the right result; a race naming the
+    word under check="strict"."""
+    case = Case("same value", body, "race", lambda inp, g, b: np.r_[5, np.zeros(63)].astype(np.uint32))
+    text = kernel_text(case, True)
+    line = marked_line(text, "//@L")
+    out, inp, result = _launch(case, text, True)
+    assert result is None
+    np.testing.assert_array_equal(out, case.expect(inp, case.grid, case.block))
+    assert _launch(case, text, "all")[2] == []
+    with pytest.raises(SanitizerError, match=rf"global-memory race within a CTA: write of offset 0x0 of "
+                                             rf"parameter 'out' at PTX line {line}\b.*conflicts with the write"):
+        _launch(case, text, "strict")
+
+
+def test_global_memory_kept_apart_per_cta_still_races_between_ctas() -> None:
+    """Two CTAs, each of whose warps store to one word then read it after
+    bar.sync: clean within each CTA; the word shared by both CTAs is a race
+    between CTAs, not within one."""
+    body = """
+    setp.eq.u32 %p2, %r1, 32;
+    @%p1 st.global.u32 [%rd6], 1;
+    bar.sync 0;
+    @%p2 st.global.u32 [%rd6], 2;               //@L
+    bar.sync 0;
+    ld.global.u32 %r13, [%rd6];
+    st.global.u32 [%rd4+256], %r13;
+"""
+    per_cta = "    mul.wide.u32 %rd6, %r2, 4;\n    add.u64 %rd6, %rd1, %rd6;\n"
+    case = Case("per CTA", per_cta + body, "race", None, grid=2, words=256)
+    out, _, _ = _launch(case, kernel_text(case, True), True)
+    np.testing.assert_array_equal(out[:2], [2, 2])
+    np.testing.assert_array_equal(out[64:192], 2)
+    shared = Case("one word", "    mov.u64 %rd6, %rd1;\n" + body, "race", None, grid=2, words=256)
+    text = kernel_text(shared, True)
+    with pytest.raises(SanitizerError, match=rf"race between CTAs: write at PTX line {marked_line(text, '//@L')}\b"):
+        _launch(shared, text, True)
 
 
 # --- check="all" ------------------------------------------------------------------------------

@@ -1,16 +1,22 @@
 """The sanitizer of ``launch(..., check=...)``: a happens-before checker.
 
-It watches every register read and write, every shared-memory access (by
-threads and by the async proxy: TMA, bulk copies, ``wgmma``,
-``tcgen05.mma``) and every synchronisation, and reports:
+It watches every register read and write, every memory access (by
+threads, and in shared memory by the async proxy too: TMA, bulk copies,
+``wgmma``, ``tcgen05.mma``) and every synchronisation, and reports:
 
-- **races**: two accesses to a shared byte by different threads, at least
-  one a write, that nothing orders (:mod:`.clocks` says what orders what:
-  barriers among their participants only, ``bar.arrive`` as a release,
+- **races**: two accesses to a byte of shared or global memory by
+  different threads, at least one a write and not both atomic or strong
+  (``.relaxed``/``.acquire``/``.release``/``.volatile``), that nothing
+  orders. Within a CTA, :mod:`.clocks` says what orders what: barriers
+  among their participants only, ``bar.arrive`` as a release,
   ``bar.warp.sync``, mbarrier arrive → phase completion → ``try_wait``,
-  ``cp.async.wait_group``, ``wgmma.wait_group``, ``tcgen05.commit``).
-  Several threads storing the *same* value is a race only in
-  ``check="strict"`` (compilers emit such stores on purpose);
+  ``cp.async.wait_group``, ``wgmma.wait_group``, ``tcgen05.commit``,
+  release/acquire through a memory location (and fences with strong
+  accesses). Between CTAs, in global memory, only a gpu-scope fence or
+  release by the earlier access's CTA since may order it (:mod:`.memory`);
+  in distributed shared memory, ``barrier.cluster``. Several threads
+  storing the *same* value is a race only in ``check="strict"`` (compilers
+  emit such stores on purpose);
 - **async data used too early**: reading a ``cp.async`` destination before
   ``cp.async.wait_group``, a TMA destination before its mbarrier phase is
   observed, ``wgmma`` accumulators before ``wgmma.wait_group``,
@@ -28,8 +34,9 @@ Python line, CTA and thread) and what ordering was missing. ``check=True``
 (or ``"strict"``) raises :class:`SanitizerError` at the first finding;
 ``check="all"`` collects every distinct finding and the launch returns
 them. Lanes are ordered by program order within a thread only; reads are
-remembered per (byte, warp): the last reading lane of each warp. The
-shadows keep one record per cell of up to 16 bytes while every access
+remembered per (byte, warp): the last reading lane of each warp (in shared
+memory and in each global buffer alike: :class:`.shadow.CellRecords`).
+The shadows keep one record per cell of up to 16 bytes while every access
 covers whole cells, and split them at the first that does not
 (:data:`.values.GRAIN`): the findings are those of per-byte records.
 """
@@ -43,6 +50,8 @@ import numpy as np
 from ..observers import ATOMIC, LOAD, STORE, Observer
 from .asyncs import AsyncChecks
 from .clocks import Clocks
+from .global_shadow import GlobalShadow
+from .locations import LocationChecks
 from .memory import MemoryChecks
 from .registers import RegisterChecks
 from .report import Finding, Reporting, SanitizerError
@@ -56,7 +65,8 @@ __all__ = ["Sanitizer", "SanitizerError", "Finding", "MODES"]
 MODES = (True, "strict", "all")
 
 
-class Sanitizer(Reporting, RegisterChecks, SharedChecks, MemoryChecks, AsyncChecks, SyncChecks, Observer):
+class Sanitizer(Reporting, RegisterChecks, SharedChecks, MemoryChecks, LocationChecks, AsyncChecks, SyncChecks,
+                Observer):
     """The shadow state of one launch and the checks on it (each family of
     checks in its own module): an :class:`..observers.Observer` of the
     launch's events."""
@@ -86,8 +96,7 @@ class Sanitizer(Reporting, RegisterChecks, SharedChecks, MemoryChecks, AsyncChec
         self.location_clocks: dict[tuple, np.ndarray] = {}
         self.pending_acquire: dict[int, tuple] = {}
         self.fenced_threads = np.zeros(machine.nthreads, dtype=bool)
-        self._global_shadow: dict[int, tuple[np.ndarray, ...]] = {}
-        self._global_scratch: dict[int, np.ndarray] = {}
+        self._global_shadow: dict[int, GlobalShadow] = {}
         self._global_grain: dict[int, int] = {}     # bytes per shadow cell, per global buffer
         # plain reads of global buffers nothing has written yet (see memory.py)
         self._read_log: dict[int, list[tuple]] = {k: [] for k in range(len(memory.globals))}

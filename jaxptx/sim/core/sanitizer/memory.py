@@ -1,11 +1,13 @@
-"""The sanitizer's checks of local and global memory, and release/acquire
-orderings through memory locations."""
+"""The sanitizer's checks of local memory (reads of bytes never written) and
+global memory: races between CTAs and between threads of one CTA (the
+records are described in :mod:`.global_shadow`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .values import (as_cells, bytes_of, cells, differ, fitting_grain, grain_of, orders_ctas, pack_at, repeated,
+from .global_shadow import GlobalShadow
+from .values import (as_cells, bytes_of, cells, differ, first_differing_byte, fitting_grain, grain_of, pack_at,
                      unpack_at)
 
 __all__ = ["MemoryChecks", "READ_LOG_BYTES"]
@@ -16,119 +18,107 @@ __all__ = ["MemoryChecks", "READ_LOG_BYTES"]
 READ_LOG_BYTES = 1 << 24
 
 
+class GlobalAccess:
+    """One access of a global buffer, cell by cell (``th``: the accessing
+    thread of each cell; ``new``: what a store writes, per cell): what the
+    checks of :class:`MemoryChecks` share. ``scoped``: a ``.cta``-scoped
+    strong access (plain between CTAs)."""
+
+    __slots__ = ("_old", "atomic", "buf", "cta", "idx", "key", "new", "r", "scoped", "shadow", "strong", "th", "tid",
+                 "w", "write")
+
+    def __init__(self, key: int, buf: np.ndarray, shadow: GlobalShadow, idx: np.ndarray, th: np.ndarray,
+                 ntid: int, new: np.ndarray | None, write: bool, atomic: bool, strong: bool, scoped: bool) -> None:
+        self.key, self.buf, self.shadow, self.idx, self.th, self.new = key, buf, shadow, idx, th, new
+        self.cta = (th // ntid).astype(np.int32)
+        self.tid = th % ntid
+        self.write, self.atomic, self.strong, self.scoped = write, atomic, strong, scoped
+        self.w: np.ndarray | None = None      # each cell's last writing CTA, once gathered
+        self.r: np.ndarray | None = None      # ... and reading CTA(s)
+        self._old: np.ndarray | None = None
+
+    def old(self) -> np.ndarray:
+        """The cells' contents before a store (as :func:`.values.as_cells`)."""
+        if self._old is None:
+            self._old = as_cells(self.buf, self.shadow.grain)[self.idx]
+        return self._old
+
+    def kind(self) -> str:
+        """How a finding names this access."""
+        return "atomic on" if self.atomic else "strong access to" if self.strong else \
+            "write of" if self.write else "read of"
+
+
 class MemoryChecks:
-    """Mixed into :class:`Sanitizer`: local and global memory, and release/acquire orderings through memory locations."""
+    """Mixed into :class:`Sanitizer`: local and global memory."""
 
     def other_access(self, buf: np.ndarray, off: np.ndarray, threads: np.ndarray, width: int,
                      write: bool, atomic: bool = False, values: np.ndarray | None = None) -> None:
         """Local memory (reads of bytes never written) and global memory
-        (conflicting accesses from different CTAs) for ``threads``."""
+        (conflicting accesses nothing orders, by threads of different CTAs
+        or of one CTA) for ``threads``."""
         off = np.asarray(off, dtype=np.int64)
         if buf is self.m.memory.local:
-            idx = (off[:, None] + np.arange(width)).ravel()
-            if write:
-                self.local_init[idx] = True
-            elif not self.local_init[idx].all():
-                k = int(np.argmax(~self.local_init[idx])) // width
-                self.report("uninitialised", f"read of uninitialised local memory at {self.at(int(threads[k]))}",
-                            self.line(self.pc))
+            self._local_access(off, threads, width, write)
             return
         key = self._globals.get(id(buf))
         if key is None:
             return
+        th = np.asarray(threads, dtype=np.int64)
         strong, release, acquire = self._semantics()
-        if atomic or strong:
-            self._location_sync(off, np.asarray(threads, dtype=np.int64), key + 1, write or atomic,
-                                not write or atomic, release, acquire)
-        log = self._read_log.get(key)
-        if log is not None:
-            plain_read = not (write or atomic or strong)
-            if plain_read:
-                # Nothing but plain reads of this buffer so far: nothing to
-                # conflict with. They are recorded when it is first written.
-                log.append((off.copy(), np.asarray(threads, dtype=np.int64).copy(), width, self.pc,
-                            self.fence_epoch.copy()))
-                self._logged[key] += len(off) * width
-                if self._logged[key] < READ_LOG_BYTES:
-                    return
-            del self._read_log[key]
-            for off_, threads_, width_, pc, epochs in log:
-                logged = self._global_cells(key, off_, width_)
-                self._record_global_reads(key, logged, np.repeat(threads_, width_ // self._global_grain[key]),
-                                          pc, epochs)
-            if plain_read:
-                return
+        strong = strong or atomic
+        if strong:
+            self._location_sync(off, th, key + 1, write or atomic, not write or atomic, release, acquire)
+        if key in self._read_log and self._log_read(key, off, th, width, plain=not (write or strong)):
+            return
+        a = self._global_access(key, buf, off, th, width, write, atomic, strong, values)
+        if strong and not a.scoped:
+            self._strong_between_ctas(a)
+        else:
+            self._plain_between_ctas(a)
+        self._within_cta(a)
+        self._record_global(a)
+
+    def _local_access(self, off: np.ndarray, threads: np.ndarray, width: int, write: bool) -> None:
+        """Local memory: a read of bytes the thread never wrote."""
+        idx = (off[:, None] + np.arange(width)).ravel()
+        if write:
+            self.local_init[idx] = True
+        elif not self.local_init[idx].all():
+            k = int(np.argmax(~self.local_init[idx])) // width
+            self.report("uninitialised", f"read of uninitialised local memory at {self.at(int(threads[k]))}",
+                        self.line(self.pc))
+
+    def _log_read(self, key: int, off: np.ndarray, th: np.ndarray, width: int, plain: bool) -> bool:
+        """Plain reads of a buffer with nothing but plain reads so far have
+        nothing to conflict with: they are kept as they came (with the
+        readers' clocks), and recorded at the buffer's first other access
+        or once they pass :data:`READ_LOG_BYTES`. Returns whether this
+        access is done with (kept, or recorded with the rest)."""
+        log = self._read_log[key]
+        if plain:
+            log.append((off.copy(), th.copy(), width, self.pc, self.fence_epoch.copy(), self.clocks.own(th)))
+            self._logged[key] += len(off) * width
+            if self._logged[key] < READ_LOG_BYTES:
+                return True
+        del self._read_log[key]
+        for off_, th_, width_, pc, epochs, stamps in log:
+            idx = self._global_cells(key, off_, width_)
+            per = width_ // self._global_grain[key]
+            self._record_global_reads(self._global_records(key), idx, np.repeat(th_, per), pc, epochs,
+                                      np.repeat(stamps, per))
+        return plain
+
+    def _global_access(self, key: int, buf: np.ndarray, off: np.ndarray, th: np.ndarray, width: int,
+                       write: bool, atomic: bool, strong: bool, values: np.ndarray | None) -> GlobalAccess:
+        """The access cell by cell, with the buffer's records."""
         idx = self._global_cells(key, off, width)
         grain = self._global_grain[key]
-        writer, reader, w_at, r_at, strong_cta, s_at, w_epoch, r_epoch = \
-            self._global_records(key, strong=atomic or strong)
-        th = np.asarray(threads, dtype=np.int64)
         if width > grain:
             th = np.repeat(th, width // grain)
         new = None if values is None else as_cells(bytes_of(values, width), grain)
-        cta = (th // self.ntid).astype(np.int32)
-        w = writer[idx]
-        # Accesses a CTA published with a gpu-scope fence or release since
-        # may be ordered before another CTA's (through a flag): not a race.
-        w_open = (w >= 0) & (w != cta)
-        if w_epoch is not None:
-            w_open &= ~self._published(w, w_epoch[idx])
-        r_open = None
-        if write or atomic or strong:
-            r = reader[idx]
-            several = (r == -2) if not self.cta_sync else np.zeros(len(r), dtype=bool)   # readers not tracked one by one
-            r_open = several | ((r >= 0) & (r != cta))
-            if r_epoch is not None:
-                r_open &= ~self._published(r, r_epoch[idx]) | several
-        if (atomic or strong) and not self._cta_scoped():
-            plain = w_open.copy()
-            if write or atomic:
-                plain |= r_open
-            if plain.any():
-                k = int(np.argmax(plain))
-                at = w_at[idx[k]] if w[k] >= 0 and w[k] != cta[k] else r_at[idx[k]]
-                self._global_race("atomic" if atomic else "strong access", k, idx, th, at, "the plain access")
-            a = strong_cta[idx]
-            strong_cta[idx] = np.where((a == -1) | (a == cta), cta, -2)
-            s_at[idx] = pack_at(th, self.pc)
-            return
-        if strong_cta is not None:          # (kernels without strong accesses here keep no such record)
-            a = strong_cta[idx]
-            mixed = (a == -2) | ((a >= 0) & (a != cta))
-            if mixed.any():
-                k = int(np.argmax(mixed))
-                self._global_race("write" if write else "read", k, idx, th, s_at[idx[k]],
-                                  "the atomic or strong access")
-            if write:
-                strong_cta[idx] = -1
-        clash = w_open
-        if write and new is not None and not self.strict:
-            clash &= differ(as_cells(buf, grain)[idx], new)
-        if write and len(idx) > 1 and self._repeats(key, idx):   # CTAs storing to one byte at once
-            order = np.argsort(idx, kind="stable")
-            i, c = idx[order], cta[order]
-            dup = (i[1:] == i[:-1]) & (c[1:] != c[:-1])
-            if new is not None and not self.strict:
-                v = new[order]
-                dup &= differ(v[1:], v[:-1])
-            if dup.any():
-                j = int(np.argmax(dup))
-                first, second = int(order[j]), int(order[j + 1])
-                self._global_race("write", second, idx, th, int(pack_at(th[first], self.pc)), "the write")
-        if write:
-            if r_open.any() and not clash.any():
-                k = int(np.argmax(r_open))
-                self._global_race("write", k, idx, th, r_at[idx[k]], "a read")
-            writer[idx] = cta
-            reader[idx] = -1
-            w_at[idx] = pack_at(th, self.pc)
-            if w_epoch is not None:
-                w_epoch[idx] = self.fence_epoch[cta]
-        else:
-            self._record_global_reads(key, idx, th, self.pc, self.fence_epoch)
-        if clash.any():
-            k = int(np.argmax(clash))
-            self._global_race("write" if write else "read", k, idx, th, w_at[idx[k]], "the write")
+        return GlobalAccess(key, buf, self._global_records(key, strong), idx, th, self.ntid, new, write, atomic,
+                            strong, strong and self._cta_scoped())
 
     def _global_cells(self, key: int, offsets: np.ndarray, width: int) -> np.ndarray:
         """The shadow cells of global buffer ``key`` that ``width``-byte
@@ -141,51 +131,100 @@ class MemoryChecks:
         if fit < grain:
             shadow = self._global_shadow.get(key)
             if shadow is not None:
-                self._global_shadow[key] = tuple(None if a is None else np.repeat(a, grain // fit)
-                                                 for a in shadow)
-            self._global_scratch.pop(key, None)
+                shadow.split(fit)
             self._global_grain[key] = grain = fit
         return cells(offsets, width, grain)
 
-    def _global_records(self, key: int, strong: bool = False) -> tuple[np.ndarray | None, ...]:
-        """Global buffer ``key``'s per-cell records: the CTA of the last plain
-        write, of the plain reads since, of the strong (gpu-scope) accesses
-        since (-1: none, -2: several); thread << 20 | pc of each; the
-        writer's and the reader's gpu-fence epochs then. The strong records
-        are made at the first strong access (``strong``), the epochs only
-        in kernels with gpu-scope fences or releases (else None)."""
+    def _global_records(self, key: int, strong: bool = False) -> GlobalShadow:
+        """Global buffer ``key``'s records, made at its first recorded
+        access (the records of strong accesses at the first strong one)."""
         shadow = self._global_shadow.get(key)
-        n = len(self.m.memory.globals[key]) // self._global_grain[key]
         if shadow is None:
-            epochs = (np.zeros(n, np.int32), np.zeros(n, np.int32)) if self.cta_sync else (None, None)
-            shadow = self._global_shadow[key] = (np.full(n, -1, np.int32), np.full(n, -1, np.int32),
-                                                 np.zeros(n, np.int64), np.zeros(n, np.int64),
-                                                 None, None) + epochs
-        if strong and shadow[4] is None:
-            shadow = self._global_shadow[key] = shadow[:4] + (np.full(n, -1, np.int32),
-                                                              np.zeros(n, np.int64)) + shadow[6:]
+            grain = self._global_grain[key]
+            shadow = self._global_shadow[key] = GlobalShadow(len(self.m.memory.globals[key]) // grain, self.ntid,
+                                                             grain, epochs=self.cta_sync)
+        if strong:
+            shadow.strong_records()
         return shadow
 
-    def _repeats(self, key: int, idx: np.ndarray) -> bool:
-        """Whether a cell appears twice in ``idx`` (through a scratch array
-        per global buffer: two passes, not a sort)."""
-        scratch = self._global_scratch.get(key)
-        if scratch is None:
-            n = len(self.m.memory.globals[key]) // self._global_grain[key]
-            scratch = self._global_scratch[key] = np.zeros(n, dtype=np.int64)
-        return repeated(idx, scratch)
+    # between CTAs ---------------------------------------------------------------------------
+    def _unpublished(self, a: GlobalAccess) -> tuple[np.ndarray, np.ndarray | None]:
+        """Per cell, whether its last write and (for writes and strong
+        accesses) its reads are another CTA's, not published since: with no
+        gpu-scope fence or release by that CTA after them, which may order
+        them before this access through a flag."""
+        g, idx, cta = a.shadow, a.idx, a.cta
+        w = a.w = g.w_cta[idx]
+        w_open = (w >= 0) & (w != cta)
+        if g.w_epoch is not None:
+            w_open &= ~self._published(w, g.w_epoch[idx])
+        r_open = None
+        if a.write or a.strong:
+            r = a.r = g.r_cta[idx]
+            several = (r == -2) if not self.cta_sync else np.zeros(len(r), dtype=bool)   # readers not tracked one by one
+            r_open = several | ((r >= 0) & (r != cta))
+            if g.r_epoch is not None:
+                r_open &= ~self._published(r, g.r_epoch[idx]) | several
+        return w_open, r_open
 
-    def _record_global_reads(self, key: int, idx: np.ndarray, th: np.ndarray, pc: int,
-                             fence_epoch: np.ndarray) -> None:
-        """Record plain reads of cells ``idx`` of global buffer ``key`` by
-        ``th`` (at ``pc``, the CTAs' fence epochs then)."""
-        _, reader, _, r_at, _, _, _, r_epoch = self._global_records(key)
-        cta = (th // self.ntid).astype(np.int32)
-        r = reader[idx]
-        reader[idx] = np.where((r == -1) | (r == cta), cta, -2)
-        r_at[idx] = pack_at(th, pc)
-        if r_epoch is not None:
-            r_epoch[idx] = fence_epoch[cta]
+    def _strong_between_ctas(self, a: GlobalAccess) -> None:
+        """An atomic or gpu-scope strong access: it races with plain
+        accesses of other CTAs, not with their strong ones."""
+        w_open, r_open = self._unpublished(a)
+        plain = w_open | r_open if a.write or a.atomic else w_open
+        if plain.any():
+            k = int(np.argmax(plain))
+            at = a.shadow.w_at(a.idx[k]) if a.w[k] >= 0 and a.w[k] != a.cta[k] else int(a.shadow.r_at[a.idx[k]])
+            self._global_race("atomic" if a.atomic else "strong access", k, a.th, at, "the plain access")
+
+    def _plain_between_ctas(self, a: GlobalAccess) -> None:
+        """A plain access (or a ``.cta``-scoped strong one): it races with
+        other CTAs' accesses since their last publication, a read only with
+        writes and strong accesses."""
+        g, idx = a.shadow, a.idx
+        w_open, r_open = self._unpublished(a)
+        if g.s_cta is not None:
+            s = g.s_cta[idx]
+            mixed = (s == -2) | ((s >= 0) & (s != a.cta))
+            if mixed.any():
+                k = int(np.argmax(mixed))
+                self._global_race("write" if a.write else "read", k, a.th, int(g.s_at[idx[k]]),
+                                  "the atomic or strong access")
+        clash = w_open
+        if a.write and a.new is not None and not self.strict:
+            clash &= differ(a.old(), a.new)
+        if a.write:
+            self._same_step_writes(a)
+            if r_open.any() and not clash.any():
+                k = int(np.argmax(r_open))
+                self._global_race("write", k, a.th, int(g.r_at[idx[k]]), "a read")
+        if clash.any():
+            k = int(np.argmax(clash))
+            self._global_race("write" if a.write else "read", k, a.th, g.w_at(idx[k]), "the write")
+
+    def _same_step_writes(self, a: GlobalAccess) -> None:
+        """Threads storing to one cell in the same instruction (different
+        values, unless strict): CTAs racing first, then threads of one CTA
+        (not for ``.cta``-scoped strong stores: strong within the CTA)."""
+        idx = a.idx
+        if len(idx) < 2 or not a.shadow.repeats(idx):
+            return
+        order = np.argsort(idx, kind="stable")
+        i, t, c = idx[order], a.th[order], a.cta[order]
+        dup = (i[1:] == i[:-1]) & (t[1:] != t[:-1])
+        values_differ = a.new is not None and not self.strict
+        if values_differ:
+            v = a.new[order]
+            dup &= differ(v[1:], v[:-1])
+        across = dup & (c[1:] != c[:-1])
+        if across.any():
+            j = int(np.argmax(across))
+            self._global_race("write", int(order[j + 1]), a.th, int(pack_at(t[j], self.pc)), "the write")
+        within = dup & ~across
+        if within.any() and not a.scoped:
+            j = int(np.argmax(within))
+            byte = first_differing_byte(v[j], v[j + 1]) if values_differ else 0
+            self._cta_race(a, int(order[j + 1]), "write", int(t[j]), self.pc, byte)
 
     def _published(self, ctas: np.ndarray, epochs: np.ndarray) -> np.ndarray:
         """Whether each CTA has run a gpu-scope fence or release since the
@@ -195,81 +234,112 @@ class MemoryChecks:
             return np.zeros(len(ctas), dtype=bool)
         return self.fence_epoch[np.maximum(ctas, 0)] > epochs
 
-    def _global_race(self, kind: str, k: int, idx: np.ndarray, th: np.ndarray, at: int, other: str) -> None:
+    def _global_race(self, kind: str, k: int, th: np.ndarray, at: int, other: str) -> None:
         tid, pc = unpack_at(at)
         self.report("race", f"global-memory race between CTAs: {kind} at {self.at(int(th[k]))} conflicts with "
                     f"{other} at {self.line(pc)} by {self.who(tid)}: nothing orders accesses of different "
                     "CTAs (no gpu-scope fence or release by that CTA between them)",
                     self.line(self.pc), self.line(pc))
 
-    def _cta_scoped(self) -> bool:
-        """The executing strong access has ``.cta`` scope: it orders nothing,
-        and is not morally strong, between CTAs."""
-        code = self.m.program.code
-        ins = code[self.pc] if 0 <= self.pc < len(code) else None
-        return ins is not None and "cta" in ins.modifiers
+    # within a CTA ---------------------------------------------------------------------------
+    def _within_cta(self, a: GlobalAccess) -> None:
+        """Conflicts with accesses by other threads of the same CTA that
+        nothing orders before this one (:mod:`.clocks`): the last write
+        (for a store: unless it stores the same value, or strict); for
+        writes, the reads since; for plain accesses, the strong ones since.
+        Strong accesses do not race with each other."""
+        g, idx, th, tid, cta = a.shadow, a.idx, a.th, a.tid, a.cta
+        w = a.w if a.w is not None else g.w_cta[idx]
+        other = (w == cta) & (g.w_tid[idx] != tid)
+        if a.strong:
+            other &= ~g.w_atomic[idx]
+        elif a.write and a.new is not None and not self.strict and other.any():
+            other &= differ(a.old(), a.new)
+        if other.any():
+            sel = np.flatnonzero(other)
+            writer = g.w_tid[idx[sel]].astype(np.int64)
+            late = g.w_clock[idx[sel]] > self.clocks.knows(th[sel], writer)
+            if late.any():
+                k = int(sel[np.argmax(late)])
+                byte = first_differing_byte(a.old()[k], a.new[k]) if a.write and not a.strong \
+                    and a.new is not None and not self.strict else 0
+                self._cta_race(a, k, "write", int(cta[k]) * self.ntid + int(g.w_tid[idx[k]]),
+                               int(g.w_pc[idx[k]]), byte)
+        if (a.write or a.atomic) and g.reads.used:
+            r = a.r if a.r is not None else g.r_cta[idx]
+            self._unordered_in_cta(a, np.flatnonzero(r == cta), g.unordered_reads, g.reader, "read")
+        if not a.strong and g.a_cta is not None and g.atomics.used:
+            self._unordered_in_cta(a, np.flatnonzero(g.a_cta[idx] == cta), g.unordered_atomics,
+                                   g.atomic_access, "atomic or strong access")
 
-    def _semantics(self) -> tuple[bool, bool, bool]:
-        """(strong, release, acquire) of the executing memory instruction:
-        atomics and ``.relaxed``/``.volatile``/``.acquire``/``.release``
-        accesses are strong (they do not race with each other)."""
-        cached = self._sem_cache.get(self.pc)
-        if cached is None:
-            code = self.m.program.code
-            ins = code[self.pc] if 0 <= self.pc < len(code) else None
-            mods = set(ins.modifiers) if ins is not None else set()
-            release = bool(mods & {"release", "acq_rel"})
-            acquire = bool(mods & {"acquire", "acq_rel"})
-            strong = (ins is not None and ins.opcode in ("atom", "red")) or release or acquire \
-                or bool(mods & {"relaxed", "volatile"})
-            cached = self._sem_cache[self.pc] = (strong, release, acquire)
-        return cached
+    def _unordered_in_cta(self, a: GlobalAccess, sel: np.ndarray, unordered, access, other_kind: str) -> None:
+        """Report the first of cells ``sel`` whose slot records (reads or
+        strong accesses: ``unordered`` finds them, ``access`` names one)
+        hold an access by another thread this one does not come after."""
+        if len(sel) == 0:
+            return
+        th = a.th[sel]
+        slot = unordered(a.idx[sel], a.tid[sel], lambda rows, lanes: self.clocks.knows(th[rows], lanes))
+        if (slot >= 0).any():
+            j = int(np.argmax(slot >= 0))
+            k = int(sel[j])
+            lane, pc = access(int(a.idx[k]), int(slot[j]))
+            self._cta_race(a, k, other_kind, int(a.cta[k]) * self.ntid + lane, pc)
 
-    def _location_sync(self, offsets: np.ndarray, threads: np.ndarray, space: int, writes: bool,
-                       reads: bool, release: bool, acquire: bool) -> None:
-        """Orderings through one memory location, per CTA: a release store
-        (or any strong store after a fence) publishes the thread's clock
-        there; an acquire load joins it (a relaxed load does when a fence
-        follows it). ``space``: 0 shared, k + 1 global buffer k."""
-        offsets = np.asarray(offsets, dtype=np.int64)
-        cta = threads // self.ntid
-        pairs = np.stack([cta, offsets], axis=1)
-        for c, off in (np.unique(pairs, axis=0) if len(pairs) > 1 else pairs).tolist():
-            mine = threads[(cta == c) & (offsets == off)]
-            key = (c, space, off)
-            if writes and release and not self._cta_scoped():
-                self.fence_epoch[c] += 1            # a gpu-scope release publishes the CTA's accesses
-            if writes:
-                publish = mine if release else mine[self.fenced_threads[mine]]
-                if len(publish):
-                    held = self.location_clocks.get(key)
-                    joined = self.clocks.vc[publish].max(axis=0)
-                    self.location_clocks[key] = joined if held is None else np.maximum(held, joined[:len(held)])
-                    self.clocks._tick(publish)
-                    self.fenced_threads[publish] = False
-            if reads:
-                if acquire:
-                    self._acquire_location(mine, key)
-                else:
-                    for t in mine.tolist():
-                        self.pending_acquire[t] = key
+    def _cta_race(self, a: GlobalAccess, k: int, other_kind: str, other_thread: int, other_pc: int,
+                  within: int = 0) -> None:
+        """Report a race within a CTA at cell ``k`` of the access (its byte ``within``)."""
+        name = self.m.memory.names.get(a.key)
+        where = f"offset {int(a.idx[k]) * a.shadow.grain + within:#x}" + (f" of {name}" if name else "")
+        self.report("race", f"global-memory race within a CTA: {a.kind()} {where} at {self.at(int(a.th[k]))} "
+                    f"conflicts with the {other_kind} at {self.line(other_pc)} by {self.who(other_thread)}: "
+                    "no barrier, mbarrier or release/acquire orders them", self.line(self.pc), self.line(other_pc))
 
-    def _acquire_location(self, threads: np.ndarray, key: tuple) -> None:
-        held = self.location_clocks.get(key)
-        if held is not None:
-            width = min(len(held), self.clocks.vc.shape[1])
-            self.clocks.vc[threads, :width] = np.maximum(self.clocks.vc[threads, :width], held[:width])
+    # recording ------------------------------------------------------------------------------
+    def _record_global(self, a: GlobalAccess) -> None:
+        """Record the access: a gpu-scope strong one with the strong
+        accesses; a write (plain or ``.cta``-scoped strong) as the last
+        write, forgetting the reads and strong accesses before it; a read
+        with the reads."""
+        g, idx, cta = a.shadow, a.idx, a.cta
+        if a.strong and not a.scoped:
+            s = g.s_cta[idx]
+            g.s_cta[idx] = np.where((s == -1) | (s == cta), cta, -2)
+            g.s_at[idx] = pack_at(a.th, self.pc)
+            self._record_strong_in_cta(g, idx, a.th, self.clocks.own(a.th))
+        elif a.write:
+            if g.s_cta is not None:
+                g.s_cta[idx] = -1
+                g.a_cta[idx] = -1
+            g.w_cta[idx] = cta
+            g.r_cta[idx] = -1
+            if g.w_epoch is not None:
+                g.w_epoch[idx] = self.fence_epoch[cta]
+            g.record_write(idx, a.tid, self.clocks.own(a.th), self.pc, strong=a.strong)
+        else:
+            self._record_global_reads(g, idx, a.th, self.pc, self.fence_epoch, self.clocks.own(a.th),
+                                      self._knows(a.th), strong=a.strong)
 
-    def fence(self, threads: np.ndarray) -> None:
-        """``fence``/``membar``: relaxed loads before it acquire, strong
-        stores after it release (the fence-atomic patterns of the memory
-        model)."""
-        code = self.m.program.code
-        ins = code[self.pc] if 0 <= self.pc < len(code) else None
-        if ins is not None and orders_ctas(ins):
-            np.add.at(self.fence_epoch, np.unique(threads // self.ntid), 1)
-        for t in threads.tolist():
-            key = self.pending_acquire.pop(t, None)
-            if key is not None:
-                self._acquire_location(np.array([t]), key)
-        self.fenced_threads[threads] = True
+    def _record_global_reads(self, g: GlobalShadow, idx: np.ndarray, th: np.ndarray, pc: int,
+                             fence_epoch: np.ndarray, stamps: np.ndarray, knows=None, strong: bool = False) -> None:
+        """Record reads of cells ``idx`` by ``th`` (at ``pc``, stamped
+        ``stamps``, the CTAs' fence epochs then; ``knows``: the readers'
+        clocks now, None for reads recorded late: see :meth:`._log_read`).
+        A ``.cta``-scoped strong read is a read between CTAs and a strong
+        access within its CTA."""
+        cta = (th // self.ntid).astype(np.int32)
+        r = g.r_cta[idx]
+        g.r_cta[idx] = np.where((r == -1) | (r == cta), cta, -2)
+        g.r_at[idx] = pack_at(th, pc)
+        if g.r_epoch is not None:
+            g.r_epoch[idx] = fence_epoch[cta]
+        if strong:
+            self._record_strong_in_cta(g, idx, th, stamps)
+        else:
+            g.record_read(idx, th % self.ntid, stamps, pc, knows)
+
+    def _record_strong_in_cta(self, g: GlobalShadow, idx: np.ndarray, th: np.ndarray, stamps: np.ndarray) -> None:
+        cta = (th // self.ntid).astype(np.int32)
+        s = g.a_cta[idx]
+        g.a_cta[idx] = np.where((s == -1) | (s == cta), cta, -2)
+        g.record_atomic(idx, th % self.ntid, stamps, self.pc)

@@ -147,37 +147,26 @@ def pack(lane, stamp, pc) -> np.ndarray:
         | (np.asarray(lane, dtype=np.int64) + 1)
 
 
-class SharedShadow:
-    """The per-cell state of a launch's shared memory (all CTAs)."""
+class CellRecords:
+    """Which thread of a CTA last wrote, read and atomically accessed each
+    cell, and when: the records that happens-before is checked against
+    (:class:`SharedShadow` for shared memory; ``GlobalShadow`` of
+    :mod:`.global_shadow` per global buffer). Threads are CTA-local: the
+    holder knows which CTA a cell's records belong to."""
 
-    def __init__(self, nctas: int, size: int, ntid: int) -> None:
-        self.grain = grain_of(size)
-        self.size = size                        # bytes per CTA
-        n = nctas * self.cells
+    def __init__(self, n: int, ntid: int, grain: int) -> None:
+        self.grain = grain
         self.warps = max(1, (ntid + 31) // 32)
-        self.init = np.zeros(n, dtype=bool)
         self.w_tid = np.full(n, -1, dtype=np.int32)
         self.w_clock = np.zeros(n, dtype=np.int32)
         self.w_pc = np.full(n, -1, dtype=np.int32)
-        self.w_atomic = np.zeros(n, dtype=bool)
-        self.fenced = np.zeros(n, dtype=bool)
-        self.flying = np.zeros(n, dtype=np.int16)      # async reads not yet waited for
-        self.mark = np.zeros(n, dtype=bool)            # scratch for set membership (kept all False)
-        self.who = np.zeros(n, dtype=np.int64)         # scratch: the writer of each marked byte
-        self.seen = np.zeros(n, dtype=np.int64)        # scratch for as_range()
-        self.pend = np.zeros(n, dtype=np.int8)
-        self.pend_key = np.zeros(n, dtype=np.int64)    # cp.async: global thread; TMA: mbarrier word
-        self.pend_seq = np.zeros(n, dtype=np.int32)    # cp.async: group; TMA: completions at issue
-        self.pend_col = np.zeros(n, dtype=np.int32)    # TMA: the mbarrier's clock column
+        self.w_atomic = np.zeros(n, dtype=bool)        # the last write was a strong one
         # reads: slot w is warp w's last reading lane, slot warps + w an
         # earlier read by another lane of the warp that the last one did not
         # come after (rare: ``has2`` marks the bytes that have one)
         self.reads = Slots(2 * self.warps, n)
         self.has2 = np.zeros(n, dtype=bool)
         self.atomics = Slots(self.warps, n)             # the last atomic lane per warp
-        # distributed shared memory (clusters only): the CTA of the last write
-        # and its cluster-barrier epoch, the cluster ranks that read since
-        self.x_writer = self.x_wepoch = self.x_readers = self.x_repoch = self.x_at = None
 
     def split(self, grain: int) -> int:
         """Make the cells ``grain`` bytes (a divisor of the current grain):
@@ -194,28 +183,6 @@ class SharedShadow:
             self.grain = grain
         return ratio
 
-    @property
-    def cells(self) -> int:
-        """Cells per CTA."""
-        return self.size // self.grain
-
-    def offset(self, cell: int) -> int:
-        """The byte offset of ``cell`` in its CTA's shared memory."""
-        return int(cell) % max(self.cells, 1) * self.grain
-
-    def cta_of(self, idx: np.ndarray) -> np.ndarray:
-        """The CTA whose shared memory holds each cell of ``idx``."""
-        return idx // max(self.cells, 1)
-
-    def cluster_arrays(self) -> None:
-        """Allocate the distributed-shared-memory records."""
-        n = len(self.init)
-        self.x_writer = np.full(n, -1, dtype=np.int32)
-        self.x_wepoch = np.full(n, -1, dtype=np.int32)
-        self.x_readers = np.zeros(n, dtype=np.int64)
-        self.x_repoch = np.full(n, -1, dtype=np.int32)
-        self.x_at = np.zeros(n, dtype=np.int64)         # thread << 20 | pc of the last access
-
     def record_atomic(self, idx: np.ndarray, tid: np.ndarray, clock: np.ndarray, pc: int) -> None:
         """An atomic (or strong) access of bytes ``idx`` by CTA-local
         threads ``tid``: each takes its warp's atomic slot."""
@@ -230,23 +197,23 @@ class SharedShadow:
         return self.atomics.access(slot, byte)
 
     def record_write(self, idx: np.ndarray | slice, tid: np.ndarray | int, clock: np.ndarray | int,
-                     pc: int) -> None:
-        """A plain write of bytes ``idx`` (or a range of them) by CTA-local
-        threads ``tid`` stamped ``clock``."""
+                     pc: int, strong: bool = False) -> np.ndarray | slice:
+        """A write of bytes ``idx`` (or a range of them) by CTA-local threads
+        ``tid`` stamped ``clock`` (``strong``: a strong store kept as the
+        last write): the reads and atomics before it are forgotten. Returns
+        the bytes as a range where they are one."""
         at = idx if isinstance(idx, slice) else span(idx)
-        self.init[at] = True
         self.w_tid[at] = tid
         self.w_clock[at] = clock
         self.w_pc[at] = pc
-        self.w_atomic[at] = False
-        self.fenced[at] = False
-        self.pend[at] = 0
+        self.w_atomic[at] = strong
         self.reads.clear(at, [s for s in self.reads.used if s < self.warps])
         second = _bytes(at, np.flatnonzero(self.has2[at]))
         if len(second):
             self.reads.clear(second, [s for s in self.reads.used if s >= self.warps])
             self.has2[second] = False
         self.atomics.clear(at)
+        return at
 
     def record_read(self, idx: np.ndarray, tid: np.ndarray, clock: np.ndarray | np.int32, pc: int,
                     knows=None) -> None:
@@ -325,6 +292,61 @@ class SharedShadow:
     def unordered_atomics(self, idx: np.ndarray, tid: np.ndarray, knows) -> np.ndarray:
         """As :meth:`unordered_reads`, for the atomics on each byte."""
         return self.atomics.first_unordered(self.atomics.used, span(idx), tid, knows)
+
+
+class SharedShadow(CellRecords):
+    """The per-cell state of a launch's shared memory (all CTAs)."""
+
+    def __init__(self, nctas: int, size: int, ntid: int) -> None:
+        self.size = size                        # bytes per CTA
+        grain = grain_of(size)
+        n = nctas * (size // grain)
+        super().__init__(n, ntid, grain)
+        self.init = np.zeros(n, dtype=bool)
+        self.fenced = np.zeros(n, dtype=bool)
+        self.flying = np.zeros(n, dtype=np.int16)      # async reads not yet waited for
+        self.mark = np.zeros(n, dtype=bool)            # scratch for set membership (kept all False)
+        self.who = np.zeros(n, dtype=np.int64)         # scratch: the writer of each marked byte
+        self.seen = np.zeros(n, dtype=np.int64)        # scratch for as_range()
+        self.pend = np.zeros(n, dtype=np.int8)
+        self.pend_key = np.zeros(n, dtype=np.int64)    # cp.async: global thread; TMA: mbarrier word
+        self.pend_seq = np.zeros(n, dtype=np.int32)    # cp.async: group; TMA: completions at issue
+        self.pend_col = np.zeros(n, dtype=np.int32)    # TMA: the mbarrier's clock column
+        # distributed shared memory (clusters only): the CTA of the last write
+        # and its cluster-barrier epoch, the cluster ranks that read since
+        self.x_writer = self.x_wepoch = self.x_readers = self.x_repoch = self.x_at = None
+
+    @property
+    def cells(self) -> int:
+        """Cells per CTA."""
+        return self.size // self.grain
+
+    def offset(self, cell: int) -> int:
+        """The byte offset of ``cell`` in its CTA's shared memory."""
+        return int(cell) % max(self.cells, 1) * self.grain
+
+    def cta_of(self, idx: np.ndarray) -> np.ndarray:
+        """The CTA whose shared memory holds each cell of ``idx``."""
+        return idx // max(self.cells, 1)
+
+    def cluster_arrays(self) -> None:
+        """Allocate the distributed-shared-memory records."""
+        n = len(self.init)
+        self.x_writer = np.full(n, -1, dtype=np.int32)
+        self.x_wepoch = np.full(n, -1, dtype=np.int32)
+        self.x_readers = np.zeros(n, dtype=np.int64)
+        self.x_repoch = np.full(n, -1, dtype=np.int32)
+        self.x_at = np.zeros(n, dtype=np.int64)         # thread << 20 | pc of the last access
+
+    def record_write(self, idx: np.ndarray | slice, tid: np.ndarray | int, clock: np.ndarray | int,
+                     pc: int, strong: bool = False) -> np.ndarray | slice:
+        """A plain write (see :meth:`CellRecords.record_write`): the bytes
+        are initialised, unfenced and no async copy is pending into them."""
+        at = super().record_write(idx, tid, clock, pc, strong)
+        self.init[at] = True
+        self.fenced[at] = False
+        self.pend[at] = 0
+        return at
 
     def cta_range(self, cta: int) -> slice:
         """The flat cell range of CTA ``cta``'s shared memory."""
