@@ -41,8 +41,7 @@ import numpy as np
 from . import profile as _profile  # noqa: F401  (registers the emulator's profiler: profile=True)
 from . import sim
 from .capture import Buffer, Capture, CaptureError, load
-from .sim.memory.spaces import GLOBAL_SHIFT
-from .sim.memory.tensormap import maps_from_records
+from .sim.capturing import place
 
 __all__ = ["load", "run", "Replay", "Mismatch", "APPROX_ULPS", "main", "CaptureError"]
 
@@ -163,10 +162,7 @@ def run(capture: Capture | str | Path, *, check: bool = False, profile: bool = F
     if not isinstance(capture, Capture):
         capture = load(capture)
     device = sim.Device(arch=capture.arch)
-    addresses = _place(device, capture)
-    params = _params(capture, addresses)
-    for name, data, _ in capture.globals:
-        device.write(device.global_address(capture.ptx, name, capture.entry), data)
+    addresses, params = place(device, capture)
     result = device.launch(capture.ptx, params, kernel=capture.entry, grid=capture.grid,
                            block=capture.block, cluster=capture.cluster, smem=capture.smem,
                            check="all" if check else False, profile=profile, fidelity=True)
@@ -186,46 +182,6 @@ def run(capture: Capture | str | Path, *, check: bool = False, profile: bool = F
     return Replay(capture, mismatches, approximate, result,
                   findings=list(result.findings or []) if check else None,
                   profile=result.profile if profile else None)
-
-
-def _place(device: sim.Device, capture: Capture) -> list[int]:
-    """Each buffer's contents on the device; at its recorded address when
-    it has one (a device capture), else wherever the device puts it. A
-    fresh device gives allocation k the address ``(k + 1) << GLOBAL_SHIFT``,
-    so the slots below the highest recorded one that no buffer takes are
-    filled with spacers, freed once every buffer is placed."""
-    if not any(b.address is not None for b in capture.buffers):
-        return [device.to_device(np.frombuffer(b.before, np.uint8)) for b in capture.buffers]
-    wanted = {b.address: b for b in capture.buffers}
-    spacers = []
-    for k in range((max(wanted) >> GLOBAL_SHIFT)):
-        address = (k + 1) << GLOBAL_SHIFT
-        buffer = wanted.get(address)
-        placed = device.alloc(1) if buffer is None else \
-            device.to_device(np.frombuffer(buffer.before, np.uint8))
-        if placed != address:
-            raise CaptureError(f"replay: cannot place buffer {buffer.name if buffer else k} at "
-                               f"{address:#x}: the device gave {placed:#x}")
-        if buffer is None:
-            spacers.append(placed)
-    for address in spacers:
-        device.free(address)
-    return [b.address for b in capture.buffers]
-
-
-def _params(capture: Capture, addresses: list[int]) -> list[Any]:
-    maps = maps_from_records(capture.tma) if capture.tma else ()
-    pointers = [addresses[p[1]] + p[2] for p in capture.params if p[0] == "pointer"]
-    out: list[Any] = []
-    for p in capture.params:
-        if p[0] == "pointer":
-            out.append(addresses[p[1]] + p[2])
-        elif p[0] == "bytes":
-            out.append(p[1])
-        else:
-            m = maps[p[1]]
-            out.append(m.encode(pointers[m.arg]))
-    return out
 
 
 def _compare(buffer: Buffer, replayed: bytes, bounded: bool) -> Mismatch | None:

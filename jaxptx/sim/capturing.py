@@ -14,11 +14,14 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .. import capture, ir
 from ..emit import emit
 from .memory.spaces import GLOBAL_SHIFT
+from .memory.tensormap import maps_from_records
 
-__all__ = ["Before", "TooLarge", "before", "record"]
+__all__ = ["Before", "TooLarge", "before", "place", "record"]
 
 _OFFSET_MASK = (1 << GLOBAL_SHIFT) - 1
 
@@ -80,3 +83,58 @@ def _param(p: Any, raw: bytes, device: Any, index: dict[int, int]) -> tuple:
             return ("pointer", index[k], value & _OFFSET_MASK)
     return ("bytes", raw)
 
+
+def place(device: Any, saved: capture.Capture) -> tuple[list[int], list[Any]]:
+    """Put a capture's memory on a fresh ``device`` (its buffers' contents
+    before the launch, at their recorded addresses when it has them, and
+    its global variables) and return ``(buffer addresses, the launch's
+    params)``: what a replay or an exploration launches with.
+
+    Raises:
+        CaptureError: a buffer cannot get its recorded address.
+    """
+    addresses = _place(device, saved)
+    params = _params(saved, addresses)
+    for name, data, _ in saved.globals:
+        device.write(device.global_address(saved.ptx, name, saved.entry), data)
+    return addresses, params
+
+
+def _place(device: Any, saved: capture.Capture) -> list[int]:
+    """Each buffer's contents on the device; at its recorded address when
+    it has one (a device capture), else wherever the device puts it. A
+    fresh device gives allocation k the address ``(k + 1) << GLOBAL_SHIFT``,
+    so the slots below the highest recorded one that no buffer takes are
+    filled with spacers, freed once every buffer is placed."""
+    if not any(b.address is not None for b in saved.buffers):
+        return [device.to_device(np.frombuffer(b.before, np.uint8)) for b in saved.buffers]
+    wanted = {b.address: b for b in saved.buffers}
+    spacers = []
+    for k in range((max(wanted) >> GLOBAL_SHIFT)):
+        address = (k + 1) << GLOBAL_SHIFT
+        buffer = wanted.get(address)
+        placed = device.alloc(1) if buffer is None else \
+            device.to_device(np.frombuffer(buffer.before, np.uint8))
+        if placed != address:
+            raise capture.CaptureError(f"replay: cannot place buffer {buffer.name if buffer else k} at "
+                                       f"{address:#x}: the device gave {placed:#x}")
+        if buffer is None:
+            spacers.append(placed)
+    for address in spacers:
+        device.free(address)
+    return [b.address for b in saved.buffers]
+
+
+def _params(saved: capture.Capture, addresses: list[int]) -> list[Any]:
+    maps = maps_from_records(saved.tma) if saved.tma else ()
+    pointers = [addresses[p[1]] + p[2] for p in saved.params if p[0] == "pointer"]
+    out: list[Any] = []
+    for p in saved.params:
+        if p[0] == "pointer":
+            out.append(addresses[p[1]] + p[2])
+        elif p[0] == "bytes":
+            out.append(p[1])
+        else:
+            m = maps[p[1]]
+            out.append(m.encode(pointers[m.arg]))
+    return out

@@ -11,24 +11,37 @@ whose outputs change with the schedule has a race even when no checker
 fires, so outputs are compared with the default schedule's run as well.
 With ``workers`` > 1 the seeds run in that many processes (PTX text or a
 parsed module only: a traced kernel object does not cross processes).
+
+From the command line, a capture (``JAXPTX_CAPTURE_DIR``, :mod:`jaxptx.capture`:
+the launch's PTX, parameters and memory) is explored the same way::
+
+    python -m jaxptx.sim.explore launch.jxcap [--seeds 100] [--check]
+
+It prints each failing seed with the command that replays it, and exits 1
+when a seed failed or changed the outputs, 0 otherwise.
 """
 
 from __future__ import annotations
 
+import argparse
 import concurrent.futures
 import dataclasses
 import hashlib
 import multiprocessing
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from .. import capture
+from .capturing import place
+from .device import Device
 from .errors import SimError, SimLaunchError
 from .launch import launch as _launch
 from .precheck import PrecheckError
 
-__all__ = ["Exploration", "explore"]
+__all__ = ["Exploration", "explore", "explore_capture", "main"]
 
 # Errors that say the launch itself is wrong (the same under every schedule):
 # explore raises them at once instead of reporting them per seed.
@@ -47,12 +60,15 @@ class Exploration:
         outputs_differ: seeds that ran to the end with outputs other than the
             default schedule's (a race no checker saw).
         call: how the launch was made, for :meth:`replay`.
+        command: for a capture, the command that replays a seed (the seed
+            follows it); empty otherwise.
     """
 
     seeds: tuple[int, ...]
     failures: list[tuple[int | None, Any]]
     outputs_differ: list[int]
     call: str
+    command: str = ""
 
     @property
     def ok(self) -> bool:
@@ -62,6 +78,8 @@ class Exploration:
     def replay(self, seed: int) -> str:
         """The call that reproduces ``seed`` (and, for a kernel called under
         ``jax.jit``, the environment variable that does)."""
+        if self.command:
+            return f"{self.command} {seed}"
         return (f"{self.call}, schedule='random', seed={seed})    "
                 f"# under jax.jit: JAXPTX_SIM_SCHEDULE=random:{seed}")
 
@@ -165,3 +183,71 @@ def _call_text(source: Any, arrays: Sequence[Any], launch: dict) -> str:
     args = ", ".join(f"<{a.dtype}{list(a.shape)}>" if isinstance(a, np.ndarray) else repr(a) for a in arrays)
     options = "".join(f", {k}={v!r}" for k, v in launch.items())
     return f"jaxptx.sim.launch({name}, {args}{options}"
+
+
+def explore_capture(saved: capture.Capture | str, seeds: int | Iterable[int] = 100,
+                    check: bool = False, command: str = "") -> Exploration:
+    """:func:`explore` for a captured launch: each run places the capture's
+    memory on a fresh :class:`jaxptx.sim.Device` and launches its kernel
+    with its parameters (``check``: under the sanitizer, every finding;
+    ``command``: what replays one seed, for the report).
+
+    Raises:
+        CaptureError: a file that is not an intact capture.
+        SimError: a launch wrong under every schedule.
+    """
+    if not isinstance(saved, capture.Capture):
+        saved = capture.load(saved)
+    chosen = tuple(range(seeds)) if isinstance(seeds, int) else tuple(int(s) for s in seeds)
+
+    def run(seed: int | None) -> tuple[Any, str]:
+        device = Device(arch=saved.arch)
+        addresses, params = place(device, saved)
+        schedule = {} if seed is None else {"schedule": "random", "seed": seed}
+        try:
+            found = device.launch(saved.ptx, params, kernel=saved.entry, grid=saved.grid, block=saved.block,
+                                  cluster=saved.cluster, smem=saved.smem, check="all" if check else False,
+                                  **schedule)
+        except _BAD_LAUNCH:
+            raise
+        except SimError as e:
+            return e, ""
+        if found:
+            return found, ""
+        h = hashlib.sha256()
+        for b, address in zip(saved.buffers, addresses):
+            h.update(device.read(address, len(b.before)))
+        return None, h.hexdigest()
+    reference = run(None)
+    failures: list[tuple[int | None, Any]] = [(None, reference[0])] if reference[0] is not None else []
+    differ = []
+    for seed in chosen:
+        error, digest = run(seed)
+        if error is not None:
+            failures.append((seed, error))
+        elif reference[0] is None and digest != reference[1]:
+            differ.append(seed)
+    return Exploration(chosen, failures, differ, f"capture of {saved.entry}", command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m jaxptx.sim.explore FILE``: explore a captured launch."""
+    ap = argparse.ArgumentParser(prog="python -m jaxptx.sim.explore", description=__doc__.splitlines()[0])
+    ap.add_argument("capture", help="a .jxcap file (JAXPTX_CAPTURE_DIR)")
+    ap.add_argument("--seeds", type=int, default=100, help="how many seeds (0..N-1)")
+    ap.add_argument("--seed", type=int, action="append", help="run these seeds only (repeatable)")
+    ap.add_argument("--check", action="store_true", help="run under the sanitizer (every finding)")
+    args = ap.parse_args(argv)
+    try:
+        found = explore_capture(args.capture, args.seed if args.seed else args.seeds, check=args.check,
+                                command=f"python -m jaxptx.sim.explore {args.capture}"
+                                        f"{' --check' if args.check else ''} --seed")
+    except (capture.CaptureError, SimError, OSError) as e:
+        print(f"explore: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    print(found)
+    return 0 if found.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -176,3 +176,26 @@ def test_a_warp_specialised_wgmma_gemm_under_random_schedules(monkeypatch):
         with sim.checking():
             c = np.asarray(jax.jit(lambda x, y: matmul_sm90(x, y, sms=132))(a, b))
         np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_a_captured_launch_is_explored_from_the_command_line(tmp_path, monkeypatch, capsys):
+    """``python -m jaxptx.sim.explore FILE.jxcap``: the capture's memory on a
+    fresh device per seed; failing seeds printed with their replay command,
+    exit 1; a clean kernel exits 0; a file that is not a capture exits 2."""
+    from jaxptx.sim.explore import main
+    for name, text in (("inverted", INVERTED), ("ordered", ORDERED)):
+        monkeypatch.setenv("JAXPTX_CAPTURE_DIR", str(tmp_path / name))
+        dev = sim.Device()
+        dev.launch(text, [dev.to_device(np.zeros(2, np.uint32)), dev.to_device(np.zeros(1, np.uint32))], block=64)
+        (saved,) = (tmp_path / name).glob("*.jxcap")
+        saved.rename(tmp_path / f"{name}.jxcap")
+    monkeypatch.delenv("JAXPTX_CAPTURE_DIR")
+    assert main([str(tmp_path / "inverted.jxcap"), "--seeds", "100"]) == 1
+    out = capsys.readouterr().out
+    assert "deadlock" in out and f"python -m jaxptx.sim.explore {tmp_path / 'inverted.jxcap'} --seed " in out
+    seed = int(out.split("--seed ")[1].split()[0])
+    assert main([str(tmp_path / "inverted.jxcap"), "--seed", str(seed)]) == 1       # it replays
+    assert main([str(tmp_path / "ordered.jxcap"), "--seeds", "30"]) == 0
+    (tmp_path / "not.jxcap").write_bytes(b"nothing")
+    assert main([str(tmp_path / "not.jxcap")]) == 2
+    assert "CaptureError" in capsys.readouterr().err
