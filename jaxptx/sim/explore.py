@@ -148,7 +148,7 @@ def _run(source: Any, arrays: Sequence[Any], launch: dict, seed: int | None) -> 
     except _BAD_LAUNCH:
         raise
     except SimError as e:
-        return e, ""
+        return e.with_traceback(None), ""    # the frames hold the launch's machine: let it go
     if isinstance(result, list) and result:            # check="all": the findings
         return result, ""
     h = hashlib.sha256()
@@ -211,7 +211,7 @@ def explore_capture(saved: capture.Capture | str, seeds: int | Iterable[int] = 1
         except _BAD_LAUNCH:
             raise
         except SimError as e:
-            return e, ""
+            return e.with_traceback(None), ""
         if found:
             return found, ""
         h = hashlib.sha256()
