@@ -12,7 +12,7 @@ from test_hangs import kernel, line_of
 
 
 def _deadlock(text: str, *arrays, **launch) -> sim.SimDeadlock:
-    with pytest.raises(sim.SimDeadlock) as e:
+    with pytest.raises(sim.SimDeadlock, match=r": deadlock: ") as e:
         sim.launch(text, *arrays, **launch)
     return e.value
 
@@ -86,7 +86,7 @@ def test_with_captures_on_a_deadlocked_launch_is_saved_and_replays_into_the_same
     bar.sync 1, 64;""")
     dev = sim.Device()
     out = dev.to_device(np.zeros(1, np.uint32))
-    with pytest.raises(sim.SimDeadlock) as e:
+    with pytest.raises(sim.SimDeadlock, match=r": deadlock: ") as e:
         dev.launch(text, [out], block=32)
     assert e.value.capture is not None and e.value.capture.exists()
     assert f"saved for replay: {e.value.capture}" in str(e.value)
@@ -94,6 +94,6 @@ def test_with_captures_on_a_deadlocked_launch_is_saved_and_replays_into_the_same
     saved = capture.load(e.value.capture)
     again = sim.Device()
     address = again.to_device(np.frombuffer(saved.buffers[0].before, np.uint8))
-    with pytest.raises(sim.SimDeadlock) as replayed:
+    with pytest.raises(sim.SimDeadlock, match=r": deadlock: ") as replayed:
         again.launch(saved.ptx, [address], grid=saved.grid, block=saved.block)
     assert [w.detail for w in replayed.value.warps] == [w.detail for w in e.value.warps]

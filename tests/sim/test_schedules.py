@@ -70,7 +70,7 @@ def test_explore_finds_the_deadlock_and_its_twin_is_clean():
     assert f"seed={seed}" in found.replay(seed) and f"JAXPTX_SIM_SCHEDULE=random:{seed}" in found.replay(seed)
     assert "seed" in str(found)
     # the seed reproduces its error exactly
-    with pytest.raises(sim.SimError) as again:
+    with pytest.raises(sim.SimError, match=r"locks: deadlock: ") as again:
         sim.launch(INVERTED, *_arrays(), block=64, schedule="random", seed=seed)
     assert str(again.value) == str(error)
     twin = sim.explore(ORDERED, *_arrays(), block=64, seeds=100)
