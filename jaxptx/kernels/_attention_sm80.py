@@ -246,6 +246,32 @@ def _accumulate_pv(acc_o: Any, acc_s: Any, qv_tiles: _Tiles, v_lane: list, tile_
                 mma(acc, pa, vf[2 * half: 2 * half + 2], acc)
 
 
+def quad_reduce(op: Any, x: Any) -> None:
+    """Reduce ``x`` in place over the 4 lanes of a quad (they share an
+    ``mma.sync`` accumulator row), with ``op`` (``ptx.max.f32``, ``ptx.add.f32``)."""
+    for shift in (1, 2):
+        op(x, x, ptx.shfl.sync.bfly.b32(x, shift, 0x1F, 0xFFFFFFFF))
+
+
+def new_running_max(m_run: list, i: int, m_new: Any, scale_log2: Any) -> tuple[Any, Any]:
+    """Move row group ``i``'s running max to ``m_new``; returns ``(m_use, alpha)``:
+    the max to subtract from the scores (0 for a row every key of which is
+    masked so far, whose max stays -inf: no NaN) and the factor
+    ``ex2((m_old - m_new)·scale·log2 e)`` that rescales what was summed."""
+    m_use = ptx.selp.f32(0.0, m_new, m_new == NEG_INF)
+    alpha = ptx.ex2.approx.ftz.f32((m_run[i] - m_use) * scale_log2)
+    m_run[i].set(m_new)
+    return m_use, alpha
+
+
+def rescale_rows(acc_o: Any, i: int, alpha: Any) -> None:
+    """Multiply row group ``i``'s O accumulators (c0, c1 or c2, c3 of every tile) by ``alpha``."""
+    for j in range(len(acc_o) // 4):
+        for e in range(2):
+            r = acc_o[4 * j + 2 * i + e]
+            ptx.mul.f32(r, r, alpha)
+
+
 def _online_softmax(acc_s: Any, acc_o: Any, m_run: list, l_run: list, scale_log2: Any) -> None:
     """Turn the scores in ``acc_s`` into unnormalised probabilities
     ``exp2((s - m_new)·scale·log2 e)``, rescaling ``acc_o`` and the row sums by
@@ -264,13 +290,8 @@ def _online_softmax(acc_s: Any, acc_o: Any, m_run: list, l_run: list, scale_log2
         mx = ptx.max.f32(vals[0], vals[1])
         for x in vals[2:]:
             ptx.max.f32(mx, mx, x)
-        for shift in (1, 2):                      # the 4 lanes of a quad share the row
-            ptx.max.f32(mx, mx, ptx.shfl.sync.bfly.b32(mx, shift, 0x1F, 0xFFFFFFFF))
-        m_new = ptx.max.f32(m_run[i], mx)
-        # A row with every key masked so far keeps m = -inf; subtract 0 then (no NaN).
-        m_use = ptx.selp.f32(0.0, m_new, m_new == NEG_INF)
-        alpha = ptx.ex2.approx.ftz.f32((m_run[i] - m_use) * scale_log2)
-        m_run[i].set(m_new)
+        quad_reduce(ptx.max.f32, mx)
+        m_use, alpha = new_running_max(m_run, i, ptx.max.f32(m_run[i], mx), scale_log2)
         total = None
         for x in vals:
             ptx.sub.f32(x, x, m_use)
@@ -278,10 +299,7 @@ def _online_softmax(acc_s: Any, acc_o: Any, m_run: list, l_run: list, scale_log2
             ptx.ex2.approx.ftz.f32(x, x)
             total = x if total is None else total + x
         ptx.fma.rn.f32(l_run[i], l_run[i], alpha, total)
-        for j in range(len(acc_o) // 4):
-            for e in range(2):
-                r = acc_o[4 * j + 2 * i + e]
-                ptx.mul.f32(r, r, alpha)
+        rescale_rows(acc_o, i, alpha)
 
 
 def _epilogue(acc_o: Any, m_run: list, l_run: list, scale_log2: Any, row_g: Any, o: Any, op: Any,
@@ -291,8 +309,7 @@ def _epilogue(acc_o: Any, m_run: list, l_run: list, scale_log2: Any, row_g: Any,
     o_head = op + ptx.mul.wide.u32(b * (Sq * H) + h, D * 2)
     for i in range(2):
         total = l_run[i]
-        for shift in (1, 2):
-            ptx.add.f32(total, total, ptx.shfl.sync.bfly.b32(total, shift, 0x1F, 0xFFFFFFFF))
+        quad_reduce(ptx.add.f32, total)
         inv = ptx.rcp.approx.ftz.f32(total)
         row = row_g + 8 * i
         in_range = row < Sq

@@ -46,6 +46,7 @@ from typing import Any
 from ..dsl import Kernel, Tile, kernel, ptx, reg, smem
 from ..dsl.declarations import allow_unwritten
 from ..types import PtxType, b32, f32, s32
+from ._attention_sm80 import NEG_INF, new_running_max, quad_reduce, rescale_rows
 
 __all__ = ["BLOCK_N", "HEAD_DIMS", "PAGE_SIZES", "ROWS", "SPLIT_TOKENS", "cdiv", "grid_y", "paged_kernel"]
 
@@ -55,7 +56,6 @@ THREADS = 128
 SPLIT_TOKENS = 512      # tokens per split (a multiple of BLOCK_N)
 HEAD_DIMS = (64, 128)
 PAGE_SIZES = (16, 32, 64)   # divide BLOCK_N: a block is whole pages
-NEG_INF = float("-inf")
 
 
 def cdiv(a: int, b: int) -> int:
@@ -251,21 +251,13 @@ def _online_softmax(acc_s: Any, acc_o: Any, m_run: list, l_run: list, scale_log2
     for i in range(len(m_run)):                   # row group (c0, c1), row group + 8 (c2, c3)
         vals = [acc_s[4 * j + 2 * i + e] for j in range(2) for e in range(2)]
         mx = ptx.max.f32(ptx.max.f32(vals[0], vals[1]), ptx.max.f32(vals[2], vals[3]))
-        for shift in (1, 2):                      # the 4 lanes of a quad share the row
-            ptx.max.f32(mx, mx, ptx.shfl.sync.bfly.b32(mx, shift, 0x1F, 0xFFFFFFFF))
-        m_new = ptx.max.f32(m_run[i], mx)
-        # A row with every key masked so far keeps m = -inf; subtract 0 then (no NaN).
-        m_use = ptx.selp.f32(0.0, m_new, m_new == NEG_INF)
-        alpha = ptx.ex2.approx.ftz.f32((m_run[i] - m_use) * scale_log2)
-        m_run[i].set(m_new)
+        quad_reduce(ptx.max.f32, mx)
+        m_use, alpha = new_running_max(m_run, i, ptx.max.f32(m_run[i], mx), scale_log2)
         for x in vals:
             ptx.ex2.approx.ftz.f32(x, (x - m_use) * scale_log2)
         total = (vals[0] + vals[1]) + (vals[2] + vals[3])
         ptx.fma.rn.f32(l_run[i], l_run[i], alpha, total)
-        for j in range(len(acc_o) // 4):
-            for e in range(2):
-                r = acc_o[4 * j + 2 * i + e]
-                ptx.mul.f32(r, r, alpha)
+        rescale_rows(acc_o, i, alpha)
 
 
 def _merge_warps(acc_o: Any, m_run: list, l_run: list, red: Any, sml: Any, warp: Any, group: Any,
@@ -274,8 +266,7 @@ def _merge_warps(acc_o: Any, m_run: list, l_run: list, red: Any, sml: Any, warp:
     ``red[warp, row, :]`` (over the freed K/V stages)."""
     for i in range(len(m_run)):
         total = l_run[i]
-        for shift in (1, 2):
-            ptx.add.f32(total, total, ptx.shfl.sync.bfly.b32(total, shift, 0x1F, 0xFFFFFFFF))
+        quad_reduce(ptx.add.f32, total)
         row = warp * ROWS + group + 8 * i
         with ptx.if_(quad == 0):
             ptx.st.shared.v2.f32(ptx.addr(sml.base + (row << 3)), [m_run[i], total])
