@@ -29,7 +29,7 @@ import dataclasses
 import hashlib
 import multiprocessing
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -118,33 +118,42 @@ def explore(source: Any, *arrays: Any, seeds: int | Iterable[int] = 100, workers
     """
     if "schedule" in launch or "seed" in launch:
         raise SimError("explore: it chooses the schedules itself; pass seeds=, not schedule= or seed=")
-    chosen = tuple(range(seeds)) if isinstance(seeds, int) else tuple(int(s) for s in seeds)
+    chosen = _seeds(seeds)
     if not isinstance(workers, int) or workers < 1:
         raise SimError(f"explore workers: expected an int >= 1, got {workers!r}")
-    failures: list[tuple[int | None, Any]] = []
     reference = _run(source, arrays, launch, None)
-    if reference[0] is not None:
-        failures.append((None, reference[0]))
     if workers > 1 and len(chosen) > 1:
         results = _in_processes(source, arrays, launch, chosen, workers)
     else:
         results = [_run(source, arrays, launch, seed) for seed in chosen]
+    return _tally(chosen, reference, results, _call_text(source, arrays, launch))
+
+
+def _seeds(seeds: int | Iterable[int]) -> tuple[int, ...]:
+    """``range(seeds)`` for an int, else the seeds given."""
+    return tuple(range(seeds)) if isinstance(seeds, int) else tuple(int(s) for s in seeds)
+
+
+def _tally(chosen: tuple[int, ...], reference: tuple[Any, str], results: Sequence[tuple[Any, str]], call: str,
+           command: str = "") -> Exploration:
+    """The :class:`Exploration` of the default run's ``reference`` outcome and each seed's."""
+    failures: list[tuple[int | None, Any]] = [(None, reference[0])] if reference[0] is not None else []
     differ = []
     for seed, (error, digest) in zip(chosen, results):
         if error is not None:
             failures.append((seed, error))
         elif reference[0] is None and digest != reference[1]:
             differ.append(seed)
-    return Exploration(chosen, failures, differ, _call_text(source, arrays, launch))
+    return Exploration(chosen, failures, differ, call, command)
 
 
-def _run(source: Any, arrays: Sequence[Any], launch: dict, seed: int | None) -> tuple[Any, str]:
-    """``(error or findings or None, digest of the outputs)`` of one launch
-    (a launch wrong under every schedule raises)."""
-    copies = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in arrays]
-    schedule = {} if seed is None else {"schedule": "random", "seed": seed}
+def _outcome(launch: Callable[[dict], Any], outputs: Callable[[], Iterable[bytes]],
+             seed: int | None) -> tuple[Any, str]:
+    """``(error or findings or None, digest of the outputs)`` of ``launch(schedule
+    keywords)`` under ``seed`` (None: the default schedule); a launch wrong
+    under every schedule raises."""
     try:
-        result = _launch(source, *copies, **launch, **schedule)
+        result = launch({} if seed is None else {"schedule": "random", "seed": seed})
     except _BAD_LAUNCH:
         raise
     except SimError as e:
@@ -152,10 +161,17 @@ def _run(source: Any, arrays: Sequence[Any], launch: dict, seed: int | None) -> 
     if isinstance(result, list) and result:            # check="all": the findings
         return result, ""
     h = hashlib.sha256()
-    for a in copies:
-        if isinstance(a, np.ndarray):
-            h.update(np.ascontiguousarray(a).view(np.uint8).tobytes())
+    for data in outputs():
+        h.update(data)
     return None, h.hexdigest()
+
+
+def _run(source: Any, arrays: Sequence[Any], launch: dict, seed: int | None) -> tuple[Any, str]:
+    """:func:`_outcome` of ``sim.launch`` on fresh copies of ``arrays``."""
+    copies = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in arrays]
+    return _outcome(lambda schedule: _launch(source, *copies, **launch, **schedule),
+                    lambda: (np.ascontiguousarray(a).view(np.uint8).tobytes()
+                             for a in copies if isinstance(a, np.ndarray)), seed)
 
 
 def _run_seeds(source: Any, arrays: Sequence[Any], launch: dict, seeds: Sequence[int]) -> list[tuple[Any, str]]:
@@ -198,36 +214,16 @@ def explore_capture(saved: capture.Capture | str, seeds: int | Iterable[int] = 1
     """
     if not isinstance(saved, capture.Capture):
         saved = capture.load(saved)
-    chosen = tuple(range(seeds)) if isinstance(seeds, int) else tuple(int(s) for s in seeds)
 
     def run(seed: int | None) -> tuple[Any, str]:
         device = Device(arch=saved.arch)
         addresses, params = place(device, saved)
-        schedule = {} if seed is None else {"schedule": "random", "seed": seed}
-        try:
-            found = device.launch(saved.ptx, params, kernel=saved.entry, grid=saved.grid, block=saved.block,
-                                  cluster=saved.cluster, smem=saved.smem, check="all" if check else False,
-                                  **schedule)
-        except _BAD_LAUNCH:
-            raise
-        except SimError as e:
-            return e.with_traceback(None), ""
-        if found:
-            return found, ""
-        h = hashlib.sha256()
-        for b, address in zip(saved.buffers, addresses):
-            h.update(device.read(address, len(b.before)))
-        return None, h.hexdigest()
-    reference = run(None)
-    failures: list[tuple[int | None, Any]] = [(None, reference[0])] if reference[0] is not None else []
-    differ = []
-    for seed in chosen:
-        error, digest = run(seed)
-        if error is not None:
-            failures.append((seed, error))
-        elif reference[0] is None and digest != reference[1]:
-            differ.append(seed)
-    return Exploration(chosen, failures, differ, f"capture of {saved.entry}", command)
+        return _outcome(lambda schedule: device.launch(saved.ptx, params, kernel=saved.entry, grid=saved.grid,
+                                                       block=saved.block, cluster=saved.cluster, smem=saved.smem,
+                                                       check="all" if check else False, **schedule),
+                        lambda: (device.read(a, len(b.before)) for b, a in zip(saved.buffers, addresses)), seed)
+    chosen = _seeds(seeds)
+    return _tally(chosen, run(None), [run(seed) for seed in chosen], f"capture of {saved.entry}", command)
 
 
 def main(argv: list[str] | None = None) -> int:
