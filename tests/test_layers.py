@@ -221,10 +221,11 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_emulator_has_no_import_cycle_at_module_level():
-    """Among ``jaxptx.sim``'s modules, the imports that run when a module is
-    imported form no cycle (a cycle is a layering bug: move the shared piece
-    down). ``from . import x`` is an edge to module x; ``from .p import name``
-    an edge to p."""
+    """Among ``jaxptx.sim``'s modules, the imports outside functions form no
+    cycle, ``if TYPE_CHECKING:`` ones included (a cycle is a layering bug:
+    move the shared piece down; semantics, observers and the scheduler's
+    helpers meet through ``MachineView``). ``from . import x`` is an edge to
+    module x; ``from .p import name`` an edge to p."""
     graph: dict[str, set[str]] = {}
     lines: dict[tuple[str, str], int] = {}
     for name, found_imports in all_imports().items():

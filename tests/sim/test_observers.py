@@ -185,50 +185,6 @@ def test_semantics_and_the_scheduler_name_no_tool():
     assert used == []
 
 
-def _imports(path: pathlib.Path) -> set[str]:
-    """Modules of jaxptx.sim that ``path`` imports, TYPE_CHECKING imports included."""
-    package = path.parent.relative_to(SIM.parent.parent).parts
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = list(package[:len(package) - node.level + 1])
-            mod = base + (node.module.split(".") if node.module else [])
-            for alias in node.names:
-                full = mod + [alias.name]
-                target = SIM.parent.parent.joinpath(*full)
-                out.add(".".join(full) if target.with_suffix(".py").exists() or target.is_dir() else ".".join(mod))
-    return {m for m in out if m.startswith("jaxptx.sim")}
-
-
-def test_the_emulator_core_has_no_import_cycle():
-    """Among the machine core, the sanitizer, the semantics and memory, no
-    module reaches itself through imports (TYPE_CHECKING ones count): they
-    meet through :class:`jaxptx.sim.MachineView` and the observers."""
-    modules = {}
-    for path in sorted(SIM.rglob("*.py")):
-        name = ".".join(path.relative_to(SIM.parent.parent).with_suffix("").parts)
-        modules[name.removesuffix(".__init__")] = path
-    graph = {name: {m for m in _imports(path) if m in modules and m != name} for name, path in modules.items()}
-    # a package's __init__ is imported with its modules: only count edges to real modules
-    cycles = []
-    state: dict[str, int] = {}
-
-    def visit(node: str, stack: list[str]) -> None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                cycles.append(stack[stack.index(nxt):] + [nxt])
-            elif nxt not in state:
-                visit(nxt, stack)
-        stack.pop()
-        state[node] = 2
-    for name in sorted(graph):
-        if name not in state:
-            visit(name, [])
-    assert cycles == []
-
-
 def test_observing_joins_every_launch_in_the_block_from_any_thread():
     import threading
     heard: list[Recorder] = []
