@@ -183,6 +183,7 @@ class Machine(LaunchState):
             steps += 1
             if schedule is not None:
                 pc, threads = schedule.pick(groups, steps)
+                self._take(pc, threads)
             elif len(groups) == 1:
                 pc, threads = groups.popitem()
             else:

@@ -102,8 +102,8 @@ class RandomSchedule:
                           and isa.UNITS[r.inst.sim].warpgroup}
 
     def pick(self, groups: dict[int, np.ndarray], steps: int) -> tuple[int, np.ndarray]:
-        """The PC and threads to run at step ``steps`` (1-based), taken out
-        of ``groups``."""
+        """The PC and threads to run at step ``steps`` (1-based); the
+        machine takes them out of ``groups``."""
         deferred: list[int] = []
         while True:
             warp = self._highest(groups, deferred)
@@ -121,12 +121,6 @@ class RandomSchedule:
         if self._next_change < len(self.changes) and steps >= self.changes[self._next_change]:
             self._next_change += 1
             self.priority[self.warp_of[threads]] = self._next_change     # PCT: the i-th change point gives priority i
-        group = groups[pc]
-        keep = group[~np.isin(group, threads, assume_unique=True)] if len(threads) != len(group) else group[:0]
-        if len(keep):
-            groups[pc] = keep
-        else:
-            del groups[pc]
         return pc, threads
 
     def _highest(self, groups: dict[int, np.ndarray], deferred: list[int]) -> int:
