@@ -54,8 +54,8 @@ def arrive(m: "MachineView", s: Step, pc: int) -> None:
     _check_operands(m, s, ident, count, len(ops) > 1)
     obs = m.observers
     if s.ins.opcode == "bar" or "aligned" in s.ins.modifiers:
-        if obs.listens("aligned_barrier"):
-            obs.aligned_barrier(s.threads)      # a checker's finding (check="all" goes on)
+        if m.check:
+            obs.aligned_barrier(s.threads)      # the sanitizer's finding (check="all" goes on)
         else:
             whole_warps(m, s)
     if sim == "bar_arrive":
@@ -94,8 +94,8 @@ def whole_warps(m: "MachineView", s: Step) -> None:
     is ``barrier.aligned``) while other non-exited lanes of that warp do
     not: PTX ISA, bar: with ``.aligned`` "all threads in CTA will execute
     the same barrier instruction", and barriers are executed per warp.
-    Cheap when every warp is whole (one ``np.unique``); an observer
-    listening to ``aligned_barrier`` (the sanitizer) reports it as a finding instead."""
+    Cheap when every warp is whole (one ``np.unique``); a checked launch
+    (``check``) reports it as the sanitizer's finding instead."""
     threads = s.threads
     lane0 = threads - threads % m.ntid % 32               # each thread's warp's lane 0 (warps are CTA-local)
     first, counts = np.unique(lane0, return_counts=True)

@@ -90,6 +90,7 @@ class LaunchState:
         self.current_pc: int | None = None
         self.observers = Observers()
         self.on_register_read = self.on_register_write = None       # hooks of the hot register events, None when unwatched (see observe)
+        self.check = check
         self.sanitizer = self.observe(Sanitizer(self, check)) if check else None
         memory.cluster_cta = self.cluster_cta
         self.cluster_arrivals = np.zeros(self.nctas, dtype=np.int64)   # by rank-0 CTA

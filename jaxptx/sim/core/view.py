@@ -44,6 +44,9 @@ class MachineView(Protocol):
         all_threads: ``arange(nthreads)``.
         steps: steps taken so far (``%clock``; ``current_pc``: the executing PC).
         exit_checks: checks run once every thread has exited.
+        check: the sanitizer's mode (False: unchecked): a checked launch
+            reports what an unchecked one faults on (a divergent
+            ``.aligned`` barrier) as a finding.
         on_register_read: the hook of the observers' register reads (and
             ``on_register_write`` of their writes); ``None`` when none
             listens, so a read or write may take a fast path.
@@ -82,6 +85,7 @@ class MachineView(Protocol):
     steps: int
     current_pc: int | None
     exit_checks: list[Callable[[Any], None]]
+    check: Any
     on_register_read: Callable[[str, np.ndarray], None] | None
     on_register_write: Callable[[str, np.ndarray], None] | None
 
