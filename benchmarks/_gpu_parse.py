@@ -80,7 +80,9 @@ def parse_sanitizer(text: str, limit: int = 8) -> dict[str, Any]:
     """compute-sanitizer's summary lines in ``text``.
 
     Returns ``errors`` (the last ``ERROR SUMMARY: N errors``, None when
-    absent), ``summary`` (that line), for racecheck ``hazards``,
+    absent; for racecheck, which in CUDA 13 prints only its own summary, the
+    ``RACECHECK SUMMARY``'s errors when there is no ``ERROR SUMMARY``),
+    ``summary`` (that line), for racecheck ``hazards``,
     ``race_errors`` and ``race_warnings`` (``RACECHECK SUMMARY``, None when
     absent), and ``findings``: the first ``limit`` report lines (``=========
     Invalid __global__ read ...``, ``Error: Race reported ...``) that are not
@@ -88,6 +90,7 @@ def parse_sanitizer(text: str, limit: int = 8) -> dict[str, Any]:
     """
     out: dict[str, Any] = {"errors": None, "summary": None, "hazards": None, "race_errors": None,
                            "race_warnings": None, "findings": []}
+    race_summary = ""
     for line in text.splitlines():
         m = _SAN_ERRORS.search(line)
         if m:
@@ -97,12 +100,15 @@ def parse_sanitizer(text: str, limit: int = 8) -> dict[str, Any]:
         m = _SAN_RACE.search(line)
         if m:
             out["hazards"], out["race_errors"], out["race_warnings"] = (int(g) for g in m.groups())
+            race_summary = line.strip().lstrip("=").strip()
             continue
         body = line.strip().lstrip("=").strip()
         if line.startswith("=========") and body and len(out["findings"]) < limit and \
                 re.match(r"(Invalid|Error|Warning|Race|Program hit|Out-of-range|Misaligned|Barrier|Uninitialized)",
                          body):
             out["findings"].append(body[:300])
+    if out["errors"] is None and out["race_errors"] is not None:
+        out["errors"], out["summary"] = out["race_errors"], race_summary
     return out
 
 

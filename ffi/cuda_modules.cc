@@ -43,7 +43,8 @@ ffi::Error load_function(const Driver& d, const Image& image, int64_t id, Functi
                                 std::to_string(id) + " has no entry " + image.entry + ": " +
                                 describe(d, rc));
   }
-  std::string bad = jaxptx::kernel_param_bytes(d, out->fn, &out->param_bytes);
+  std::string bad = jaxptx::kernel_param_bytes(
+      d, out->fn, jaxptx::declared_param_count(image.ptx, image.entry), &out->param_bytes);
   if (!bad.empty()) {
     return ffi::Error::Internal(JAXPTX_CUDA_TARGET ": kernel " + image.entry +
                                 ": cannot read its parameters: " + bad);

@@ -2,6 +2,8 @@
 
 #include "kernel_params.h"
 
+#include <cctype>
+
 namespace jaxptx {
 
 namespace {
@@ -10,15 +12,68 @@ namespace {
 // has more parameters than that: a driver answering past it is broken.
 constexpr size_t kMaxParams = 32764;
 
+// `ptx` with its comments blanked out (same length, newlines kept).
+std::string without_comments(std::string_view ptx) {
+  std::string out(ptx);
+  for (size_t i = 0; i + 1 < out.size(); ++i) {
+    if (out[i] == '/' && out[i + 1] == '/') {
+      for (; i < out.size() && out[i] != '\n'; ++i) out[i] = ' ';
+    } else if (out[i] == '/' && out[i + 1] == '*') {
+      size_t end = out.find("*/", i + 2);
+      end = end == std::string::npos ? out.size() : end + 2;
+      for (; i < end; ++i) {
+        if (out[i] != '\n') out[i] = ' ';
+      }
+      --i;
+    }
+  }
+  return out;
+}
+
+bool is_name_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '%';
+}
+
 }  // namespace
 
-std::string kernel_param_bytes(const cu::Driver& d, cu::CUfunction fn,
+int64_t declared_param_count(std::string_view ptx, std::string_view entry) {
+  const std::string text = without_comments(ptx);
+  for (size_t at = text.find(".entry"); at != std::string::npos;
+       at = text.find(".entry", at + 1)) {
+    size_t i = at + 6;
+    if (i >= text.size() || !std::isspace(static_cast<unsigned char>(text[i]))) continue;
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    size_t name_end = i;
+    while (name_end < text.size() && is_name_char(text[name_end])) ++name_end;
+    if (std::string_view(text).substr(i, name_end - i) != entry) continue;
+    i = name_end;
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    if (i >= text.size() || text[i] != '(') return 0;  // `.entry k { ... }`: no parameters
+    size_t close = text.find(')', i);
+    if (close == std::string::npos) return -1;
+    std::string_view list = std::string_view(text).substr(i + 1, close - i - 1);
+    if (list.find_first_not_of(" \t\r\n") == std::string_view::npos) return 0;
+    int64_t commas = 0;
+    for (char c : list) commas += c == ',';
+    return commas + 1;
+  }
+  return -1;
+}
+
+std::string kernel_param_bytes(const cu::Driver& d, cu::CUfunction fn, int64_t count,
                                std::vector<int64_t>* out) {
   out->clear();
-  for (size_t index = 0; index <= kMaxParams; ++index) {
+  const size_t last = count < 0 ? kMaxParams : static_cast<size_t>(count);
+  for (size_t index = 0; index <= kMaxParams && (count < 0 || index < last); ++index) {
     size_t offset = 0, size = 0;
     cu::CUresult rc = d.cuFuncGetParamInfo(fn, index, &offset, &size);
-    if (rc == cu::CUDA_ERROR_INVALID_VALUE) return std::string();  // past the last one
+    if (rc == cu::CUDA_ERROR_INVALID_VALUE && count < 0) return std::string();  // past the last
+    if (rc == cu::CUDA_ERROR_INVALID_VALUE) {
+      out->clear();
+      return "its PTX declares " + std::to_string(count) + " parameters, but the driver "
+             "reports " + std::to_string(index) + " (cuFuncGetParamInfo answers "
+             "CUDA_ERROR_INVALID_VALUE for parameter " + std::to_string(index) + ")";
+    }
     if (rc != cu::CUDA_SUCCESS) {
       out->clear();
       return "cuFuncGetParamInfo failed for parameter " + std::to_string(index) + ": " +
@@ -26,6 +81,7 @@ std::string kernel_param_bytes(const cu::Driver& d, cu::CUfunction fn,
     }
     out->push_back(static_cast<int64_t>(size));
   }
+  if (count >= 0) return std::string();
   out->clear();
   return "cuFuncGetParamInfo reported more than " + std::to_string(kMaxParams) +
          " parameters (a kernel's parameters fill at most 32764 bytes)";

@@ -133,6 +133,13 @@ RACECHECK_HAZARDS = """\
 ========= ERROR SUMMARY: 1 error
 """
 
+# compute-sanitizer 13.0's racecheck on an H200 (2026-11-28): its own summary, no ERROR SUMMARY
+RACECHECK_CLEAN_CUDA13 = """\
+========= COMPUTE-SANITIZER
+OK   rms_norm on gpu (sm_90a): max abs err 9.54e-07
+========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)
+"""
+
 
 def test_sanitizer_summaries() -> None:
     clean = _gpu_parse.parse_sanitizer(MEMCHECK_CLEAN)
@@ -146,6 +153,11 @@ def test_sanitizer_summaries() -> None:
     assert (race["errors"], race["hazards"], race["race_errors"], race["race_warnings"]) == (1, 1, 1, 0)
     assert race["findings"] == ["Error: Race reported between Write access at matmul_sm90_bf16+0x1a40"]
     assert _gpu_parse.parse_sanitizer("Segmentation fault\n")["errors"] is None
+    race13 = _gpu_parse.parse_sanitizer(RACECHECK_CLEAN_CUDA13)
+    assert (race13["errors"], race13["hazards"]) == (0, 0)
+    assert race13["summary"] == "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
+    race13_bad = _gpu_parse.parse_sanitizer(RACECHECK_HAZARDS.replace("========= ERROR SUMMARY: 1 error\n", ""))
+    assert race13_bad["errors"] == 1
 
 
 # -- Nsight Compute --------------------------------------------------------------------------
@@ -233,17 +245,20 @@ def test_driver_splits_loads_and_stores(text: str, want: tuple[str, str] | None)
 
 
 def test_driver_runs_on_the_emulator_and_predicts(tmp_path: pathlib.Path) -> None:
-    """The driver's check mode on the CPU (the GPU run's code, on the emulator) and
-    its predict mode: one entry per kernel with the figures ncu is compared with."""
+    """The driver's check and torch modes on the CPU (the GPU run's code, on the
+    emulator) and its predict mode: one entry per kernel with the figures ncu is
+    compared with."""
     driver = str(BENCH / "gpu_sanitize_driver.py")
-    for mode in ("check", "predict"):
+    for mode in ("check", "predict", "torch"):
         r = subprocess.run([sys.executable, driver, "--mode", mode, "--device", "cpu", "--arch", "sm_90a",
                             "--json", str(tmp_path / f"{mode}.json")],
                            check=False, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
         doc = json.loads((tmp_path / f"{mode}.json").read_text())
-        assert doc["ok"] and [x["op"] for x in doc["results"]] == ["rms_norm", "softmax", "matmul"]
-    launches = {x["kernel"]: x["predicted"] for x in doc["launches"]}
+        ops = ["rms_norm", "softmax"] + (["matmul"] if mode != "torch" else [])
+        assert doc["ok"] and [x["op"] for x in doc["results"]] == ops, doc
+        if mode == "predict":
+            launches = {x["kernel"]: x["predicted"] for x in doc["launches"]}
     assert set(launches) == {"rms_norm_f32_sm_90a_t64", "softmax_f32_sm_90a_t64", "matmul_sm90_bf16"}
     norm = launches["rms_norm_f32_sm_90a_t64"]
     assert norm["global_ld_sectors_per_request"] == 16.0     # 16-byte loads, fully coalesced

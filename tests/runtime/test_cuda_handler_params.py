@@ -45,7 +45,7 @@ def test_a_wrong_buffer_count_is_refused_before_the_launch():
     assert e.code == INVALID_ARGUMENT
     assert ("kernel axpy_index: it declares 4 parameters, but the call passes 3 buffer "
             "pointers, 0 raw scalars and 0 TMA descriptors (3)") in e.message
-    assert len(driver.calls("func_get_param_info")) == 5  # the kernel's, from the driver
+    assert len(driver.calls("func_get_param_info")) == 4  # the kernel's, from the driver
     assert driver.calls("launch") == []
 
 
@@ -114,7 +114,24 @@ def test_a_driver_that_cannot_report_parameters_fails_the_call_with_its_reason()
 def test_each_parameter_is_copied_with_the_size_the_driver_reports(f, args, sizes):
     ran, driver = run(lowered_call(f, *args), *args)
     assert [len(p) for p in driver.calls("launch")[0]["params"]] == sizes
-    assert len(driver.calls("func_get_param_info")) == len(sizes) + 1
+    assert len(driver.calls("func_get_param_info")) == len(sizes)   # never past the last one
+
+
+def test_a_driver_reporting_fewer_parameters_than_the_ptx_declares_fails_the_call():
+    driver = StandInDriver()
+    real = driver.func_get_param_info
+
+    def three_only(fn, index):
+        if index >= 3:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, "past the last parameter")
+        return real(fn, index)
+
+    driver.func_get_param_info = three_only
+    e = failure(lowered_call(axpy_index, X, X), X, X, driver=driver)
+    assert e.code == INTERNAL
+    assert ("kernel axpy_index: cannot read its parameters: its PTX declares 4 parameters, but "
+            "the driver reports 3") in e.message
+    assert driver.calls("launch") == []
 
 
 _DECLARATIONS = b"""
@@ -175,3 +192,42 @@ def _has_libcuda() -> bool:
     except OSError:
         return False
     return True
+
+
+_COMMENTED = """
+.version 8.0
+.target sm_90a
+.address_size 64
+// .visible .entry twice(.param .u64 a, .param .u64 b, .param .u64 c, .param .u64 d)
+/* .entry twice(.param .u64 a, .param .u64 b, .param .u64 c) */
+.visible .entry twice_the_decoy(.param .u64 a) { ret; }
+.visible .entry twice /* (.param .u64 x, */ (
+    .param .u64 .ptr .global .align 4 src,   // input, read
+    .param .u64 dst                          /* output, written */
+)
+{
+    .reg .b32 %r<3>; .reg .b64 %rd<6>; .reg .f32 %f<3>;
+    ld.param.u64 %rd1, [src]; ld.param.u64 %rd2, [dst];
+    mov.u32 %r1, %tid.x; mul.wide.u32 %rd3, %r1, 4;
+    add.u64 %rd4, %rd1, %rd3; add.u64 %rd5, %rd2, %rd3;
+    ld.global.f32 %f1, [%rd4]; add.f32 %f2, %f1, %f1; st.global.f32 [%rd5], %f2;
+    ret;
+}
+"""
+
+
+def test_the_handler_counts_the_entrys_parameters_past_comments_and_other_entries():
+    """How many parameters to ask the driver about comes from the loaded PTX's
+    .entry: commented-out headers, a longer name sharing the prefix and a comment
+    holding a comma inside the list do not change the count."""
+    import jax
+
+    from jaxptx.jax import ptx_call
+
+    x = np.arange(64, dtype=np.float32)
+    call = lowered_call(lambda v: ptx_call(_COMMENTED, v, kernel="twice", out_shape=jax.ShapeDtypeStruct(
+        (64,), np.float32), grid=1, block=64), x)
+    ran, driver = run(call, x)
+    (out,) = ran.outputs
+    np.testing.assert_array_equal(out, 2 * x)
+    assert driver.calls("func_get_param_info") == [("twice", 0), ("twice", 1)]
