@@ -271,12 +271,3 @@ def refuse(module: ir.Module, program: Program, arch: str | None = None) -> None
     problems = module_problems(module, arch) + program_problems(module, program)
     if problems:
         raise PrecheckError(program.name, problems)
-
-
-# The multimem loads, stores and reductions run on a node's devices
-# (jaxptx.sim.System, :mod:`.semantics.multimem`); the bulk copies to a
-# multicast range do not yet.
-UNSUPPORTED.update(dict.fromkeys(
-    ("multimem_cp_async_bulk", "multimem_cp_reduce_async_bulk"),
-    "the emulator does not run the multimem bulk copies yet (multimem.ld_reduce, multimem.st and multimem.red "
-    "run on the devices of a jaxptx.sim.System)"))

@@ -117,10 +117,10 @@ def test_errors_name_the_device_that_raised_them() -> None:
         node.launch([dict(device=1, source=WAIT, params=[flag, 1])], max_steps=50)
 
 
-def test_the_multimem_bulk_copies_are_refused_with_a_reason():
+def test_a_multimem_bulk_copy_on_a_lone_device_faults_with_a_reason():
     text = (".version 9.1\n.target sm_90a\n.address_size 64\n\n.visible .entry k()\n{\n\t.reg .b64 %rd<4>;\n"
+            "\t.shared .align 16 .b8 s[16];\n\tmov.u64 %rd1, s;\n\tmov.u64 %rd0, 4096;\n"
             "\tmultimem.cp.async.bulk.global.shared::cta.bulk_group [%rd0], [%rd1], 16;\n\tret;\n}\n")
-    with pytest.raises(sim.PrecheckError, match=r"the emulator does not run the multimem bulk copies yet "
-                                                r"\(multimem\.ld_reduce, multimem\.st and multimem\.red run on "
-                                                r"the devices of a jaxptx\.sim\.System\)"):
+    with pytest.raises(sim.SimError, match=r"is not a multicast address: multimem instructions run on the "
+                                           r"devices of a jaxptx\.sim\.System"):
         sim.launch(text)

@@ -172,6 +172,16 @@ def _mbar(s: Step) -> np.ndarray | None:
     return None if k is None else s.address(k)[1]
 
 
+def read_bulk_source(s: Step, src: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bytes of each thread's ``size``-byte shared-memory source read by
+    the async proxy (in 16-byte runs), with the position of the thread each
+    byte belongs to: ``(positions, bytes)``."""
+    total = int(size.sum())
+    rep = np.repeat(np.arange(s.n), size)
+    off = (np.arange(total) - np.repeat(np.cumsum(size) - size, size)).astype(np.uint64)
+    return rep, _read(s, _space(s, "src"), src[rep] + off, s.threads[rep], 1, 16)
+
+
 # --- cp.async.bulk ------------------------------------------------------------------------------
 
 

@@ -21,6 +21,13 @@ has none, and a multimem instruction there faults). Hence:
   in device order.
 * Vector forms (``.v2``/``.v4``/``.v8``) are one access per element at
   consecutive addresses, the whole vector aligned to its size.
+* The bulk copies (``multimem.cp.async.bulk``, ``multimem.cp.reduce.async.bulk``)
+  read ``size`` bytes of the executing CTA's shared memory through the async
+  proxy and write (or reduce, element by element as ``red`` does) them into
+  every copy, in device order, when the instruction runs; so their
+  ``bulk_group`` has completed by the next ``cp.async.bulk.wait_group``, as
+  with ``cp.async.bulk``. ``.cp_mask`` writes byte j of each 16-byte chunk
+  only where bit j of the mask is set.
 
 Orderings and scopes (``.acquire``, ``.release.sys`` ...) change nothing:
 the emulator completes every access when the instruction runs.
@@ -28,6 +35,7 @@ the emulator completes every access when the instruction runs.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import ml_dtypes
@@ -40,6 +48,8 @@ from ..core.step import Step
 from ..errors import SimFault
 from ..numerics.values import from_bits, to_bits
 from .atomics import rmw, step_for
+from .bulk_copy import read_bulk_source
+from .mbarrier import present
 from .memory import check_alignment
 from .registry import semantics
 
@@ -157,3 +167,75 @@ def multimem_red(s: Step) -> None:
             for i in range(form.count):
                 rmw(s, "global", at + np.uint64(i * form.width), form.type, op,
                     (_item(values, i, form.count)[pos],), memory=memory, threads=threads)
+
+
+def _bulk(s: Step) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A bulk copy's operands: the multimem destinations, the size of each
+    thread's copy, and the bytes read from shared memory with the position
+    of the thread each byte belongs to."""
+    _, dst = s.address(0)
+    _, src = s.address(1)
+    size = s.src(2, TYPES["u32"]).astype(np.int64)
+    bad = (size % 16 != 0) | ((dst & np.uint64(15)) != 0) | ((src & np.uint64(15)) != 0)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise SimFault(f"{s.ins.name}: the size ({int(size[k])}) must be a multiple of 16 and both addresses "
+                       f"({int(dst[k]):#x}, {int(src[k]):#x}) 16-byte aligned ({first_thread(s.m, s.threads[k:k + 1])})")
+    rep, data = read_bulk_source(s, src, size)
+    return dst, size, rep, data
+
+
+def _bulk_copies(s: Step, dst: np.ndarray, size: np.ndarray) -> Iterator[tuple[np.ndarray, int, list[Any]]]:
+    """Per group of threads with one size: ``(positions, size, copies)`` as
+    :func:`_copies` resolves them (each thread's range checked whole)."""
+    resolve = s.m.memory.multicast
+    if resolve is None:
+        raise SimFault(f"{s.ins.name}: address {int(dst[0]):#x} is not a multicast address: multimem "
+                       f"instructions run on the devices of a jaxptx.sim.System, on the address of one of its "
+                       f"multicast objects (mc.address) ({first_thread(s.m, s.threads)})")
+    for nbytes in np.unique(size).tolist():
+        group = np.flatnonzero(size == nbytes)
+        for pos, copies in resolve(dst[group], s.threads[group], int(nbytes), s.ins.name):
+            yield group[pos], int(nbytes), copies
+
+
+@semantics("multimem_cp_async_bulk")
+def multimem_cp_async_bulk(s: Step) -> None:
+    """``multimem.cp.async.bulk.global.shared::cta.bulk_group{.cp_mask} [a], [src], size{, mask}``:
+    ``size`` bytes of shared memory stored to every copy of the multimem range at ``a``."""
+    dst, size, _, data = _bulk(s)
+    starts = np.cumsum(size) - size
+    k = present(s, "byte_mask")
+    mask = None if k is None else s.src(k, TYPES["u16"]).astype(np.int64)
+    for pos, nbytes, copies in _bulk_copies(s, dst, size):
+        offsets = np.tile(np.arange(nbytes, dtype=np.uint64), len(pos))
+        who = np.repeat(pos, nbytes)
+        values = data[np.repeat(starts[pos], nbytes) + offsets.astype(np.int64)]
+        keep = slice(None)
+        if mask is not None:
+            keep = ((mask[who] >> (offsets % np.uint64(16)).astype(np.int64)) & 1) == 1
+        for _, memory, at in copies:
+            memory.store("global", (np.repeat(at, nbytes) + offsets)[keep], s.threads[who][keep], values[keep], 1,
+                         s.ins.name)
+
+
+@semantics("multimem_cp_reduce_async_bulk")
+def multimem_cp_reduce_async_bulk(s: Step) -> None:
+    """``multimem.cp.reduce.async.bulk.global.shared::cta.bulk_group.op{.noftz}.type [a], [src], size``:
+    each element of ``size`` bytes of shared memory reduced (as ``red.op``) into every copy, in device order."""
+    t = TYPES[s.mod("type")]
+    op = s.mod("op")
+    dst, size, _, data = _bulk(s)
+    if (size % t.nbytes).any():
+        raise SimFault(f"{s.ins.name}: the size is not a multiple of the {t.name} element")
+    starts = np.cumsum(size) - size
+    for pos, nbytes, copies in _bulk_copies(s, dst, size):
+        count = nbytes // t.nbytes
+        offsets = np.tile(np.arange(count, dtype=np.uint64) * np.uint64(t.nbytes), len(pos))
+        who = np.repeat(pos, count)
+        first = (np.repeat(starts[pos], count) + offsets.astype(np.int64))[:, None] + np.arange(t.nbytes)
+        raw = np.ascontiguousarray(data[first]).view(_UINT[t.nbytes]).reshape(-1)
+        values = from_bits(t, raw)
+        for _, memory, at in copies:
+            rmw(s, "global", np.repeat(at, count) + offsets, t, op, (values,), memory=memory,
+                threads=s.threads[who])
