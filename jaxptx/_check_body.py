@@ -52,21 +52,24 @@ def check_function(f: ir.Function, globals_: set[str], target: isa.Target,
         return TYPES[special.type] if special is not None else None
 
     for ins, labels in instructions:
-        line, col = (ins.loc[1], ins.loc[2]) if ins.loc and len(ins.loc) == 3 else (0, 0)
         written = ins
         if validate:
             ins = normalize(ins, regs, vectors)
         problems = _undefined(ins, regs, names, labels)
+        warnings: list[str] = []
         if not problems and validate:
             try:
                 r = check_instruction(ins, target=target, version=version, type_of=type_of)
                 problems.extend(_narrow_addresses(ins, r, type_of))
                 problems.extend(_bare_vectors(written, r, vectors))
-                out.extend(Diagnostic(line, col, p, "warning") for p in _truncated_literals(ins, r))
+                warnings = _truncated_literals(ins, r)
             except PtxError as e:
                 problems.append(str(e))
-        out.extend(Diagnostic(line, col, p) for p in problems)
-        out.extend(Diagnostic(line, col, p) for p in _wide_literals(ins))
+        problems.extend(_wide_literals(ins))
+        if problems or warnings:
+            line, col = (ins.loc[1], ins.loc[2]) if ins.loc and len(ins.loc) == 3 else (0, 0)
+            out.extend(Diagnostic(line, col, p, "warning") for p in warnings)
+            out.extend(Diagnostic(line, col, p) for p in problems)
     return out
 
 
@@ -87,6 +90,8 @@ def _wide_literals(ins: ir.Instruction) -> list[str]:
 
 def _integers(operands: tuple) -> Iterator[int]:
     for op in operands:
+        if type(op) is ir.Register:
+            continue
         for x in ir.leaves(op):
             if isinstance(x, ir.Immediate):
                 x = x.value
@@ -164,10 +169,10 @@ def _narrow_addresses(ins: ir.Instruction, r: isa.Resolved, type_of) -> list[str
 
 def _undefined(ins: ir.Instruction, regs: ir.Registers, names: set[str], labels: frozenset[str]) -> list[str]:
     problems = []
-    operands = list(ins.operands)
-    if ins.guard is not None:
-        operands.append(ins.guard.register)
+    operands = ins.operands if ins.guard is None else (*ins.operands, ins.guard.register)
     for op in operands:
+        if type(op) is ir.Register and op.name in regs:     # the common case, without the walk
+            continue
         for x in operand_names(op):
             if isinstance(x, ir.Register):
                 base = x.name[1:].split(".")[0]

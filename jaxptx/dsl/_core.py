@@ -200,6 +200,8 @@ def _scope_name(scope: Any, other: Any = None) -> str:
 def to_operand(value: Any, o: isa.Operand | None, want: PtxType | None, where: Any) -> ir.Operand:
     """Convert a Python argument to an IR operand for table operand ``o``."""
     kinds = o.kinds if o is not None else ()
+    if type(value) is Reg and kinds != ("mem",) and ("reg" in kinds or "vec" not in kinds):
+        return _owned(value)    # the common case first: a register where a register goes
     if isinstance(value, _IR_OPERANDS):
         return value        # an IR operand built by hand passes through unchanged
     if isinstance(value, ir.VarDecl):
@@ -272,6 +274,17 @@ def emit_instruction(opcode: str, mods: tuple[str, ...], args: tuple[Any, ...],
     """
     loc = user_location()
     trace = current()
+    key = _register_signature(trace, opcode, mods, args, pred)
+    if key is not None:
+        returns = _REGISTER_FORMS.get(key)
+        if returns is not None:             # this signature was resolved and checked before
+            trace.require_function()
+            try:
+                guard = _guard(pred)
+            except PtxError as e:
+                raise with_location(e, loc) from None
+            trace.append(ir.Instruction(opcode, mods, tuple([ir.Register(a.name) for a in args]), guard, loc=loc))
+            return args[0] if returns else None
     args, mods = _split_type(args, mods)
     if not trace.validate:
         return _emit_unchecked(trace, opcode, mods, args, pred, loc)
@@ -292,8 +305,39 @@ def emit_instruction(opcode: str, mods: tuple[str, ...], args: tuple[Any, ...],
         guard = _guard(pred)
     except PtxError as e:
         raise with_location(e, loc) from None
-    trace.emit(ir.Instruction(opcode, mods, tuple(converted), guard, loc=loc))
-    return args[0] if operands and operands[0].out else None
+    ins = ir.Instruction(opcode, mods, tuple(converted), guard, loc=loc)
+    trace.emit(ins)
+    returns = bool(operands and operands[0].out)
+    if key is not None and len(converted) == len(key[2]) and len(_REGISTER_FORMS) < _REGISTER_FORMS_MAX \
+            and all(type(c) is ir.Register for c in converted):
+        _REGISTER_FORMS[key] = returns
+    return args[0] if returns else None
+
+
+# Signatures of instructions whose operands are all plain registers, checked
+# in full once (resolved, converted to plain registers, validated): the same
+# opcode, modifiers, register types, guard and target resolve, convert and
+# validate alike, so later ones go straight to the trace. Value: whether the
+# first operand is the destination the call returns.
+_REGISTER_FORMS: dict[tuple, bool] = {}
+_REGISTER_FORMS_MAX = 1 << 16
+
+
+def _register_signature(trace: Any, opcode: str, mods: tuple[str, ...], args: tuple[Any, ...],
+                        pred: Any) -> tuple | None:
+    """The key of :data:`_REGISTER_FORMS` when every argument is a register of
+    this trace (not a vector register) of the type the trace declared it
+    with, else None."""
+    if not trace.validate:
+        return None
+    scope, vectors, declared = trace.scope, trace.vectors, trace.reg_types
+    types = []
+    for a in args:
+        if type(a) is not Reg or (a.owner is not None and a.owner is not scope) or a.name in vectors \
+                or declared.get(a.name) is not a.type:
+            return None
+        types.append(a.type.name)
+    return (opcode, mods, tuple(types), pred is None, trace.target, trace.version)
 
 
 def _kind(value: Any) -> str:

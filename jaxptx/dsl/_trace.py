@@ -305,13 +305,33 @@ class Trace:
             PtxError: the validation error, with the user's line appended.
         """
         self.require_function()
-        try:
-            checked = normalize(ins, self.reg_types, self.vectors)
-            r = check_instruction(checked, target=self.target, version=self.version, type_of=self.type_of)
-        except PtxError as e:
-            raise with_location(e, ins.loc) from None
+        key = self._signature(ins)
+        r = _VALIDATED.get(key) if key is not None else None
+        if r is None:
+            try:
+                checked = normalize(ins, self.reg_types, self.vectors)
+                r = check_instruction(checked, target=self.target, version=self.version, type_of=self.type_of)
+            except PtxError as e:
+                raise with_location(e, ins.loc) from None
+            if key is not None and len(_VALIDATED) < _VALIDATED_MAX:
+                _VALIDATED[key] = r
         self.append(ins)
         return r
+
+    def _signature(self, ins: ir.Instruction) -> tuple | None:
+        """What :func:`check_instruction`'s verdict on ``ins`` depends on,
+        when every operand is a plain register of this trace: the opcode,
+        modifiers, guard, each register's type, target and version (register
+        names and vector registers are left to the full check: None)."""
+        types = []
+        for op in ins.operands:
+            if type(op) is not ir.Register:
+                return None
+            t = self.reg_types.get(op.name)
+            if t is None or op.name in self.vectors:
+                return None
+            types.append(t.name)
+        return (ins.opcode, ins.modifiers, ins.guard is not None, tuple(types), self.target, self.version)
 
     @contextmanager
     def block(self, body: list[ir.Statement]) -> Iterator[None]:
@@ -321,6 +341,13 @@ class Trace:
             yield
         finally:
             self.body = saved
+
+
+# Verdicts of check_instruction by signature (_Trace._signature): the same
+# opcode, modifiers, guard and register types on the same target pass or fail
+# alike, so each signature is checked in full once per process.
+_VALIDATED: dict[tuple, isa.Resolved] = {}
+_VALIDATED_MAX = 1 << 16
 
 
 class OpenConstruct:

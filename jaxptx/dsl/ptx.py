@@ -53,15 +53,19 @@ class Instr:
     pointing at the user's line.
     """
 
-    __slots__ = ("_parts",)
+    __slots__ = ("_parts", "_children")
 
     def __init__(self, parts: tuple[str, ...]) -> None:
         self._parts = parts
+        self._children: dict[str, Instr] = {}
 
     def __getattr__(self, name: str) -> "Instr":
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return Instr(self._parts + (isa.to_ptx(name),))
+        child = self._children.get(name)
+        if child is None:
+            if name.startswith("__"):
+                raise AttributeError(name)
+            child = self._children[name] = Instr(self._parts + (isa.to_ptx(name),))
+        return child
 
     def __call__(self, *args: Any, pred: Reg | NegPred | None = None) -> Any:
         split = isa.split_name(self._parts)
@@ -97,10 +101,16 @@ class Instr:
 class _Inst:
     """``ptx.inst.<opcode>.<modifier>...`` — the generic spelling."""
 
+    def __init__(self) -> None:
+        self._roots: dict[str, Instr] = {}
+
     def __getattr__(self, name: str) -> Instr:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return Instr((isa.to_ptx(name),))
+        root = self._roots.get(name)
+        if root is None:
+            if name.startswith("__"):
+                raise AttributeError(name)
+            root = self._roots[name] = Instr((isa.to_ptx(name),))
+        return root
 
 
 inst = _Inst()
@@ -133,6 +143,6 @@ def addr(base: Any, offset: Any = None, *, coords: tuple[Any, ...] = (), minus: 
 def __getattr__(name: str) -> Instr:
     part = isa.to_ptx(name)
     if part in _FIRST_PARTS:
-        return Instr((part,))
+        return getattr(inst, name)
     raise AttributeError(f"module 'jaxptx.ptx' has no attribute {name!r} (and no "
                          f"instruction starts with {part!r})")

@@ -14,6 +14,7 @@ So ``cp.async.bulk.tensor.2d.shared::cluster.global`` is written
 
 from __future__ import annotations
 
+import functools
 import keyword
 
 __all__ = ["to_python", "to_ptx"]
@@ -29,6 +30,7 @@ def to_python(part: str) -> str:
     return name
 
 
+@functools.lru_cache(maxsize=4096)
 def to_ptx(name: str) -> str:
     """Python attribute name → PTX name part (inverse of :func:`to_python`)."""
     if name.endswith("_") and not name.endswith("__"):

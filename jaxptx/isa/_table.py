@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from ._families import FAMILIES
 from ._schema import Inst
 
@@ -16,6 +18,7 @@ BY_OPCODE: dict[str, tuple[Inst, ...]] = {k: tuple(v) for k, v in _by_opcode.ite
 _MAX_OPCODE_PARTS = max(k.count(".") + 1 for k in BY_OPCODE)
 
 
+@functools.lru_cache(maxsize=4096)
 def split_name(parts: tuple[str, ...]) -> tuple[str, tuple[str, ...]] | None:
     """Split ``("cp", "async", "bulk", "tensor", "2d", ...)`` into the longest
     table opcode and the modifiers after it; ``None`` if no prefix is one."""
