@@ -9,12 +9,17 @@ launches of the same grids.
 2. The worked example's collectives (``examples/node_allgather.py``) on 8
    devices: a ring all-gather whose devices wait on each other's flags, and
    a one-shot multimem all-reduce.
+3. What the sanitizer costs on a node of 8 (``check="all"``: each grid's
+   checks and the node's between grids) against the unchecked launch: the
+   independent grids of table 1, and the ring all-gather with flags of the
+   tests (``tests/sim/system_kernels.py``), whose every chunk crosses devices.
 
     python benchmarks/system_speed.py [--repeat 5]
     python benchmarks/system_speed.py --smoke     # CI: 1 CTA a grid, 20 iterations, one repeat
 
 Checked (``self-check:`` lines): every scaled vector against the same
-float32 recurrence in numpy, and both collectives against numpy.
+float32 recurrence in numpy, both collectives against numpy, and the checked
+launches report no finding.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ import sys
 import numpy as np
 from _timing import wall_times
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(_ROOT / "examples"))
 
 DEVICES = 8
 SCALE = """.version 8.5
@@ -130,8 +136,52 @@ def collectives(repeat: int) -> None:
     print("self-check: the all-gather and the all-reduce match numpy on every device")
 
 
+def checked(repeat: int, iterations: int = 100, ctas: int = 4, ring_threads: int = 256) -> None:
+    """Table 3: ``check="all"`` against no check on a node of 8."""
+    sys.path.insert(0, str(_ROOT / "tests" / "sim"))
+    from system_kernels import ring_allgather
+
+    from jaxptx import sim
+
+    node = sim.System(DEVICES)
+    node.enable_peer_access()
+    vectors = [d.alloc(ctas * 128 * 4) for d in node.devices]
+    grids = [dict(device=i, source=SCALE, params=[vectors[i], iterations], grid=ctas, block=128)
+             for i in range(DEVICES)]
+    n, t = DEVICES, ring_threads
+    chunks = np.arange(n * t, dtype=np.uint32).reshape(n, t)
+    outs, flags, totals = [], [], []
+    for d in node.devices:
+        out = np.zeros((n, t), np.uint32)
+        out[d.index] = chunks[d.index]
+        outs.append(d.to_device(out))
+        flags.append(d.alloc(4))
+        totals.append(d.alloc(4 * t))
+    text = ring_allgather()
+    ring = [dict(device=r, source=text, block=t,
+                 params=[outs[r], outs[(r + 1) % n], flags[r], flags[(r + 1) % n], totals[r], r, n]) for r in range(n)]
+
+    def reset() -> None:
+        for d, f in zip(node.devices, flags):
+            d.write(f, np.zeros(1, np.uint32))
+    rows = []
+    for what, grids_ in ((f"8 independent grids ({ctas} CTAs x 128, {iterations} iterations)", grids),
+                         (f"ring all-gather with flags ({t} threads a device)", ring)):
+        plain = min(wall_times(lambda g=grids_: (reset(), node.launch(g)), repeat))
+        found: list = []
+        check = min(wall_times(lambda g=grids_, out=found: (reset(), out.append(node.launch(g, check="all"))), repeat))
+        assert found[-1] == [[]] * DEVICES, f"{what}: findings {found[-1]}"
+        rows.append((what, plain, check))
+    print(f"\ncheck=\"all\" on a node of {DEVICES} against no check, best of {repeat}")
+    print("| launch                                          | unchecked | checked | ratio |")
+    print("|-------------------------------------------------|-----------|---------|-------|")
+    for what, plain, check in rows:
+        print(f"| {what:<47} | {plain:7.3f} s | {check:5.3f} s | {check / plain:5.1f} |")
+    print("self-check: both checked launches report no finding")
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Run both tables (``--smoke``: 1 CTA a grid, 20 iterations, one repeat)."""
+    """Run the three tables (``--smoke``: 1 CTA a grid, 20 iterations, one repeat)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=None, help="runs per figure, the best counts (default 5)")
     parser.add_argument("--smoke", action="store_true", help="CI smoke run: 1 CTA a grid, 20 iterations, one repeat")
@@ -142,6 +192,10 @@ def main(argv: list[str] | None = None) -> None:
     else:
         independent(repeat)
     collectives(repeat)
+    if args.smoke:
+        checked(repeat, iterations=20, ctas=1, ring_threads=32)
+    else:
+        checked(repeat)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,10 @@ three seams this module fills (:class:`NodeLink`):
   hang proofs (:mod:`.core.hangs`), so a thread spinning on a flag a peer
   sets runs again when the peer writes.
 
-Accesses through a window are told to the launch's observers (the
-sanitizer sees another device's buffer as memory it does not track).
+Accesses through a window are told to the launch's observers: the
+sanitizer checks another device's buffer as its own between the launch's
+threads, and hands every access to the node's checker for the pairs with
+other devices' grids (:mod:`.core.sanitizer.node`).
 """
 
 from __future__ import annotations

@@ -29,12 +29,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
+
 from .. import ir
 from .core.barriers import EXITED
 from .core.forensics import stuck_warps, table
 from .core.hangs import hang_message
 from .core.machine import Machine
 from .core.program import Program
+from .core.sanitizer import SanitizerError
 from .errors import SimDeadlock, SimError, SimFault
 from .faults import located
 
@@ -55,8 +58,10 @@ class NodeLaunch:
     done: bool = False
 
 
-def run_together(runs: list[NodeLaunch], turn: int = TURN_STEPS) -> None:
-    """Run every launch's machine to the end, in turns of ``turn`` steps.
+def run_together(runs: list[NodeLaunch], turn: int = TURN_STEPS, turns: np.random.Generator | None = None) -> None:
+    """Run every launch's machine to the end, in turns of ``turn`` steps
+    (with ``turns``, a random schedule's: of 1 to ``2 * turn`` steps drawn
+    from it, so that devices meet in other interleavings too).
 
     Raises:
         SimDeadlock: no thread on any device can make progress.
@@ -67,14 +72,14 @@ def run_together(runs: list[NodeLaunch], turn: int = TURN_STEPS) -> None:
         r.machine.start()
     ok = False
     try:
-        _turns(runs, turn)
+        _turns(runs, turn, turns)
         ok = True
     finally:
         for r in runs:
             r.machine.clock.finish(ok and r.done)
 
 
-def _turns(runs: list[NodeLaunch], turn: int) -> None:
+def _turns(runs: list[NodeLaunch], turn: int, turns: np.random.Generator | None) -> None:
     live = list(runs)
     while live:
         ran = False
@@ -83,7 +88,7 @@ def _turns(runs: list[NodeLaunch], turn: int) -> None:
             if not m.groups and (m.state != EXITED).any():
                 continue                # stalled: another device must change something first
             before = m.steps
-            r.done = _turn(r, m.steps + turn)
+            r.done = _turn(r, m.steps + (turn if turns is None else int(turns.integers(1, 2 * turn + 1))))
             ran = ran or m.steps > before
         live = [r for r in live if not r.done]
         if live and not ran:
@@ -101,6 +106,8 @@ def _turn(r: NodeLaunch, until: int) -> bool:
         raise SimFault(f"device {r.device}: {fault}", fault.fault) from None
     except SimDeadlock:
         raise
+    except SanitizerError as e:
+        raise SanitizerError(f"device {r.device}: {e}", e.findings) from None
     except SimError as e:
         raise type(e)(f"device {r.device}: {e}") from None
 

@@ -27,19 +27,30 @@ waiting for a flag no thread on any device will set is a
 Memory operations complete in program order, one step at a time, so
 ``.sys``-scope ``ld.acquire`` / ``st.release`` / ``atom`` / ``red`` and
 ``fence.acq_rel.sys`` / ``fence.sc.sys`` order memory across devices by
-construction. ``check=`` runs each device's sanitizer over its own memory;
-it does not yet track happens-before across devices (accesses to another
-device's buffer are not checked).
+construction. ``check=`` runs each grid's sanitizer over the accesses of its
+own threads (to its device's memory and its peers') and, for pairs of
+accesses by different grids, the node's (:mod:`.core.sanitizer.node`): a
+race between devices is an access pair that no release/acquire chain at
+``.sys`` scope orders (``.gpu`` scope orders a device's own grids only).
+``schedule="random", seed=N`` runs every grid under a random schedule of its
+own, seeded from ``N`` and its device, and varies the turns' lengths: the
+same seed gives the same run, results and findings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from .. import ir
 from ..launch import Launch
 from .checking import check_mode, valid_mode
+from .core.observers import Observer
+from .core.sanitizer.node import NodeChecker
+from .core.schedules import schedule_option
+from .core.view import MachineView
 from .device import Device, launch_of
 from .device_memory import is_int
 from .errors import SimError
@@ -52,7 +63,15 @@ from .observing import open_observers
 __all__ = ["System"]
 
 MAX_DEVICES = 255           # device index 0xFF marks multicast addresses
+_NODE_STREAM = 1 << 32      # the seed stream of the turns' lengths (devices' are their indices)
 _KEYS = ("device", "source", "params", "grid", "block", "cluster", "smem", "kernel", "launch")
+
+
+def grid_seed(seed: int, device: int, place: int) -> int:
+    """The random schedule's seed of the ``place``-th grid of ``device`` in
+    a node launch under ``seed``: a stream of its own, the same every time."""
+    state = np.random.SeedSequence([seed % (1 << 64), device, place]).generate_state(2, np.uint32)
+    return int(state[0]) << 31 | int(state[1]) >> 1
 
 
 class NodeDevice(Device):
@@ -165,7 +184,8 @@ class System:
         return mc
 
     def launch(self, launches: Sequence[Mapping[str, Any]], *, check: Any = None, max_steps: int | None = None,
-               max_seconds: float | None = None) -> list[Any]:
+               max_seconds: float | None = None, schedule: str | None = None, seed: int | None = None,
+               observers: Sequence[Callable[[MachineView], Observer]] = ()) -> list[Any]:
         """Run one grid per item, all together, until every one is done.
 
         Args:
@@ -174,11 +194,20 @@ class System:
                 :meth:`jaxptx.sim.Device.launch` takes them), and optionally
                 ``grid``, ``block``, ``cluster``, ``smem`` (or ``launch``, a
                 :class:`jaxptx.launch.Launch`) and ``kernel``.
-            check: each device's sanitizer, as ``Device.launch`` takes it
-                (it checks each device's own memory; accesses to another
-                device's buffers are not tracked yet).
+            check: the sanitizer, as ``Device.launch`` takes it: each grid's
+                over its own threads, and the node's over pairs of accesses
+                by different grids (races between devices, named with both
+                devices, CTAs, threads and lines).
             max_steps: a bound on each grid's steps.
             max_seconds: a bound on each grid's wall time.
+            schedule, seed: ``schedule="random"`` with an int ``seed``: each
+                grid runs under a random schedule seeded from ``seed``, its
+                device and its place among that device's grids, and the
+                devices take turns of random lengths; the same seed gives
+                the same run. Default: as ``JAXPTX_SIM_SCHEDULE`` says, else
+                the default schedule.
+            observers: tools to watch every grid, as ``Device.launch``
+                takes them (each is called once per grid's machine).
 
         Returns:
             One item per grid: its sanitizer findings under ``check="all"``,
@@ -196,26 +225,35 @@ class System:
             raise SimError("System.launch: expected a non-empty list of dicts, one per grid "
                            "(dict(device=0, source=ptx, params=[...], grid=..., block=...))")
         check = check_mode() if check is None else valid_mode(check)
+        schedule, seed = schedule_option(schedule, seed)
         runs: list[NodeLaunch] = []
         try:
+            nth: dict[int, int] = {}
             for k, item in enumerate(launches):
-                runs.append(self._prepare(k, item, check, max_steps, max_seconds))
+                runs.append(self._prepare(k, item, check, max_steps, max_seconds, schedule, seed, nth))
+            if check and len(runs) > 1:
+                node = NodeChecker(self.devices, strict=check == "strict")
+                for r in runs:
+                    r.machine.sanitizer.join_node(node, r.device)
             for r in runs:
                 for dev in self.devices:        # writes to a peer count on the peer's masks too
                     recorder = dev.store_recorder() if dev.index != r.device else None
                     if recorder is not None:
                         r.machine.observe(recorder)
-                for make in open_observers():
+                for make in (*open_observers(), *observers):
                     r.machine.observe(make(r.machine))
-            run_together(runs)
+            turns = None if seed is None else np.random.default_rng([seed % (1 << 64), _NODE_STREAM])
+            run_together(runs, turns=turns)
             return results(runs, check)
         finally:
             for r in runs:
                 r.machine.close()
 
     def _prepare(self, k: int, item: Mapping[str, Any], check: Any, max_steps: int | None,
-                 max_seconds: float | None) -> NodeLaunch:
-        """Grid ``k``'s machine, checked and ready to run."""
+                 max_seconds: float | None, schedule: str | None, seed: int | None,
+                 nth: dict[int, int]) -> NodeLaunch:
+        """Grid ``k``'s machine, checked and ready to run (``nth``: grids
+        per device so far, which seeds each grid's schedule apart)."""
         if not isinstance(item, Mapping):
             raise SimError(f"System.launch item {k}: expected a dict, got {type(item).__name__}")
         unknown = sorted(set(item) - set(_KEYS))
@@ -234,7 +272,10 @@ class System:
             grid, block = item.get("grid", (1, 1, 1)), item.get("block", (1, 1, 1))
             cluster, smem = item.get("cluster", (1, 1, 1)), item.get("smem", 0)
         launch = launch_of(program, grid, block, cluster, smem)
-        machine = device._machine(program, bases, item.get("params", ()), launch, check, max_steps, max_seconds)
+        place = nth[device.index] = nth.get(device.index, -1) + 1
+        own = None if seed is None else grid_seed(seed, device.index, place)
+        machine = device._machine(program, bases, item.get("params", ()), launch, check, max_steps, max_seconds,
+                                  "default" if schedule is None else schedule, own)
         return NodeLaunch(device.index, machine, module, program)
 
     def close(self) -> None:

@@ -152,3 +152,145 @@ def red(form: str, value: str, bytes_per_thread: int, decl: str = "") -> str:
     ret;
 }}
 """
+
+
+# How a ring step is published (thread 0, after the CTA's stores and a
+# bar.sync; %r5 holds the step count s + 1): a release store, or a fence
+# followed by a relaxed store (the fence's scope decides who it publishes to).
+PUBLISH = {
+    "release": "st.release.sys.global.u32 [%rd4], %r5;",
+    "fence.sys": "fence.acq_rel.sys;\n    st.relaxed.sys.global.u32 [%rd4], %r5;",
+    "fence.gpu": "fence.acq_rel.gpu;\n    st.relaxed.sys.global.u32 [%rd4], %r5;",
+}
+# How thread 0 waits for its own flag to reach %r5: an acquire load, a
+# relaxed load followed by a fence, or not at all (the bug).
+WAIT_FOR = {
+    "acquire": """RING_WAIT:
+    ld.acquire.sys.global.u32 %r9, [%rd3];
+    setp.lt.u32 %p2, %r9, %r5;
+    @%p2 bra RING_WAIT;""",
+    "fence": """RING_WAIT:
+    ld.relaxed.sys.global.u32 %r9, [%rd3];
+    setp.lt.u32 %p2, %r9, %r5;
+    @%p2 bra RING_WAIT;
+    fence.acq_rel.sys;""",
+    "none": "",
+}
+
+
+def ring_allgather(publish: str = "release", wait: str = "acquire") -> str:
+    """A ring all-gather over peers with flags: ``out`` holds ``n`` chunks of
+    ``ntid`` u32, device ``rank``'s own in slot ``rank``. In step ``s``
+    every thread stores slot ``(rank - s) mod n`` of its ``out`` into
+    ``next_out`` (the next device's, a peer store); thread 0 publishes
+    ``s + 1`` on the next device's flag (:data:`PUBLISH`) and waits until
+    its own flag says the previous device delivered (:data:`WAIT_FOR`),
+    and a ``bar.sync`` hands that on to the CTA. At the end every thread
+    sums its column of the ``n`` slots into ``total`` (reading what the
+    peers stored: a race unless the waits order it)."""
+    return HEAD + f"""
+.visible .entry ring(.param .u64 out, .param .u64 next_out, .param .u64 flag, .param .u64 next_flag,
+                     .param .u64 total, .param .u32 rank, .param .u32 n)
+{{
+    .reg .b32 %r<14>; .reg .b64 %rd<10>; .reg .pred %p<4>;
+    ld.param.u64 %rd1, [out];
+    ld.param.u64 %rd2, [next_out];
+    ld.param.u64 %rd3, [flag];
+    ld.param.u64 %rd4, [next_flag];
+    ld.param.u32 %r1, [rank];
+    ld.param.u32 %r2, [n];
+    mov.u32 %r3, %tid.x;
+    mov.u32 %r4, %ntid.x;
+    mov.u32 %r5, 0;
+    sub.u32 %r10, %r2, 1;
+RING_STEP:
+    add.u32 %r6, %r1, %r2;
+    sub.u32 %r6, %r6, %r5;
+    rem.u32 %r6, %r6, %r2;
+    mad.lo.u32 %r7, %r6, %r4, %r3;
+    mul.wide.u32 %rd5, %r7, 4;
+    add.u64 %rd6, %rd1, %rd5;
+    ld.global.u32 %r8, [%rd6];
+    add.u64 %rd7, %rd2, %rd5;
+    st.global.u32 [%rd7], %r8;
+    add.u32 %r5, %r5, 1;
+    bar.sync 0;
+    setp.ne.u32 %p1, %r3, 0;
+    @%p1 bra RING_NEXT;
+    {PUBLISH[publish]}
+    {WAIT_FOR[wait]}
+RING_NEXT:
+    bar.sync 0;
+    setp.lt.u32 %p3, %r5, %r10;
+    @%p3 bra RING_STEP;
+    mov.u32 %r11, 0;
+    mov.u32 %r12, 0;
+RING_SUM:
+    mad.lo.u32 %r7, %r12, %r4, %r3;
+    mul.wide.u32 %rd5, %r7, 4;
+    add.u64 %rd6, %rd1, %rd5;
+    ld.global.u32 %r8, [%rd6];
+    add.u32 %r11, %r11, %r8;
+    add.u32 %r12, %r12, 1;
+    setp.lt.u32 %p3, %r12, %r2;
+    @%p3 bra RING_SUM;
+    ld.param.u64 %rd8, [total];
+    mul.wide.u32 %rd5, %r3, 4;
+    add.u64 %rd9, %rd8, %rd5;
+    st.global.u32 [%rd9], %r11;
+    ret;
+}}
+"""
+
+
+def oneshot_allreduce(wait: bool = True) -> str:
+    """A one-shot all-reduce over a multicast object ``mc`` (``n * ntid``
+    f32 a device): device ``rank`` reduces its slice over every copy
+    (``multimem.ld_reduce``) and stores the sum to every copy
+    (``multimem.st``); then thread 0 adds 1 to the multicast flag on every
+    device (``multimem.red.release.sys``) and, with ``wait``, spins until
+    its own copy counts ``n`` (``ld.acquire.sys``). Last, every thread
+    copies slice ``rank + 1 (mod n)`` of its own buffer ``mine`` (which the
+    next device wrote) to ``got``: a race unless the wait orders it."""
+    spin = """RED_WAIT:
+    ld.acquire.sys.global.u32 %r9, [%rd3];
+    setp.lt.u32 %p2, %r9, %r2;
+    @%p2 bra RED_WAIT;""" if wait else ""
+    return HEAD + f"""
+.visible .entry allreduce(.param .u64 mc, .param .u64 flags, .param .u64 own_flag, .param .u64 mine,
+                          .param .u64 got, .param .u32 rank, .param .u32 n)
+{{
+    .reg .b32 %r<12>; .reg .b64 %rd<12>; .reg .f32 %f<2>; .reg .pred %p<3>;
+    ld.param.u64 %rd1, [mc];
+    ld.param.u64 %rd2, [flags];
+    ld.param.u64 %rd3, [own_flag];
+    ld.param.u32 %r1, [rank];
+    ld.param.u32 %r2, [n];
+    mov.u32 %r3, %tid.x;
+    mov.u32 %r4, %ntid.x;
+    mad.lo.u32 %r5, %r1, %r4, %r3;
+    mul.wide.u32 %rd4, %r5, 4;
+    add.u64 %rd5, %rd1, %rd4;
+    multimem.ld_reduce.relaxed.sys.global.add.f32 %f1, [%rd5];
+    multimem.st.relaxed.sys.global.f32 [%rd5], %f1;
+    bar.sync 0;
+    setp.ne.u32 %p1, %r3, 0;
+    @%p1 bra RED_NEXT;
+    multimem.red.release.sys.global.add.u32 [%rd2], 1;
+    {spin}
+RED_NEXT:
+    bar.sync 0;
+    add.u32 %r6, %r1, 1;
+    rem.u32 %r6, %r6, %r2;
+    mad.lo.u32 %r7, %r6, %r4, %r3;
+    mul.wide.u32 %rd6, %r7, 4;
+    ld.param.u64 %rd7, [mine];
+    add.u64 %rd8, %rd7, %rd6;
+    ld.global.f32 %f1, [%rd8];
+    ld.param.u64 %rd9, [got];
+    mul.wide.u32 %rd10, %r3, 4;
+    add.u64 %rd11, %rd9, %rd10;
+    st.global.f32 [%rd11], %f1;
+    ret;
+}}
+"""

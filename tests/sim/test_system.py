@@ -47,8 +47,9 @@ def test_allgather_through_peer_stores_and_flags(n: int) -> None:
 
 
 def test_each_device_runs_its_own_sanitizer() -> None:
-    """check="all": one list of findings per grid (each device's sanitizer
-    checks its own memory; happens-before across devices is not tracked yet)."""
+    """check="all": one list of findings per grid (each grid's sanitizer, and
+    the node's between grids: test_system_sanitizer.py); the push all-gather
+    with .sys flags is clean."""
     node, outs, chunks, found = _allgather(2, check="all")
     assert found == [[], []]
     np.testing.assert_array_equal(node.devices[1].from_device(outs[1], like=chunks.reshape(-1)), chunks.reshape(-1))

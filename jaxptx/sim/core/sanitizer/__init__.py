@@ -36,6 +36,11 @@ Python line, CTA and thread) and what ordering was missing. ``check=True``
 them. Lanes are ordered by program order within a thread only; reads are
 remembered per (byte, warp): the last reading lane of each warp (in shared
 memory and in each global buffer alike: :class:`.shadow.CellRecords`).
+In a node launch (:class:`jaxptx.sim.System`) each grid's sanitizer checks
+its own threads in every buffer they touch, peers' included, and hands each
+global access to the node's checker (:mod:`.node`), which reports races
+between grids: accesses of two devices that no release/acquire chain at
+``.sys`` scope orders (findings carry ``device`` and ``other_device``).
 The shadows keep one record per cell of up to 16 bytes while every access
 covers whole cells, and split them at the first that does not
 (:data:`.values.GRAIN`): the findings are those of per-byte records.
@@ -92,6 +97,13 @@ class Sanitizer(Reporting, RegisterChecks, SharedChecks, MemoryChecks, LocationC
         memory = machine.memory
         self.local_init = np.zeros(len(memory.local), dtype=bool)
         self._globals = {id(b): k for k, b in enumerate(memory.globals)}
+        self._buffers: list[np.ndarray] = list(memory.globals)     # key -> buffer (a node adds its peers')
+        self._names: dict[int, str] = dict(memory.names)
+        # A node's launch (jaxptx.sim.System): the checker of accesses between
+        # grids, this grid's index there and its device (join_node); else None.
+        self.node: Any = None
+        self.node_grid = -1
+        self.device: int | None = None
         self._sem_cache: dict[int, tuple[bool, bool, bool]] = {}
         self.location_clocks: dict[tuple, np.ndarray] = {}
         self.pending_acquire: dict[int, tuple] = {}
@@ -152,6 +164,20 @@ class Sanitizer(Reporting, RegisterChecks, SharedChecks, MemoryChecks, LocationC
             self.shared_access(off, threads, width, write, atomic=atomic, values=values)
         else:
             self.other_access(buf, off, threads, width, write, atomic=atomic, values=values)
+
+    def join_node(self, node: Any, device: int) -> None:
+        """Check this grid as device ``device``'s in a node: accesses to the
+        other devices' buffers are checked between this grid's threads too,
+        and every global access goes to ``node`` (a
+        :class:`.node.NodeChecker`) for the pairs with other grids."""
+        self.node = node
+        self.device = device
+        self.node_grid = node.join(self, device)
+        for buf, name in node.peers(device):
+            if id(buf) not in self._globals:
+                self._globals[id(buf)] = len(self._buffers)
+                self._names[len(self._buffers)] = name
+                self._buffers.append(buf)
 
     def on_behalf_of(self, thread: int | None) -> None:
         """Shared-memory reads until ``on_behalf_of(None)`` are ``thread``'s."""

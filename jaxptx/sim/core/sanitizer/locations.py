@@ -7,7 +7,11 @@ import numpy as np
 
 from .values import orders_ctas
 
-__all__ = ["LocationChecks"]
+__all__ = ["LocationChecks", "SCOPE_RANKS"]
+
+SCOPE_RANKS = {"cta": 0, "cluster": 1, "gpu": 2, "gl": 2, "sys": 3}
+"""Scopes (and ``membar`` levels), narrowest first: ``.gpu`` is 2, ``.sys`` 3
+(:mod:`.node` compares them)."""
 
 
 class LocationChecks:
@@ -20,6 +24,22 @@ class LocationChecks:
         code = self.m.program.code
         ins = code[self.pc] if 0 <= self.pc < len(code) else None
         return ins is not None and "cta" in ins.modifiers
+
+    def _scope(self) -> int:
+        """The scope of the executing strong access or fence, as a
+        :data:`SCOPE_RANKS` rank: its ``.cta``/``.cluster``/``.gpu``/``.sys``
+        (``membar``: its level); ``.volatile`` is ``.relaxed.sys`` (PTX ISA,
+        "Memory Consistency Model": volatile operations); else ``.gpu``, the
+        default scope of atomics."""
+        code = self.m.program.code
+        ins = code[self.pc] if 0 <= self.pc < len(code) else None
+        if ins is None:
+            return SCOPE_RANKS["gpu"]
+        for mod in ins.modifiers:
+            rank = SCOPE_RANKS.get(mod)
+            if rank is not None:
+                return rank
+        return SCOPE_RANKS["sys"] if "volatile" in ins.modifiers else SCOPE_RANKS["gpu"]
 
     def _semantics(self) -> tuple[bool, bool, bool]:
         """(strong, release, acquire) of the executing memory instruction:
@@ -76,6 +96,8 @@ class LocationChecks:
         """``fence``/``membar``: relaxed loads before it acquire, strong
         stores after it release (the fence-atomic patterns of the memory
         model)."""
+        if self.node is not None:
+            self.node.fence(self, threads, self._scope())
         code = self.m.program.code
         ins = code[self.pc] if 0 <= self.pc < len(code) else None
         if ins is not None and orders_ctas(ins):

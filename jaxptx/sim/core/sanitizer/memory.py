@@ -67,6 +67,8 @@ class MemoryChecks:
         th = np.asarray(threads, dtype=np.int64)
         strong, release, acquire = self._semantics()
         strong = strong or atomic
+        if self.node is not None:         # pairs with other grids of a node (before the orderings below tick)
+            self.node.access(self, buf, off, th, width, write, atomic, strong, release, acquire, values)
         if strong:
             self._location_sync(off, th, key + 1, write or atomic, not write or atomic, release, acquire)
         if key in self._read_log and self._log_read(key, off, th, width, plain=not (write or strong)):
@@ -126,7 +128,7 @@ class MemoryChecks:
         they cover part of one (see :data:`.values.GRAIN`)."""
         grain = self._global_grain.get(key)
         if grain is None:
-            grain = self._global_grain[key] = grain_of(len(self.m.memory.globals[key]))
+            grain = self._global_grain[key] = grain_of(len(self._buffers[key]))
         fit = fitting_grain(grain, offsets, width)
         if fit < grain:
             shadow = self._global_shadow.get(key)
@@ -141,7 +143,7 @@ class MemoryChecks:
         shadow = self._global_shadow.get(key)
         if shadow is None:
             grain = self._global_grain[key]
-            shadow = self._global_shadow[key] = GlobalShadow(len(self.m.memory.globals[key]) // grain, self.ntid,
+            shadow = self._global_shadow[key] = GlobalShadow(len(self._buffers[key]) // grain, self.ntid,
                                                              grain, epochs=self.cta_sync)
         if strong:
             shadow.strong_records()
@@ -289,7 +291,7 @@ class MemoryChecks:
     def _cta_race(self, a: GlobalAccess, k: int, other_kind: str, other_thread: int, other_pc: int,
                   within: int = 0) -> None:
         """Report a race within a CTA at cell ``k`` of the access (its byte ``within``)."""
-        name = self.m.memory.names.get(a.key)
+        name = self._names.get(a.key)
         where = f"offset {int(a.idx[k]) * a.shadow.grain + within:#x}" + (f" of {name}" if name else "")
         self.report("race", f"global-memory race within a CTA: {a.kind()} {where} at {self.at(int(a.th[k]))} "
                     f"conflicts with the {other_kind} at {self.line(other_pc)} by {self.who(other_thread)}: "

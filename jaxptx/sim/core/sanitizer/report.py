@@ -30,23 +30,29 @@ class Finding:
         message: the full report.
         line: where the finding's access is (PTX line or file:line) and
             ``other``: the other access's, when there is one.
+        device: in a node launch (:class:`jaxptx.sim.System`), the device
+            of the finding's access, and ``other_device`` the other
+            access's when it is another device's (or another grid's);
+            ``None`` on a lone device.
     """
 
     kind: str
     message: str
     line: str
     other: str = ""
+    device: int | None = None
+    other_device: int | None = None
 
 
 class Reporting:
     """Recording findings and naming instructions and threads in them."""
 
-    def report(self, kind: str, message: str, line: str, other: str = "") -> None:
+    def report(self, kind: str, message: str, line: str, other: str = "", other_device: int | None = None) -> None:
         """Record a finding; raise at once unless collecting (``check="all"``)."""
-        finding = Finding(kind, "sanitizer: " + message, line, other)
+        finding = Finding(kind, "sanitizer: " + message, line, other, self.device, other_device)
         if self.mode != "all":
             raise SanitizerError(finding.message, [finding])
-        key = (kind, line, other)
+        key = (kind, line, other, other_device)
         if key not in self._seen:
             self._seen.add(key)
             self.findings.append(finding)
@@ -67,12 +73,14 @@ class Reporting:
         return f"{where.file}:{where.line} ({ins.name})" if where is not None else ins.name
 
     def who(self, thread: int) -> str:
-        """``CTA (x, y, z) thread (x, y, z)`` of a global thread index."""
+        """``CTA (x, y, z) thread (x, y, z)`` of a global thread index
+        (``device d CTA ...`` in a node launch)."""
         m = self.m
         cta, tid = divmod(int(thread), m.ntid)
         bx, by, _ = m.block
         gx, gy, _ = m.grid
-        return (f"CTA ({cta % gx}, {(cta // gx) % gy}, {cta // (gx * gy)}) thread "
+        device = "" if self.device is None else f"device {self.device} "
+        return (f"{device}CTA ({cta % gx}, {(cta // gx) % gy}, {cta // (gx * gy)}) thread "
                 f"({tid % bx}, {(tid // bx) % by}, {tid // (bx * by)})")
 
     def _thread_at(self, thread: int, tid: int) -> str:
