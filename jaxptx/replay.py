@@ -44,8 +44,7 @@ import ml_dtypes  # noqa: F401  (bfloat16 / float8 names for numpy)
 import numpy as np
 
 from . import profile as _profile  # noqa: F401  (registers the emulator's profiler: profile=True)
-from . import sim
-from .isa._fidelity import FLOAT_MMA
+from . import isa, sim
 from .capture import Buffer, Capture, CaptureError, load
 from .sim.capturing import place
 
@@ -69,7 +68,7 @@ def mma_accumulations(reading: dict[str, Any], elements: int) -> float | None:
     give its shape (``tcgen05.mma`` takes it from a descriptor)."""
     total = 0.0
     for name, usage in reading.items():
-        if FLOAT_MMA not in usage.notes:
+        if isa.FLOAT_MMA not in usage.notes:
             continue
         shape, issuers = _MMA_SHAPE.search(name), _MMA_ISSUERS.get(name.split(".")[0])
         if shape is None or issuers is None or elements <= 0:

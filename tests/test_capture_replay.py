@@ -268,7 +268,7 @@ def test_a_wgmma_capture_from_an_h200_replays_within_the_tensor_core_sum_order_b
 
 
 def test_mma_accumulations_come_from_the_instruction_shapes_and_thread_counts():
-    from jaxptx.isa._fidelity import FLOAT_MMA
+    from jaxptx.isa import FLOAT_MMA
     from jaxptx.sim.fidelity.report import Usage
     wgmma = {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16": Usage(8192, notes=(FLOAT_MMA,))}
     assert replay.mma_accumulations(wgmma, 256 * 256) == 8.0     # 64 instructions of 64 x 128 outputs

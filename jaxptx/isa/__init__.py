@@ -12,6 +12,7 @@ from ._names import to_ptx as to_ptx
 from ._names import to_python as to_python
 from ._fidelity import APPROX as APPROX
 from ._fidelity import EXACT as EXACT
+from ._fidelity import FLOAT_MMA as FLOAT_MMA
 from ._fidelity import READING as READING
 from ._fidelity import fidelity_of as fidelity_of
 from ._resolve import Resolved as Resolved
