@@ -71,7 +71,7 @@ UNITS: dict[str, Unit] = {
             "tcgen05_commit tcgen05_wait cp_async_mbarrier_arrive mbarrier_arrive mbarrier_arrive_drop "
             "mbarrier_arrive_drop_expect_tx mbarrier_arrive_drop_noComplete mbarrier_arrive_expect_tx "
             "mbarrier_arrive_noComplete mbarrier_complete_tx mbarrier_expect_tx mbarrier_init mbarrier_inval "
-            "mbarrier_pending_count", Unit("sync")),
+            "mbarrier_pending_count clusterlaunchcontrol_try_cancel", Unit("sync")),
     **_each("shfl_sync vote_sync match_all_sync match_any_sync redux_sync elect_sync", Unit("warp", member_mask=True)),
     "activemask": Unit("warp"),
     "mma_sync": Unit("tensor"),
@@ -88,7 +88,8 @@ UNITS: dict[str, Unit] = {
     "tcgen05_cp": Unit("tensor_memory", traffic="tensor", async_reads="tcgen05"),
     "tcgen05_ld": Unit("tensor_memory", async_results="tcgen05"),
     **_each("tcgen05_st tcgen05_shift tcgen05_alloc tcgen05_dealloc tcgen05_relinquish", Unit("tensor_memory")),
-    **_each("mov cvta mapa getctarank createpolicy tensormap_replace", Unit("move")),
+    **_each("mov cvta mapa getctarank createpolicy tensormap_replace clusterlaunchcontrol_query_cancel",
+            Unit("move")),
     **_each("cvt cvt_pack", Unit("convert")),
     **_each("rcp sqrt rsqrt sin cos lg2 ex2 tanh", Unit("sfu")),
     **_each("nanosleep prefetch pmevent griddepcontrol setmaxnreg brkpt", Unit("other")),

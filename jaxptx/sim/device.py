@@ -174,7 +174,7 @@ class Device(DeviceModules):
                check: Any = None, max_steps: int | None = None, profile: bool = False,
                fidelity: bool = False, max_seconds: float | None = None,
                observers: Sequence[Callable[[MachineView], Observer]] = (), launch: Launch | None = None,
-               schedule: str | None = None, seed: int | None = None) -> Any:
+               schedule: str | None = None, seed: int | None = None, max_resident_ctas: int | None = None) -> Any:
         """Run a kernel on the device's memory (``cuLaunchKernelEx``).
 
         Args:
@@ -221,6 +221,12 @@ class Device(DeviceModules):
                 (:mod:`jaxptx.sim.core.schedules`); default: as
                 ``JAXPTX_SIM_SCHEDULE`` says (``random:N``), else the default
                 schedule.
+            max_resident_ctas: at most this many CTAs run at once (counted
+                in whole clusters when the launch has clusters); the others
+                start in grid order (``%ctaid.x`` fastest, then y, then z)
+                as resident ones exit, unless
+                ``clusterlaunchcontrol.try_cancel`` cancels them first.
+                Default: every CTA is resident from the start.
 
         Raises:
             PrecheckError: PTX that ptxas would reject, or instructions the
@@ -245,7 +251,8 @@ class Device(DeviceModules):
         try:
             result = self._run(program, bases, params, launch, check, max_steps,
                                profile=module if profile else None, fidelity=fidelity, max_seconds=max_seconds,
-                               module=module, observers=observers, schedule=schedule, seed=seed)
+                               module=module, observers=observers, schedule=schedule, seed=seed,
+                               max_resident_ctas=max_resident_ctas)
         except SimDeadlock as e:        # saved for replay too: the hang is the point of the capture
             if was is not None:
                 e.capture = capturing.record(self, source, module, program, bases,
@@ -262,12 +269,13 @@ class Device(DeviceModules):
              check: Any, max_steps: int | None, profile: Any = None,
              fidelity: bool = False, max_seconds: float | None = None, module: ir.Module | None = None,
              observers: Sequence[Callable[[MachineView], Observer]] = (), schedule: str | None = None,
-             seed: int | None = None) -> Any:
+             seed: int | None = None, max_resident_ctas: int | None = None) -> Any:
         """:meth:`launch` once the kernel is prepared and checked (``module``:
         the one ``program`` came from, for the PTX and Python lines of a fault;
         ``launch``: checked for it by :func:`launch_of`)."""
         check = check_mode() if check is None else valid_mode(check)
-        machine = self._machine(program, bases, params, launch, check, max_steps, max_seconds, schedule, seed)
+        machine = self._machine(program, bases, params, launch, check, max_steps, max_seconds, schedule, seed,
+                                max_resident_ctas)
         hook = PROFILING[0]
         counted = profile if profile is not None else module if hook is not None else None
         counter = None
@@ -296,7 +304,8 @@ class Device(DeviceModules):
 
     def _machine(self, program: Program, bases: dict[str, int], params: Sequence[Any], launch: Launch,
                  check: Any, max_steps: int | None, max_seconds: float | None = None,
-                 schedule: str | None = None, seed: int | None = None) -> Machine:
+                 schedule: str | None = None, seed: int | None = None,
+                 max_resident_ctas: int | None = None) -> Machine:
         """The machine of one launch, ready to run: its memory holds the
         parameters and constants and sees the device's allocations; the
         device's store recorder watches it (``check``: a valid mode).
@@ -310,6 +319,8 @@ class Device(DeviceModules):
             options["max_steps"] = int(max_steps)
         if max_seconds is not None:
             options["max_seconds"] = max_seconds_option(max_seconds)
+        if max_resident_ctas is not None:
+            options["max_resident_ctas"] = _resident_ctas(max_resident_ctas, launch)
         nctas, ntid, smem = launch.blocks, launch.threads, launch.smem
         # Each CTA's shared memory starts 16-aligned (8-byte mbarriers of every CTA stay aligned).
         shared = -(-(-(-program.shared_size // 16) * 16 + smem) // 16) * 16
@@ -388,6 +399,21 @@ def _host_memory() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 0
+
+
+def _resident_ctas(value: Any, launch: Launch) -> int:
+    """``max_resident_ctas`` checked: an int of at least one cluster's CTAs.
+
+    Raises:
+        SimLaunchError: not an int, below 1, or below the CTAs of one cluster.
+    """
+    if not is_int(value) or int(value) < 1:
+        raise SimLaunchError(f"launch max_resident_ctas: expected an int >= 1, got {value!r}")
+    size = launch.cluster[0] * launch.cluster[1] * launch.cluster[2]
+    if int(value) < size:
+        raise SimLaunchError(f"launch max_resident_ctas: expected at least the {size} CTAs of one cluster "
+                             f"(cluster {launch.cluster}), got {int(value)}")
+    return int(value)
 
 
 def launch_of(program: Program, grid: Any, block: Any, cluster: Any, smem: Any) -> Launch:

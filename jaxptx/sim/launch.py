@@ -31,7 +31,8 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
            grid: Any = None, block: Any = None, cluster: Any = None, smem: int = 0,
            check: Any = None, max_steps: int | None = None, profile: bool = False,
            max_seconds: float | None = None, allow_unwritten: bool | Sequence[str] = False,
-           schedule: str | None = None, seed: int | None = None, **template: Any) -> Any:
+           schedule: str | None = None, seed: int | None = None, max_resident_ctas: int | None = None,
+           **template: Any) -> Any:
     """Run one kernel on the CPU emulator.
 
     Args:
@@ -67,6 +68,10 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
             another interleaving of the warps, reproducible by its seed
             (:mod:`jaxptx.sim.core.schedules`); default: as
             ``JAXPTX_SIM_SCHEDULE`` says, else the default schedule.
+        max_resident_ctas: at most this many CTAs (whole clusters) run at
+            once; the rest start in grid order as resident ones exit, unless
+            ``clusterlaunchcontrol.try_cancel`` cancels them first (default:
+            all resident from the start).
 
     Raises:
         PrecheckError: PTX that ptxas would reject, or that the emulator
@@ -95,7 +100,8 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
         device.track_stores()
     shape = launch_of(program, grid or (1, 1, 1), block or (1, 1, 1), cluster or (1, 1, 1), smem)
     findings = device._run(program, bases, params, shape, check, max_steps, profile=module if profile else None,
-                           max_seconds=max_seconds, module=module, schedule=schedule, seed=seed)
+                           max_seconds=max_seconds, module=module, schedule=schedule, seed=seed,
+                           max_resident_ctas=max_resident_ctas)
     before = {i: args[i].reshape(-1).view(np.uint8).copy() for _, i in checked}
     for _, array, address in outputs:
         array.reshape(-1).view(np.uint8)[:] = np.frombuffer(device.read(address, array.nbytes), np.uint8)

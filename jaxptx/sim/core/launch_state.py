@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...launch import Launch
-from .barriers import PARKED, RUNNING, SPINNING
+from .barriers import EXITED, PARKED, RUNNING, SPINNING
 from .hangs import Spinners, shared_state
 from ..memory.spaces import Memory
 from .program import Program, Variable
@@ -30,7 +30,71 @@ from .registers import RegisterFile, SpecialRegisters
 if TYPE_CHECKING:
     from .view import MachineView
 
-__all__ = ["LaunchState"]
+__all__ = ["LaunchState", "Residency"]
+
+
+class Residency:
+    """Which clusters of a launch are resident (``max_resident_ctas``): at
+    most ``slots`` clusters run at once; the others wait, in grid order
+    (cluster x fastest, then y, then z), and start as residents exit, unless
+    ``clusterlaunchcontrol.try_cancel`` cancels them first.
+
+    Attributes:
+        members: ``(clusters, cluster size)`` linear CTA indices, clusters
+            in launch order, each cluster's CTAs by ``%cluster_ctarank``.
+        max_ctas: the launch's ``max_resident_ctas``; slots: clusters resident at once.
+        next: index in ``members`` of the next cluster to start or cancel.
+        started: clusters that started; canceled: clusters canceled.
+    """
+
+    def __init__(self, grid: tuple[int, int, int], cluster: tuple[int, int, int], ntid: int,
+                 max_ctas: int) -> None:
+        (gx, gy, gz), (cx, cy, cz) = grid, cluster
+        rank = np.arange(cx * cy * cz)
+        inner = rank % cx + gx * ((rank // cx) % cy) + gx * gy * (rank // (cx * cy))
+        kz, ky, kx = np.meshgrid(np.arange(gz // cz), np.arange(gy // cy), np.arange(gx // cx), indexing="ij")
+        first = (kx * cx + gx * (ky * cy + gy * kz * cz)).reshape(-1)
+        self.members = first[:, None] + inner[None, :]
+        self.ntid = ntid
+        self.max_ctas = max_ctas
+        self.slots = max_ctas // len(rank)
+        self._cluster_of = np.empty(gx * gy * gz, dtype=np.int64)
+        self._cluster_of[self.members.reshape(-1)] = np.repeat(np.arange(len(first)), len(rank))
+        self._live = np.full(len(first), len(rank) * ntid, dtype=np.int64)
+        self.next = self.started = min(self.slots, len(first))
+        self.canceled = 0
+
+    def initial(self) -> np.ndarray:
+        """The threads of the clusters that start with the launch (ascending)."""
+        return self._threads(self.members[:self.next])
+
+    def exited(self, threads: np.ndarray) -> np.ndarray:
+        """``threads`` exited: the threads of the clusters that start in the
+        slots their exits freed (ascending; empty when none)."""
+        clusters, counts = np.unique(self._cluster_of[threads // self.ntid], return_counts=True)
+        self._live[clusters] -= counts
+        freed = int(np.count_nonzero(self._live[clusters] == 0))
+        start = self.members[self.next:self.next + freed]
+        self.next += len(start)
+        self.started += len(start)
+        return self._threads(start)
+
+    def waiting(self) -> np.ndarray:
+        """Linear indices of the CTAs still waiting to start (ascending)."""
+        return np.sort(self.members[self.next:].reshape(-1))
+
+    def cancel(self, n: int) -> np.ndarray:
+        """Cancel the next ``n`` waiting clusters (one per request, in
+        order): the linear index of each one's first CTA, -1 where none was
+        left to cancel."""
+        taken = self.members[self.next:self.next + n, 0]
+        self.next += len(taken)
+        self.canceled += len(taken)
+        return np.concatenate((taken, np.full(n - len(taken), -1, dtype=np.int64)))
+
+    def _threads(self, members: np.ndarray) -> np.ndarray:
+        ctas = np.sort(members.reshape(-1))
+        return (ctas[:, None] * self.ntid + np.arange(self.ntid)[None, :]).reshape(-1)
 
 
 class LaunchState:
@@ -62,7 +126,8 @@ class LaunchState:
     """
 
     def __init__(self, program: Program, launch: Launch, memory: Memory, semantics: Mapping[str, Callable], *,
-                 global_bases: dict[str, int] | None = None, check: bool = False) -> None:
+                 global_bases: dict[str, int] | None = None, check: bool = False,
+                 max_resident_ctas: int | None = None) -> None:
         self.program = program
         self.semantics = semantics
         self.launch = launch
@@ -98,6 +163,15 @@ class LaunchState:
         # the phase each thread arrived in and has not waited on yet (-1: none)
         self.arrived_phase = np.full(self.nthreads, -1, dtype=np.int64)
         self.groups: dict[int, np.ndarray] = {0: self.all_threads} if self.nthreads else {}
+        # max_resident_ctas: the CTAs not resident yet wait as EXITED (no
+        # barrier, schedule or hang counts them) until Machine starts them.
+        self.residency: Residency | None = None
+        if max_resident_ctas is not None and max_resident_ctas < self.nctas and self.nthreads:
+            self.residency = Residency(self.grid, self.cluster, self.ntid, max_resident_ctas)
+            self.state[:] = EXITED
+            first = self.residency.initial()
+            self.state[first] = RUNNING
+            self.groups = {0: first}
         self.park_word = np.full(self.nthreads, -1, dtype=np.int64)
         self.parked: dict[int, tuple[np.ndarray, int, Callable[[int], str]]] = {}
         self._parking: list[tuple[np.ndarray, np.ndarray, np.ndarray, Callable[[int], str]]] = []
@@ -202,6 +276,14 @@ class LaunchState:
         if base == "clusterid":
             return outer[axis]
         return np.full(len(cta), (self.grid[axis] // self.cluster[axis]))
+
+    def cancel_clusters(self, n: int) -> np.ndarray:
+        """``clusterlaunchcontrol.try_cancel`` for ``n`` requests, in order:
+        the linear index of the first CTA of each cluster canceled (it will
+        never start), -1 where no cluster was waiting to start."""
+        if self.residency is None:
+            return np.full(n, -1, dtype=np.int64)
+        return self.residency.cancel(n)
 
     # waiting -------------------------------------------------------------------
     def park(self, threads: np.ndarray, keys: np.ndarray, marks: np.ndarray,

@@ -76,6 +76,10 @@ class Machine(LaunchState):
         schedule: ``None`` (each step runs every thread at the smallest PC)
             or the :class:`.schedules.RandomSchedule` of ``schedule="random"``
             with ``seed``.
+        residency: with ``max_resident_ctas`` below the grid's CTAs, the
+            :class:`.launch_state.Residency` saying which clusters run; a
+            cluster whose threads have all exited frees its slot, and the
+            next waiting cluster starts at the first instruction.
 
     Tools watching the launch join it with :meth:`observe` before :meth:`run`
     and hear its events (:mod:`.observers`).
@@ -84,8 +88,9 @@ class Machine(LaunchState):
     def __init__(self, program: Program, launch: Launch, memory: Memory, semantics: Mapping[str, Callable], *,
                  global_bases: dict[str, int] | None = None, max_steps: int | None = None,
                  check: bool = False, max_seconds: float | None = None, schedule: str | None = None,
-                 seed: int | None = None) -> None:
-        super().__init__(program, launch, memory, semantics, global_bases=global_bases, check=check)
+                 seed: int | None = None, max_resident_ctas: int | None = None) -> None:
+        super().__init__(program, launch, memory, semantics, global_bases=global_bases, check=check,
+                         max_resident_ctas=max_resident_ctas)
         self.max_steps = default_max_steps() if max_steps is None else max_steps
         self.max_seconds = default_max_seconds() if max_seconds is None else max_seconds
         self.progress_every = progress_seconds()
@@ -233,8 +238,19 @@ class Machine(LaunchState):
         if self.unstall():
             return True
         warps = stuck_warps(self)
-        raise SimDeadlock(f"{hang_message(self, steps)}\n  stuck warps:\n    " +
+        raise SimDeadlock(f"{hang_message(self, steps)}{self._not_started()}\n  stuck warps:\n    " +
                           table(warps).replace("\n", "\n    "), warps)
+
+    def _not_started(self) -> str:
+        """For a hang message: the CTAs that ``max_resident_ctas`` still keeps waiting."""
+        waiting = self.residency.waiting() if self.residency is not None else _EMPTY
+        if not len(waiting):
+            return ""
+        gx, gy, _ = self.grid
+        shown = ", ".join(str((c % gx, c // gx % gy, c // (gx * gy))) for c in waiting[:4].tolist())
+        more = f" and {len(waiting) - 4} more" if len(waiting) > 4 else ""
+        return (f"\n  {len(waiting)} CTAs have not started (max_resident_ctas={self.residency.max_ctas} keeps "
+                f"them waiting until a resident CTA exits): {shown}{more}")
 
     def unstall(self) -> bool:
         """No thread is ready: wake the parked threads if the shared state
@@ -323,6 +339,8 @@ class Machine(LaunchState):
             self.state[taken] = EXITED
             self.pc[taken] = pc
             self._place(pc + 1, rest)
+            if self.residency is not None and len(taken):
+                self._start(self.residency.exited(taken))
             if len(taken) and (self.state == WAITING).any():
                 self._release()         # a barrier may now have every live thread
         elif sim == "bar_sync" and len(rest) == 0 and len(ins.operands) == 1 and everyone(self, taken):
@@ -366,6 +384,13 @@ class Machine(LaunchState):
             self._warp_sync(ins, r, pc, threads, taken)
         else:
             raise SimError(f"{self.program.name}: the emulator does not run {ins.name} yet{where(ins)}")
+
+    def _start(self, threads: np.ndarray) -> None:
+        """CTAs that were waiting for a resident slot start: ``threads`` run from the first instruction."""
+        if len(threads):
+            self.state[threads] = RUNNING
+            self.pc[threads] = 0
+            self._place(0, threads)
 
     def _warp_sync(self, ins: ir.Instruction, r: isa.Resolved, pc: int, threads: np.ndarray,
                    taken: np.ndarray) -> None:

@@ -44,6 +44,9 @@ class MachineView(Protocol):
         all_threads: ``arange(nthreads)``.
         steps: steps taken so far (``%clock``; ``current_pc``: the executing PC).
         exit_checks: checks run once every thread has exited.
+        residency: the :class:`.launch_state.Residency` of a launch with
+            ``max_resident_ctas`` (which clusters run, wait or were
+            canceled), else ``None``.
         check: the sanitizer's mode (False: unchecked): a checked launch
             reports what an unchecked one faults on (a divergent
             ``.aligned`` barrier) as a finding.
@@ -85,6 +88,7 @@ class MachineView(Protocol):
     steps: int
     current_pc: int | None
     exit_checks: list[Callable[[Any], None]]
+    residency: Any
     check: Any
     on_register_read: Callable[[str, np.ndarray], None] | None
     on_register_write: Callable[[str, np.ndarray], None] | None
@@ -109,6 +113,10 @@ class MachineView(Protocol):
 
     def cluster_register(self, base: str, axis: int, cta: np.ndarray) -> np.ndarray:
         """``%cluster_ctarank`` and friends for CTAs ``cta``."""
+
+    def cancel_clusters(self, n: int) -> np.ndarray:
+        """``clusterlaunchcontrol.try_cancel`` for ``n`` requests, in order: the
+        first CTA of each canceled cluster, -1 where none was waiting."""
 
     def park(self, threads: np.ndarray, keys: np.ndarray, marks: np.ndarray, describe: Callable[[int], str]) -> None:
         """Park executing threads until ``changed`` reports a new mark for their key."""

@@ -27,13 +27,14 @@ module          instructions
 ``tcgen05_move`` tcgen05.ld, tcgen05.st, tcgen05.cp, tcgen05.shift
 ``mbarrier``    mbarrier.*, cp.async.mbarrier.arrive
 ``cluster``     mapa, getctarank
+``clc``         clusterlaunchcontrol.try_cancel / query_cancel (cluster launch control)
 ``bulk_copy``   cp.async.bulk
 ``tma``         cp.async.bulk.tensor (TMA), tensormap.*
 ``video``       the scalar and SIMD video instructions
 ============== =========================================================
 """
 
-from . import (approx, arith, atomics, bulk_copy, cluster, compare, convert, float_arith, logic,  # noqa: F401
+from . import (approx, arith, atomics, bulk_copy, clc, cluster, compare, convert, float_arith, logic,  # noqa: F401
                matrix_ldst, mbarrier, memory, mma, multimem, tcgen05, tcgen05_mma, tcgen05_move, tma, video,
                warp, wgmma, wmma)
 from .registry import MACHINE, NO_OPS, SEMANTICS, UNSUPPORTED
