@@ -13,6 +13,11 @@ every variant runs on the CPU emulator.
 * :func:`grouped_matmul`: ``jax.lax.ragged_dot`` in one launch (MoE);
 * :func:`flash_attention`: ``jax.nn.dot_product_attention``'s forward,
   Ampere and Hopper variants, differentiable.
+* :func:`scaled_matmul`, :func:`scaled_grouped_matmul`: ``jax.nn.scaled_matmul``
+  (mxfp8, nvfp4, mxfp4 block-scaled GEMM; Blackwell ``tcgen05.mma`` block-scaled
+  kinds, Hopper FP8 ``wgmma`` for mxfp8) and its ragged MoE form, with the
+  packing helpers :func:`pack_fp4`, :func:`unpack_fp4`, :func:`fp8_to_bits`,
+  :func:`fp8_from_bits`, :func:`block_quantize`, :func:`block_dequantize`.
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -22,6 +27,12 @@ Example:
     0.125
 """
 
+from ._fp_pack import block_dequantize as block_dequantize
+from ._fp_pack import block_quantize as block_quantize
+from ._fp_pack import fp8_from_bits as fp8_from_bits
+from ._fp_pack import fp8_to_bits as fp8_to_bits
+from ._fp_pack import pack_fp4 as pack_fp4
+from ._fp_pack import unpack_fp4 as unpack_fp4
 from .attention import flash_attention as flash_attention
 from .grouped import grouped_matmul as grouped_matmul
 from .matmul import matmul as matmul
@@ -30,6 +41,9 @@ from .norms import rms_norm as rms_norm
 from .norms import softmax as softmax
 from .norms import swiglu as swiglu
 from .paged_attention import paged_attention as paged_attention
+from .scaled_matmul import scaled_grouped_matmul as scaled_grouped_matmul
+from .scaled_matmul import scaled_matmul as scaled_matmul
 
 __all__ = ["rms_norm", "layer_norm", "softmax", "swiglu", "matmul", "grouped_matmul", "flash_attention",
-           "paged_attention"]
+           "paged_attention", "scaled_matmul", "scaled_grouped_matmul", "pack_fp4", "unpack_fp4", "fp8_to_bits",
+           "fp8_from_bits", "block_quantize", "block_dequantize"]
