@@ -16,12 +16,17 @@ Variants (``arch``, resolved by :func:`jaxptx.kernels._arch.variant`):
   double-buffered ``cp.async``; every GPU from sm_80 on runs it.
 * ``"sm_90a"``: :mod:`._attention_sm90` (TMA + ``wgmma``) when that module is
   present, else the Ampere code traced for sm_90a.
-* ``"sm_100a"``: the Ampere code traced for ``.target sm_100a`` (there is no
-  ``tcgen05`` variant yet); ``"auto"`` on a Blackwell GPU picks it.
+* ``"sm_100a"``: :mod:`._attention_sm100` (TMA + ``tcgen05.mma``, S and O
+  accumulators in tensor memory); ``"auto"`` on a Blackwell GPU picks it.
 
-The backward is plain JAX (see :func:`attention_backward`): it recomputes
-the probabilities with a max-subtracted softmax of the scores; with grouped
-KV heads, dK and dV sum over the query heads of each group.
+The backward runs kernels (:mod:`._attention_bwd_sm80`: a dK/dV kernel over
+key blocks and a dQ kernel over query blocks, ``mma.sync``, from the saved
+log-sum-exp; the S×S scores never exist in memory): on ``"sm_80"`` and
+``"sm_100a"`` traced for that target, and on ``"sm_90a"`` the same Ampere
+kernels traced for sm_90a (there is no ``wgmma`` backward yet). With grouped
+KV heads, dK and dV sum over the query heads of each group inside the
+kernel. :func:`attention_backward` is the same VJP in plain JAX, the
+reference the tests hold the kernels to.
 """
 
 from __future__ import annotations
@@ -37,9 +42,11 @@ import jax.numpy as jnp
 from ..errors import SpecError
 from ..jax import custom_vjp
 from ._arch import VARIANTS, variant
+from ._attention_bwd import attention_backward_sm80
 from ._attention_sm80 import HEAD_DIMS, attention_sm80
+from ._attention_sm100 import attention_sm100
 
-__all__ = ["flash_attention", "attention_forward", "attention_backward"]
+__all__ = ["attention_backward", "attention_backward_kernels", "attention_forward", "flash_attention"]
 
 _DTYPES = ("bfloat16", "float16")
 _GRID_Y = 65535          # the kernels launch batch × heads along grid y
@@ -85,13 +92,15 @@ def attention_forward(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool,
         hopper = _sm90()
         if hopper is not None:
             return _batch_folded(hopper, causal, scale)(q, k, v)
+    if variant_name == "sm_100a":
+        return _batch_folded(attention_sm100, causal, scale)(q, k, v)
     return attention_sm80(q, k, v, causal=causal, scale=scale, arch=variant_name)
 
 
 def attention_backward(q: jax.Array, k: jax.Array, v: jax.Array, o: jax.Array, lse: jax.Array,
                        do: jax.Array, dlse: jax.Array, *, causal: bool,
                        scale: float) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """The VJP of ``(o, lse)`` in f32 JAX.
+    """The VJP of ``(o, lse)`` in f32 JAX: the reference the backward kernels are tested against.
 
     q is (B, Sq, H, D), k and v (B, Skv, Hkv, D) with ``Hkv`` dividing ``H``:
     the query heads are taken as (Hkv, H // Hkv), query head ``h`` paired
@@ -139,7 +148,25 @@ def attention_backward(q: jax.Array, k: jax.Array, v: jax.Array, o: jax.Array, l
     return dq.reshape(q.shape).astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
 
 
-_attention = custom_vjp(attention_forward, attention_backward)
+def attention_backward_kernels(q: jax.Array, k: jax.Array, v: jax.Array, o: jax.Array,
+                               lse: jax.Array, do: jax.Array, dlse: jax.Array, *, causal: bool,
+                               scale: float, variant_name: str) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The VJP of ``(o, lse)`` as kernel launches: what ``jax.grad`` of
+    :func:`flash_attention` runs.
+
+    Every variant runs the Ampere backward (:mod:`._attention_bwd_sm80`)
+    traced for its own target (``mma.sync`` runs on sm_90a and sm_100a).
+    Arguments as :func:`attention_backward`'s; ``variant_name`` as
+    :func:`attention_forward`'s.
+
+    Returns:
+        ``(dq, dk, dv)`` in the dtypes of ``q``, ``k``, ``v``.
+    """
+    return attention_backward_sm80(q, k, v, o, lse, do, dlse, causal=causal, scale=scale,
+                                   arch=variant_name)
+
+
+_attention = custom_vjp(attention_forward, attention_backward_kernels)
 
 
 def _check(q: Any, k: Any, v: Any, causal: Any, scale: Any) -> float:
@@ -190,9 +217,10 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool = 
                     scale: float | None = None, arch: str = "auto") -> jax.Array:
     """softmax(q·kᵀ·scale)·v per batch and head: one kernel launch.
 
-    Differentiable (``jax.grad``; the backward is :func:`attention_backward`).
+    Differentiable: ``jax.grad`` runs two backward kernels (dK/dV, dQ; see
+    :func:`attention_backward_kernels`).
     Under ``jax.vmap`` it stays one launch: the Ampere kernel runs the mapped
-    axis as grid z, the Hopper one gets it folded into B.
+    axis as grid z, the Hopper and Blackwell ones get it folded into B.
 
     Args:
         q: (B, Sq, H, D), bfloat16 or float16, D of 64 or 128.

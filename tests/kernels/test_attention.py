@@ -1,7 +1,8 @@
 """``jaxptx.kernels.attention.flash_attention`` and its Ampere kernel
 (``_attention_sm80``): the emulator against float64 numpy and
-``jax.nn.dot_product_attention``, ``jax.grad`` against the grad of that
-function, one launch under ``jit`` and ``vmap``, ptxas (0 spills), the
+``jax.nn.dot_product_attention``, ``jax.grad`` (the backward kernels; see
+also test_attention_backward.py) against the grad of that function, one
+launch under ``jit`` and ``vmap``, ptxas (0 spills), the
 instructions in the PTX, the CUDA lowering's custom call, argument errors
 and the choice of variant."""
 
@@ -19,9 +20,14 @@ from attention_reference import large_qkv, reference
 
 from jaxptx import sim
 from jaxptx.errors import SpecError
-from jaxptx.jax import kernels_in
-from jaxptx.kernels.attention import _sm90, attention_backward, flash_attention
+from jaxptx.jax import custom_vjp, kernels_in
 from jaxptx.kernels._attention_sm80 import LOG2E, attention_kernel
+from jaxptx.kernels.attention import (
+    _sm90,
+    attention_backward,
+    attention_forward,
+    flash_attention,
+)
 from jaxptx.types import bf16, f16
 
 NP = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
@@ -140,12 +146,16 @@ def test_grad_matches_dot_product_attention(Sq, Skv, D, causal) -> None:
         np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(w), atol=2e-2 * scale, rtol=3e-2)
 
 
-def test_grad_of_large_scores_is_finite_and_matches() -> None:
-    # Regression: the backward took P = exp(S·scale - lse), and lse in f32 is off by
-    # half an ulp of ~1e9 here: inf and NaN gradients; and rowsum(dO * O) for
-    # rowsum(P * dP) left rounding times |K|·scale in dQ, which is 0 for one-hot rows.
+def test_jnp_backward_of_large_scores_is_finite_and_matches() -> None:
+    # Regression for the jnp VJP (attention_backward, the kernels' reference): it took
+    # P = exp(S·scale - lse), and lse in f32 is off by half an ulp of ~1e9 here: inf
+    # and NaN gradients; and rowsum(dO * O) for rowsum(P * dP) left rounding times
+    # |K|·scale in dQ, which is 0 for one-hot rows. The backward kernels take both
+    # shortcuts (flash attention's design; their module docstring gives the range).
     q, k, v = (jnp.asarray(x) for x in large_qkv(1, 32, 80, 1, 64, 6e4, seed=1))
-    ours = jax.jit(jax.grad(_loss(lambda q, k, v: flash_attention(q, k, v, arch="sm_80")),
+    jnp_vjp = custom_vjp(attention_forward, attention_backward)
+    ours = jax.jit(jax.grad(_loss(lambda q, k, v: jnp_vjp(q, k, v, causal=False, scale=0.125,
+                                                           variant_name="sm_80")[0]),
                             argnums=(0, 1, 2)))(q, k, v)
     want = jax.jit(jax.grad(_loss(lambda q, k, v: _dpa(q, k, v, False)), argnums=(0, 1, 2)))(q, k, v)
     for g, w in zip(ours, want):
@@ -220,10 +230,10 @@ def test_cuda_lowering_is_the_launch_custom_call() -> None:
     assert "mma.sync.aligned.m16n8k16" in spec.ptx and spec.grid == (2, 4, 1)
 
 
-def test_sm100a_runs_the_ampere_code_traced_for_sm100a() -> None:
+def test_sm100a_runs_the_tcgen05_kernel() -> None:
     q, k, v = (jnp.asarray(x) for x in qkv(1, 80, 80, 1, 64, seed=8))
     lowered = jax.jit(lambda q, k, v: flash_attention(q, k, v, arch="sm_100a")).trace(q, k, v).lower()
-    assert "flash_attention_fwd_bf16_d64_sm_100a" in lowered.as_text()
+    assert "flash_attention_fwd_bf16_sm_100a" in lowered.as_text()
     o = flash_attention(q, k, v, arch="sm_100a")
     check_o, _ = reference(q, k, v, False, 1 / 8)
     np.testing.assert_allclose(np.asarray(o, np.float64), check_o, rtol=1.5e-2, atol=1.5e-2)

@@ -3,8 +3,8 @@ Hkv dividing q's H, query head h reading KV head h // (H // Hkv) as in
 ``jax.nn.dot_product_attention``. Every variant (sm_80 ``mma.sync``, sm_90a
 TMA + ``wgmma``, the Ampere code for sm_100a) on the emulator against the
 float64 reference and that function, at ratios 1, 2, 4 and H (Hkv = 1); the
-jnp backward's dK, dV summed over each group; one launch under ``jit`` and
-``vmap`` with K and V passed at their own head count (never repeated);
+backward kernels' dK, dV summed over each group; one launch under ``jit``
+and ``vmap`` with K and V passed at their own head count (never repeated);
 ptxas (0 spills); the sanitizer; the argument errors."""
 
 from __future__ import annotations
