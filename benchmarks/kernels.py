@@ -90,6 +90,24 @@ def cases(gpu: bool, arch: str, smoke: bool = False) -> list[tuple[str, str, Cal
         rows.append(("matmul", f"{m}x{n}x{k}", lambda a, b: kernels.matmul(a, b, arch=arch),
                      lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32),
                      (a, b), 2.0 * m * n * k, 2.0 * (m * k + k * n) + 4.0 * m * n))
+    # Block-scaled matmul (B, M, N, K) against jax.nn.scaled_matmul on a GPU (cuDNN on
+    # Blackwell; jax has no CPU lowering for it, so a jnp dequantise-and-einsum on the CPU):
+    # mxfp8 on sm_90a and sm_100a, nvfp4 on sm_100a only.
+    from jaxptx.kernels._arch import variant
+    smm = [(1, 8192, 8192, 8192), (4, 4096, 4096, 4096)] if big else [(1, 128, 128, 128)] if smoke \
+        else [(1, 256, 256, 512)]
+    formats = {"sm_90a": ["mxfp8_e4m3"], "sm_100a": ["mxfp8_e4m3", "nvfp4"]}.get(variant(arch, "matmul"), [])
+    for fmt in formats:
+        for b_, m, n, k in smm:
+            a, sa = kernels.block_quantize(rand((b_, m, k), jnp.float32), fmt)
+            w, sw = kernels.block_quantize(rand((b_, n, k), jnp.float32), fmt)
+            vbytes = 1.0 if fmt.startswith("mxfp8") else 0.5
+            block = 32 if fmt.startswith("mx") else 16
+            rows.append((f"scaled_matmul {fmt}", f"{b_}x{m}x{n}x{k}",
+                         lambda *x: kernels.scaled_matmul(*x, arch=arch),
+                         jax.nn.scaled_matmul if gpu else jnp_scaled_matmul,
+                         (a, w, sa, sw), 2.0 * b_ * m * n * k,
+                         b_ * (vbytes + 1.0 / block) * (m + n) * k + 4.0 * b_ * m * n))
     bshd = [(4, 4096, 16, 128), (16, 1024, 16, 64)] if big else [(1, 64, 1, 64)] if smoke else [(1, 128, 2, 64)]
     for b_, s, h, d in bshd:
         q, k_, v = rand((b_, s, h, d)), rand((b_, s, h, d)), rand((b_, s, h, d))
@@ -98,6 +116,14 @@ def cases(gpu: bool, arch: str, smoke: bool = False) -> list[tuple[str, str, Cal
                      lambda q, k, v: kernels.flash_attention(q, k, v, arch=arch),
                      lambda q, k, v: jax.nn.dot_product_attention(q, k, v, implementation=impl),
                      (q, k_, v), 4.0 * b_ * h * s * s * d, 8.0 * b_ * s * h * d))
+        # Gradient: jax.vjp at a random cotangent. Ours runs the forward kernel, the row
+        # preprocess and the dQ and dK/dV kernels; XLA's is cuDNN's backward on a GPU.
+        # Flops: forward 4·bhs²d + the backward's five products 10·bhs²d.
+        do = rand((b_, s, h, d))
+        rows.append(("flash_attention vjp", f"{b_}x{s}x{h}x{d}",
+                     _vjp(lambda q, k, v: kernels.flash_attention(q, k, v, arch=arch)),
+                     _vjp(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, implementation=impl)),
+                     (q, k_, v, do), 14.0 * b_ * h * s * s * d, 16.0 * b_ * s * h * d))
     # Paged decode (B, Nq, Nkv, D, page_size, context): GQA 4 and MHA, split-K past 512 tokens.
     paged = [(64, 32, 8, 128, 16, 4096), (32, 32, 32, 64, 32, 1024), (8, 64, 8, 128, 16, 16384)] if big \
         else [(1, 4, 1, 64, 16, 40)] if smoke else [(2, 8, 2, 64, 16, 200)]
@@ -165,6 +191,14 @@ def jnp_paged_attention(q: Any, k_pages: Any, v_pages: Any, block_tables: Any, l
     p = jnp.where(lengths[:, None, None, None] > 0, jax.nn.softmax(s, -1), 0.0)
     o = jnp.einsum("bgrt,btgd->bgrd", p, v.astype(jnp.float32))
     return o.reshape(B, nq, d).astype(q.dtype)
+
+
+def jnp_scaled_matmul(lhs: Any, rhs: Any, lhs_scales: Any, rhs_scales: Any) -> Any:
+    """``jax.nn.scaled_matmul``'s definition in jnp: dequantise, then an f32 einsum."""
+    import jax.numpy as jnp
+
+    from jaxptx.kernels import block_dequantize
+    return jnp.einsum("bmk,bnk->bmn", block_dequantize(lhs, lhs_scales), block_dequantize(rhs, rhs_scales))
 
 
 def jnp_rms_norm(x: Any, w: Any) -> Any:
