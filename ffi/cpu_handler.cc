@@ -4,11 +4,17 @@
 // the kernel (its PTX, entry and launch, from the attributes), so a
 // deserialised export runs in a process that never lowered the kernel. The
 // callback runs the kernel on the emulator, writing the outputs in place.
+// A call of a kernel with peers carries one more attribute, `peers` (a
+// dictionary: axis_name, axis_size, buffers, multimem, site), passed on as a
+// twelfth argument; the callback then meets the other devices' calls, waiting
+// in Python (which releases the GIL) until all have arrived.
 // Also here: the handlers of the retired version-1 targets (both platforms).
 
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <iterator>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -80,7 +86,98 @@ struct Call {
   ffi::Dictionary launch;
   ffi::Span<const int64_t> scalars, tma;
   int64_t allow_unwritten;
+  nb::object peers;  // None, or (axis_name, axis_size, buffers, multimem, site)
 };
+
+// The handler takes all of a call's attributes as one dictionary, so that a
+// call of a kernel with peers may carry `peers` beside the attributes every
+// call has (handlers.h: bind_launch_attributes, whose names these are).
+constexpr std::string_view kAttributes[] = {"kernel_id", "ptx", "entry", "launch", "scalars",
+                                            "tma", "may_write_inputs", "allow_unwritten"};
+constexpr std::string_view kPeerAttributes[] = {"axis_name", "axis_size", "buffers", "multimem",
+                                                "site"};
+
+template <typename T>
+std::optional<T> decode(const ffi::Dictionary& attrs, std::string_view name,
+                        std::string_view where, std::string* bad) {
+  auto value = attrs.get<T>(name);
+  if (!value.has_value()) {
+    if (bad->empty()) {
+      *bad = std::string(jaxptx::kCpuTarget) + ": attribute " + std::string(where) +
+             std::string(name) + ": " + value.error().message();
+    }
+    return std::nullopt;
+  }
+  return *value;
+}
+
+// Names in `attrs` that are not in `known` (nor `also`), for the error of a
+// call that carries attributes this handler does not read.
+template <size_t N>
+std::string unknown_names(const ffi::Dictionary& attrs, const std::string_view (&known)[N],
+                          std::string_view also = {}) {
+  std::string out;
+  for (auto it = attrs.begin(); it != attrs.end(); ++it) {
+    std::string_view name = *it;
+    bool found = !also.empty() && name == also;
+    for (std::string_view k : known) found = found || k == name;
+    if (!found) out += (out.empty() ? "" : ", ") + std::string(name);
+  }
+  return out;
+}
+
+// The `peers` dictionary as the callback takes it, or None with `bad` set.
+nb::object decode_peers(const ffi::Dictionary& attrs, std::string* bad) {
+  auto peers = decode<ffi::Dictionary>(attrs, "peers", "", bad);
+  if (!peers) return nb::none();
+  std::string extra = unknown_names(*peers, kPeerAttributes);
+  if (!extra.empty()) {
+    *bad = std::string(jaxptx::kCpuTarget) + ": attribute peers: unknown members " + extra +
+           " (this jaxptx reads axis_name, axis_size, buffers, multimem, site)";
+    return nb::none();
+  }
+  auto axis = decode<std::string_view>(*peers, "axis_name", "peers.", bad);
+  auto size = decode<int64_t>(*peers, "axis_size", "peers.", bad);
+  auto buffers = decode<ffi::Span<const int64_t>>(*peers, "buffers", "peers.", bad);
+  auto multimem = decode<int64_t>(*peers, "multimem", "peers.", bad);
+  auto site = decode<int64_t>(*peers, "site", "peers.", bad);
+  if (!bad->empty()) return nb::none();
+  return nb::make_tuple(nb::str(axis->data(), axis->size()), *size, ints(*buffers), *multimem,
+                        *site);
+}
+
+// The call's attributes, or nothing with `bad` saying why.
+std::optional<Call> decode_call(const ffi::Dictionary& attrs, std::string* bad) {
+  std::string extra = unknown_names(attrs, kAttributes, "peers");
+  if (!extra.empty()) {
+    *bad = std::string(jaxptx::kCpuTarget) + ": unknown attributes " + extra +
+           " (lowered by another jaxptx? lower the function again with this one)";
+    return std::nullopt;
+  }
+  std::string missing;
+  for (std::string_view name : kAttributes) {
+    if (!attrs.contains(name)) missing += (missing.empty() ? "" : ", ") + std::string(name);
+  }
+  if (!missing.empty()) {
+    *bad = std::string(jaxptx::kCpuTarget) + ": Wrong number of attributes: expected " +
+           std::to_string(std::size(kAttributes)) + " (and peers, for a kernel with peers) but got " +
+           std::to_string(attrs.size()) + "; missing " + missing;
+    return std::nullopt;
+  }
+  auto kernel_id = decode<int64_t>(attrs, "kernel_id", "", bad);
+  auto ptx = decode<std::string_view>(attrs, "ptx", "", bad);
+  auto entry = decode<std::string_view>(attrs, "entry", "", bad);
+  auto launch = decode<ffi::Dictionary>(attrs, "launch", "", bad);
+  auto scalars = decode<ffi::Span<const int64_t>>(attrs, "scalars", "", bad);
+  auto tma = decode<ffi::Span<const int64_t>>(attrs, "tma", "", bad);
+  // may_write_inputs is read for its type only: the emulator always runs on
+  // copies of the inputs.
+  decode<int64_t>(attrs, "may_write_inputs", "", bad);
+  auto allow_unwritten = decode<int64_t>(attrs, "allow_unwritten", "", bad);
+  nb::object peers = attrs.contains("peers") ? decode_peers(attrs, bad) : nb::none();
+  if (!bad->empty()) return std::nullopt;
+  return Call{*kernel_id, *ptx, *entry, *launch, *scalars, *tma, *allow_unwritten, peers};
+}
 
 // The numpy (or ml_dtypes) name of an XLA element type; "" for one numpy
 // cannot view (the callback then sees raw bytes).
@@ -149,10 +246,16 @@ ffi::Error call_python(const Call& k, ffi::RemainingArgs args, ffi::RemainingRet
   nb::object ptx = view(const_cast<char*>(k.ptx.data()), k.ptx.size(), false);
   std::string message;
   try {
-    nb::object result = nb::handle(g_cpu_callback)(
-        k.kernel_id, nb::tuple(ins), nb::tuple(outs), ptx,
-        nb::str(k.entry.data(), k.entry.size()), launch_tuple(launch), ints(k.scalars),
-        ints(k.tma), nb::tuple(in_types), nb::tuple(out_types), k.allow_unwritten);
+    nb::handle fn(g_cpu_callback);
+    nb::str entry(k.entry.data(), k.entry.size());
+    nb::object result =
+        k.peers.is_none()
+            ? fn(k.kernel_id, nb::tuple(ins), nb::tuple(outs), ptx, entry, launch_tuple(launch),
+                 ints(k.scalars), ints(k.tma), nb::tuple(in_types), nb::tuple(out_types),
+                 k.allow_unwritten)
+            : fn(k.kernel_id, nb::tuple(ins), nb::tuple(outs), ptx, entry, launch_tuple(launch),
+                 ints(k.scalars), ints(k.tma), nb::tuple(in_types), nb::tuple(out_types),
+                 k.allow_unwritten, k.peers);
     if (!result.is_none()) message = nb::str(result).c_str();
   } catch (nb::python_error& e) {
     message = std::string(jaxptx::kCpuTarget) +
@@ -165,11 +268,7 @@ ffi::Error call_python(const Call& k, ffi::RemainingArgs args, ffi::RemainingRet
   return ffi::Error::Success();
 }
 
-ffi::Error cpu_impl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t kernel_id,
-                    std::string_view ptx, std::string_view entry, ffi::Dictionary launch,
-                    ffi::Span<const int64_t> scalars, ffi::Span<const int64_t> tma,
-                    int64_t may_write_inputs, int64_t allow_unwritten) {
-  (void)may_write_inputs;  // the emulator always runs on copies of the inputs
+ffi::Error cpu_impl(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Dictionary attrs) {
   // Counted before the check, so cpu_shutdown either sees this call in
   // flight and waits for it, or this call sees the shutdown.
   InFlight guard;
@@ -182,8 +281,9 @@ ffi::Error cpu_impl(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t ke
   PyGILState_STATE gil = PyGILState_Ensure();
   ffi::Error result;
   try {
-    result = call_python(Call{kernel_id, ptx, entry, launch, scalars, tma, allow_unwritten}, args,
-                         rets);
+    std::string bad;
+    std::optional<Call> call = decode_call(attrs, &bad);
+    result = call ? call_python(*call, args, rets) : ffi::Error::InvalidArgument(bad);
   } catch (nb::python_error& e) {
     result = ffi::Error::Internal(std::string(jaxptx::kCpuTarget) + ": " +
                                   jaxptx::describe_python_error(e));
@@ -224,8 +324,10 @@ ffi::Error cuda_retired(ffi::RemainingArgs, ffi::RemainingRets, ffi::Dictionary 
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxptxCpu, cpu_impl,
-                              jaxptx::bind_launch_attributes(
-                                  ffi::Ffi::Bind().RemainingArgs().RemainingRets()));
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attrs<ffi::Dictionary>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxptxCpuRetiredV1, cpu_retired,
                               ffi::Ffi::Bind()

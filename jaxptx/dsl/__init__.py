@@ -30,6 +30,8 @@ from ._kernel import Kernel as Kernel
 from ._kernel import kernel as kernel
 from ._kernel import set_call_hook as set_call_hook
 from ._params import TensorArg as TensorArg
+from ._peers import RANK_PARAM as PEER_RANK_PARAM
+from ._peers import TABLE_PARAM as PEER_TABLE_PARAM
 from ._specialization import Specialization as Specialization
 from ._specs import Dim as Dim
 from ._specs import Layout as Layout

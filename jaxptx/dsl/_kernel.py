@@ -39,6 +39,7 @@ from ._options import (check_address_size, check_batch, check_entry_name, check_
                        check_raw_directives, check_raw_params, check_shardable, check_specs,
                        signature)
 from ._params import tensor_args
+from ._peers import Peers, check_peers, declare_hidden
 from ._specialization import Specialization
 from ._specs import Tile
 from ._template import bind_keywords, check_keywords, template_types
@@ -86,7 +87,8 @@ class Kernel:
                  reqntid: Any = None, raw_directives: Sequence[tuple[str, tuple]] | None = None,
                  name: str | None = None, module: bool = False, validate: bool = True,
                  target_options: Sequence[str] = (), address_size: int | None = 64,
-                 batch: str | None = None, shardable: Sequence[str] = ()) -> None:
+                 batch: str | None = None, shardable: Sequence[str] = (),
+                 peers: Sequence[str] = ()) -> None:
         self.fn = fn
         self.name = name or fn.__name__
         where = f"@kernel {self.name}"
@@ -121,6 +123,7 @@ class Kernel:
                        [n for _, n in self._raw_params], where)
         self._template_types = template_types(fn, self._template)
         self._shardable = check_shardable(shardable, self._in_specs, where)
+        self._peers = check_peers(peers, self._tensors, list(self._template), where)
         if name is not None and not module:   # a module=True kernel names its functions itself
             check_entry_name(name, True, where)
         self._cache: dict[tuple, Specialization] = {}
@@ -172,6 +175,14 @@ class Kernel:
         ``jax.jit`` on inputs sharded along them, each device launches over
         its own shard (the grid follows the local dims)."""
         return self._shardable
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        """Tensors every device of the call's mesh axis may read and write
+        (``x.peer_ptr(r)``, ``x.multimem_ptr``): such a kernel is called
+        inside ``jax.shard_map`` as ``k(x, axis_name="d")``, and traced per
+        axis size (``.ptx(world_size=8)``)."""
+        return self._peers
 
     @property
     def arch(self) -> str:
@@ -252,16 +263,30 @@ class Kernel:
                 (their ``batch_stride`` is 0; see ``batch="z"``).
         """
         target = isa.parse_target(target) if isinstance(target, str) else target
+        world = self._world_size(kwargs)
         template, dims = self.bind_keywords(kwargs)
         unknown = [n for n in shared if n not in self._tensors[:len(self._in_specs)]]
         if unknown:
             raise SpecError(f"kernel {self.name}: shared names {unknown} are not inputs")
-        key = (target, template, dims, tuple(sorted(shared)))
+        key = (target, template, dims, tuple(sorted(shared)), world)
         spec = self._cache.get(key)
         if spec is None:
-            spec = self._cache[key] = self.trace_specialization(target, template, dims,
-                                                                frozenset(shared))
+            args = (target, template, dims, frozenset(shared))
+            spec = self._cache[key] = (self.trace_specialization(*args, world=world) if world
+                                       else self.trace_specialization(*args))
         return spec
+
+    def _world_size(self, kwargs: dict[str, Any]) -> int | None:
+        """Pop ``world_size`` (the mesh axis size) off the keywords of a
+        kernel with peers, which needs it to trace."""
+        if not self._peers:
+            return None
+        world = kwargs.pop("world_size", None)
+        if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+            raise SpecError(f"kernel {self.name} has peers {self._peers}: it is traced per mesh "
+                            f"axis size; pass world_size=<int >= 1> (a call inside jax.shard_map "
+                            f"passes the axis's), got {world!r}")
+        return world
 
     def ptx(self, **kwargs: Any) -> str:
         """Trace and return the PTX text (the inspection API).
@@ -331,7 +356,8 @@ class Kernel:
         return bind_keywords(self.name, self._template, self._template_types, self._dims, kwargs)
 
     def trace_specialization(self, target: isa.Target, template: tuple, dims: tuple,
-                             shared: frozenset[str] = frozenset()) -> Specialization:
+                             shared: frozenset[str] = frozenset(), *,
+                             world: int | None = None) -> Specialization:
         """Trace one specialisation, bypassing the cache (:meth:`specialize_for`
         caches what this returns). A subclass may override it, e.g. to trace
         again with other options (``jaxptx.pyptx`` moves static shared
@@ -341,6 +367,8 @@ class Kernel:
             target: the target.
             template, dims: sorted ``(name, value)`` pairs (:meth:`bind_keywords`).
             shared: inputs a batched launch shares across its batch.
+            world: the mesh axis size, for a kernel with ``peers`` (passed
+                only then).
 
         Raises:
             PtxVersionError: the PTX version is older than the target needs.
@@ -357,11 +385,14 @@ class Kernel:
             check_module(module, trace)
             launch = self.launch_for(target, self._launch.smem, module, env)
             return Specialization(module, emit(module), target, version, launch, dims, template)
+        if self._peers:
+            trace.cache["peers"] = Peers(self._peers, world or 1)
         module = self._trace_entry(trace, template, dict(dims), shared)
         check_module(module, trace)
         launch = self.launch_for(target, max(self._launch.smem, trace.smem_offset), module, env)
+        multimem = tuple(n for n in self._peers if n in trace.cache["peers"].multimem) if self._peers else ()
         return Specialization(module, emit(module), target, version, launch, dims, template,
-                              tuple(trace.tma))
+                              tuple(trace.tma), multimem)
 
     def launch_for(self, target: isa.Target, smem: int, module: ir.Module,
                    env: dict[str, Any]) -> Launch:
@@ -421,6 +452,8 @@ class Kernel:
             trace.check_closed()
             if not ends_in_exit(trace.body):
                 emit_instruction("ret", (), ())
+        if self._peers:
+            declare_hidden(trace)
         directives = launch_directives(self._reqntid, self.block, self.cluster, self._raw_directives)
         return entry_module(self.name, trace, trace.target, trace.version, directives,
                             self._target_options, self._address_size)
@@ -440,6 +473,10 @@ def kernel(fn: Callable[..., Any] | None = None, **options: Any) -> Kernel | Cal
     batch as grid z, the body indexing with ``x.batch_ptr``; default None, a
     loop of launches), ``shardable`` (symbolic dims of ``in_specs`` whose
     slices are independent: sharded inputs run per shard under ``jax.jit``),
+    ``peers`` (tensors every device of a mesh axis may read and write: the
+    kernel is called inside ``jax.shard_map`` as ``k(x, axis_name="d")``,
+    its body reaching device ``r``'s copy through ``x.peer_ptr(r)``, with
+    ``ptx.rank()`` and ``ptx.world_size()``; see :mod:`jaxptx.dsl._peers`),
     ``validate`` (check each instruction against the table; default True) and
     ``module`` (the body builds a whole module with ``ptx.function`` ...).
 

@@ -11,6 +11,7 @@ from .. import ir, isa
 from ..errors import PtxError, SpecError, TraceError
 from ..types import PtxType
 from ._core import Reg, emit_instruction
+from ._peers import multimem_ptr, peer_ptr
 from ._specs import Tile
 from ._tma import describe_tma
 from ._trace import Trace, current, user_location, with_location
@@ -102,6 +103,28 @@ class TensorArg:
 
     def __ptx_symbol__(self) -> str:
         return self.name
+
+    def peer_ptr(self, r: Any) -> Reg:
+        """The global address of device ``r``'s copy of this tensor, for a
+        tensor the kernel names in ``peers`` (a ``u64`` register; ``r`` an int
+        or a 32-bit register holding a rank on the call's mesh axis).
+        ``x.peer_ptr(ptx.rank())`` is this device's own copy.
+
+        Raises:
+            TraceError: the tensor is not a peer tensor, or ``r`` is an int
+                outside the axis.
+        """
+        return peer_ptr(self.name, r)
+
+    @property
+    def multimem_ptr(self) -> Reg:
+        """The multicast address of this peer tensor: ``ptx.multimem.*`` at
+        it reaches every device's copy (a ``u64`` register).
+
+        Raises:
+            TraceError: the tensor is not a peer tensor.
+        """
+        return multimem_ptr(self.name)
 
     @property
     def ptr(self) -> Reg:

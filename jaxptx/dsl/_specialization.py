@@ -26,6 +26,8 @@ class Specialization:
         dims: the bound symbolic dims; template: the template values.
         tma: the TMA descriptors the runtime passes after the other
             parameters, in their order (see ``TensorArg.tma_desc``).
+        multimem: the peer tensors whose multicast address the body takes
+            (``x.multimem_ptr``), for a kernel with ``peers``.
     """
 
     module: ir.Module
@@ -36,6 +38,7 @@ class Specialization:
     dims: tuple[tuple[str, int], ...]
     template: tuple[tuple[str, Any], ...]
     tma: tuple[TmaDescriptor, ...] = ()
+    multimem: tuple[str, ...] = ()
 
     @property
     def grid(self) -> tuple[int, int, int]:

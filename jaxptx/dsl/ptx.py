@@ -16,7 +16,9 @@ A PtxType as the first argument is taken as the type modifier
 Beyond instructions: ``special`` registers, structured control flow
 (``if_``, ``else_``, ``range_``, ``while_``, ``break_``, ``continue_``),
 ``label``/``new_label``, ``addr``, ``comment``, ``param``, ``global_ptrs``,
-``batch_ptrs`` and ``printf`` (device printf, as nvcc writes it).
+``batch_ptrs``, ``printf`` (device printf, as nvcc writes it), and for a
+kernel with ``peers``, ``rank`` and ``world_size`` (its device's index on
+the call's mesh axis, and the axis size).
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ from ._special import special
 from ._module import (args, block, decl, declare, directive, function, imm, negate, pair, section,
                       sym, unparsed)
 from ._params import batch_ptrs, comment, global_ptrs, param
+from ._peers import rank, world_size
 from ._printf import printf
 from ._values import SINK, Addr, NegPred
 from .smem import SmemArray
 
 __all__ = ["inst", "special", "if_", "else_", "range_", "while_", "break_", "continue_",
            "label", "new_label", "addr", "comment", "param", "global_ptrs", "batch_ptrs", "printf",
+           "rank", "world_size",
            "SINK", "Instr",
            "function", "section", "block", "decl", "declare", "directive", "unparsed",
            "imm", "sym", "args", "pair", "negate", "loop"]

@@ -11,7 +11,10 @@ dynamic shared memory), and a kernel id derived from them that the handlers
 check before running anything. On the CPU, output bytes a kernel never
 writes are an error (:func:`allow_unwritten` declares padding);
 :func:`in_place` declares outputs that update an input. It batches under ``jax.vmap``
-(a loop over the batch), runs per shard inside ``jax.shard_map``, and
+(a loop over the batch), runs per shard inside ``jax.shard_map`` (a kernel
+declared with ``peers=`` runs on every device of a mesh axis together,
+called as ``k(x, axis_name="d")``: on the CPU the shards meet and run on one
+emulated node, ``_peer_cpu``), and
 :func:`custom_vjp` pairs a forward kernel with its backward for ``jax.grad``.
 :func:`ptx_call` makes any PTX entry (Triton's, nvcc's, hand-written) the
 same kind of primitive, its ``.param`` list filled by arrays, numbers,

@@ -26,6 +26,9 @@ in this process the message adds the kernel's Python line.
 * **Sanitizer.** ``with jaxptx.sim.checking():`` (or ``JAXPTX_SIM_CHECK=1``,
   ``strict`` or ``all``) runs every launch under the emulator's sanitizer;
   findings are raised as ``SanitizerError`` naming the kernel.
+* **Peers.** A call of a kernel with peers carries a ``peers`` attribute and
+  its rank as a last input; its shards meet and run together on one
+  emulated node (:mod:`._peer_cpu`); a capture records no such launch.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
 import numpy as np
@@ -46,7 +49,7 @@ from ..parse import parse
 from ..sim.faults import Fault, python_line
 from ..sim.unwritten import UnwrittenOutputError, message as unwritten_message, unwritten
 from ..types import TYPES
-from . import _registry, _tma
+from . import _peer_cpu, _peers, _registry, _tma
 
 __all__ = ["run", "UnwrittenOutputError", "LABEL"]
 
@@ -74,7 +77,8 @@ BufferType = tuple[str, tuple[int, ...]]
 def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryview],
         ptx: memoryview, entry: str, launch: Launch | tuple, scalars: Sequence[int] = (),
         tma: Sequence[int] = (), input_types: Sequence[BufferType] = (),
-        output_types: Sequence[BufferType] = (), allow_unwritten: int = 0) -> str | None:
+        output_types: Sequence[BufferType] = (), allow_unwritten: int = 0,
+        peers: Any = None) -> str | None:
     """Run kernel ``kernel_id``; return None, or the error for XLA to raise.
 
     ``launch`` is the call's launch attribute as the handler decoded it,
@@ -83,7 +87,10 @@ def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryvi
     the call's TMA descriptor records (``_tma``), which the emulator encodes
     with the addresses it gives the buffers; ``input_types`` and
     ``output_types`` a ``(numpy dtype name, shape)`` pair per buffer (for
-    messages); bit j of ``allow_unwritten`` lets output j keep unwritten bytes.
+    messages); bit j of ``allow_unwritten`` lets output j keep unwritten bytes;
+    ``peers`` is the ``peers`` attribute of a call of a kernel with peers
+    (``_peers.decode``), whose last input is its rank: the shard then runs
+    together with the other devices of the axis (``_peer_cpu``).
 
     Never raises: every failure (buffer size mismatch, unparsable PTX, an
     emulator fault, an unwritten output) comes back as the message of an
@@ -94,14 +101,20 @@ def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryvi
         registered = _registry.find(kernel_id)
         if registered is not None:
             _check_sizes(registered, inputs, outputs)
+        name = registered.kernel.name if registered is not None else entry
+        if peers is not None:
+            call = _peers.decode(peers)
+            rank, inputs, input_types = _peer_cpu.split_rank(call, inputs, input_types)
         module = _parsed(kernel_id, bytes(ptx))
         function = _entry_function(module, entry)
         values = _scalar_values(function, len(inputs) + len(outputs), scalars)
         launch = _Launch(module, entry, shape, values, _tma.sim_maps(tma))
+        if peers is not None:
+            launch = _peer_cpu.PeerLaunch(module, entry, shape, values, launch.maps, call, rank,
+                                          kernel_id, name, _LAUNCH_LOCK)
         names = _output_names(registered, len(outputs))
-        ran = _run_checked(launch, inputs, outputs, output_types, allow_unwritten,
-                           registered.kernel.name if registered is not None else entry, names)
-        if capture.directory() is not None:
+        ran = _run_checked(launch, inputs, outputs, output_types, allow_unwritten, name, names)
+        if capture.directory() is not None and peers is None:   # a node's launch is not one device's
             _record(kernel_id, bytes(ptx).decode(), launch, ran, len(inputs), tma,
                     [*input_types, *output_types])
         return None
@@ -158,7 +171,7 @@ class _Ran(NamedTuple):
     params: list[int]
 
 
-def _run_checked(launch: _Launch, inputs: Sequence[memoryview], outputs: Sequence[memoryview],
+def _run_checked(launch: _Launch | _peer_cpu.PeerLaunch, inputs: Sequence[memoryview], outputs: Sequence[memoryview],
                  output_types: Sequence[BufferType], allow_unwritten: int, kernel: str,
                  names: Sequence[str | None]) -> _Ran:
     """Run the launch, write the outputs in place, and report unwritten bytes."""

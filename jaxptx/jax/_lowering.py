@@ -48,7 +48,7 @@ from ..errors import SpecError
 from ..launch import Launch
 from ..runtime import arch_from_capability, module_image
 from ..dsl import declarations
-from . import _cpu, _partition, _registry, _tma, _writes
+from . import _cpu, _partition, _peers, _registry, _tma, _writes
 
 __all__ = ["register", "cuda_target", "arch_for_devices", "CPU_TARGET", "CUDA_TARGET",
            "CPU_LABEL", "CUDA_LABEL", "RETIRED_TARGETS", "launch_attribute"]
@@ -104,11 +104,12 @@ def _call(target: str, kernel: Kernel, ctx: Any, args: tuple, attributes: dict) 
 
 
 def _entry(kernel: Kernel, ctx: Any, target: isa.Target, template: tuple, sizes: tuple,
-           launch: Launch, shared: tuple) -> _registry.Entry:
+           launch: Launch, shared: tuple, axis: tuple) -> _registry.Entry:
     names = [kernel.tensors[i] for i in shared]
     return _registry.register(kernel, target, template, sizes, launch,
                               [_registry.buffer_type(a) for a in ctx.avals_in],
-                              [_registry.buffer_type(a) for a in ctx.avals_out], names)
+                              [_registry.buffer_type(a) for a in ctx.avals_out], names,
+                              world=axis[1] if axis else None)
 
 
 def cuda_target(kernel: Kernel, ctx: Any) -> isa.Target:
@@ -160,14 +161,17 @@ def arch_for_devices(devices: Sequence[Any], name: str) -> str | None:
     return arch_from_capability(major, minor)
 
 
-def _attributes(entry: _registry.Entry, scalars: tuple) -> dict[str, Any]:
+def _attributes(entry: _registry.Entry, scalars: tuple, ctx: Any, axis: tuple) -> dict[str, Any]:
     spec = entry.spec
     tma = _tma.records(spec.tma, entry.kernel.name, entry.inputs + entry.outputs)
-    return dict(kernel_id=np.int64(entry.kernel_id), ptx=spec.ptx, entry=entry.entry,
-                launch=launch_attribute(entry.launch),
-                scalars=scalar_records(entry.kernel, scalars), tma=tma,
-                may_write_inputs=np.int64(_writes.may_write_inputs(entry)),
-                allow_unwritten=np.int64(declarations.unwritten_mask(entry.kernel)))
+    attributes = dict(kernel_id=np.int64(entry.kernel_id), ptx=spec.ptx, entry=entry.entry,
+                      launch=launch_attribute(entry.launch),
+                      scalars=scalar_records(entry.kernel, scalars), tma=tma,
+                      may_write_inputs=np.int64(_writes.may_write_inputs(entry)),
+                      allow_unwritten=np.int64(declarations.unwritten_mask(entry.kernel)))
+    if axis:
+        attributes["peers"] = _peers.attribute(entry.kernel, spec, axis, _peers.site(ctx))
+    return attributes
 
 
 def launch_attribute(launch: Launch) -> dict[str, np.ndarray]:
@@ -192,18 +196,20 @@ def scalar_records(kernel: Kernel, values: Sequence[Any]) -> np.ndarray:
 
 
 def kernel_lowering_cpu(kernel: Kernel, ctx: Any, *args: Any, template: tuple, sizes: tuple,
-                        launch: Launch, batch: int, shared: tuple, scalars: tuple) -> Any:
+                        launch: Launch, batch: int, shared: tuple, scalars: tuple,
+                        axis: tuple = ()) -> Any:
     """The emulator's custom call."""
-    entry = _entry(kernel, ctx, kernel.resolve_arch(), template, sizes, launch, shared)
-    return _call(CPU_TARGET, kernel, ctx, args, _attributes(entry, scalars))
+    entry = _entry(kernel, ctx, kernel.resolve_arch(), template, sizes, launch, shared, axis)
+    return _call(CPU_TARGET, kernel, ctx, args, _attributes(entry, scalars, ctx, axis))
 
 
 def kernel_lowering_cuda(kernel: Kernel, ctx: Any, *args: Any, template: tuple, sizes: tuple,
-                         launch: Launch, batch: int, shared: tuple, scalars: tuple) -> Any:
+                         launch: Launch, batch: int, shared: tuple, scalars: tuple,
+                         axis: tuple = ()) -> Any:
     """The GPU launch's custom call."""
-    entry = _entry(kernel, ctx, cuda_target(kernel, ctx), template, sizes, launch, shared)
+    entry = _entry(kernel, ctx, cuda_target(kernel, ctx), template, sizes, launch, shared, axis)
     _register_cubin(kernel, ctx, entry)
-    return _call(CUDA_TARGET, kernel, ctx, args, _attributes(entry, scalars))
+    return _call(CUDA_TARGET, kernel, ctx, args, _attributes(entry, scalars, ctx, axis))
 
 
 def _sharded_or(lowering: Any, prim: Any, kernel: Kernel) -> Any:
@@ -218,9 +224,15 @@ def _sharded_or(lowering: Any, prim: Any, kernel: Kernel) -> Any:
 
 
 def register(prim: Any, kernel: Kernel) -> None:
-    """Register the CPU and CUDA lowerings of ``kernel``'s primitive."""
-    mlir.register_lowering(prim, _sharded_or(kernel_lowering_cpu, prim, kernel), platform="cpu")
-    mlir.register_lowering(prim, _sharded_or(kernel_lowering_cuda, prim, kernel), platform="cuda")
+    """Register the CPU and CUDA lowerings of ``kernel``'s primitive.
+
+    A kernel with peers numbers its call sites as it lowers (``_peers.site``),
+    so JAX must not reuse one lowering for two equal calls."""
+    cacheable = not kernel.peers
+    mlir.register_lowering(prim, _sharded_or(kernel_lowering_cpu, prim, kernel), platform="cpu",
+                           cacheable=cacheable)
+    mlir.register_lowering(prim, _sharded_or(kernel_lowering_cuda, prim, kernel), platform="cuda",
+                           cacheable=cacheable)
 
 
 _register_targets()

@@ -127,4 +127,5 @@ def _local_launch(prim: Any, kernel: Kernel, params: dict[str, Any], *xs: jax.Ar
     if batch:
         launch = launch.with_grid_z(local_batch)
     return tuple(prim.bind(*xs, template=template, sizes=sizes, launch=launch, batch=local_batch,
-                           shared=shared, scalars=params["scalars"]))
+                           shared=shared, scalars=params["scalars"],
+                           **{k: v for k, v in params.items() if k == "axis"}))

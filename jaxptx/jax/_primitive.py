@@ -7,7 +7,9 @@ pairs: the template values and every symbolic dim), ``launch`` (the
 dynamic shared memory, validated for the target), ``batch`` (0, or the size
 of a batch folded into grid z),
 ``shared`` (indices of the inputs a batched launch shares) and ``scalars``
-(the values of the kernel's raw scalar params, in their order). Lowerings
+(the values of the kernel's raw scalar params, in their order) and
+``axis`` (``(axis name, axis size)``, for a kernel with peers only: its
+call binds its rank on that axis as one more operand). Lowerings
 live in ``_lowering``; the rules here are shared by all kernels and take the
 kernel as their first argument.
 """
@@ -44,13 +46,47 @@ def primitive(kernel: Kernel) -> jex.core.Primitive:
 
 def call(kernel: Kernel, args: tuple, kwargs: dict) -> Any:
     """``kernel(*args, **kwargs)``: check, bind the primitive, unpack."""
+    axis, kwargs = _peer_axis(kernel, kwargs)
     kwargs = _raw_params_from_dims(kernel, args, kwargs)
     scalars, kwargs = _scalar_arguments(kernel, kwargs)
     template, dims = _bind_arguments(kernel, args, kwargs)
-    launch = kernel.specialize(**dict(template), **dict(dims)).launch
-    outs = primitive(kernel).bind(*args, template=template, sizes=dims, launch=launch, batch=0,
-                                  shared=(), scalars=scalars)
+    world = {"world_size": axis[1]} if axis else {}
+    launch = kernel.specialize(**dict(template), **dict(dims), **world).launch
+    rank = (jax.lax.axis_index(axis[0]).astype(jnp.uint32),) if axis else ()
+    peers = {"axis": axis} if axis else {}      # other kernels' jaxprs show no axis
+    outs = primitive(kernel).bind(*args, *rank, template=template, sizes=dims, launch=launch,
+                                  batch=0, shared=(), scalars=scalars, **peers)
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _peer_axis(kernel: Kernel, kwargs: dict) -> tuple[tuple, dict]:
+    """``(axis name, axis size)`` of a call of a kernel with peers (its
+    ``axis_name=`` keyword, an axis of the enclosing ``jax.shard_map``), or
+    ``()`` for any other kernel; and the other keywords.
+
+    The call binds one more operand than the kernel has inputs: its rank on
+    the axis (``lax.axis_index``, a u32 scalar), which the handler passes as
+    the hidden ``jaxptx_rank`` parameter."""
+    where = f"kernel {kernel.name}"
+    rest = dict(kwargs)
+    name = rest.pop("axis_name", None)
+    if not kernel.peers:
+        if name is not None:
+            raise SpecError(f"{where}: axis_name={name!r} is for kernels with peers; this one "
+                            f"declares none (@kernel(..., peers=('x',)))")
+        return (), kwargs
+    if not isinstance(name, str):
+        raise SpecError(f"{where} has peers {kernel.peers}: call it inside jax.shard_map with "
+                        f"the mesh axis its devices share, as {kernel.name}(..., axis_name='d'); "
+                        f"got axis_name={name!r}")
+    try:
+        size = jax.lax.axis_size(name)
+    except NameError:
+        raise SpecError(f"{where}: axis_name={name!r} is not a mesh axis here (called outside "
+                        f"jax.shard_map, or inside one whose mesh has no axis {name!r}); a "
+                        f"kernel with peers runs inside jax.shard_map over a mesh with that "
+                        f"axis") from None
+    return (name, int(size)), rest
 
 
 def _raw_params_from_dims(kernel: Kernel, args: tuple, kwargs: dict) -> dict:
@@ -178,11 +214,15 @@ def _out_dtype(kernel: Kernel, spec: Tile) -> np.dtype:
 
 
 def kernel_abstract_eval(kernel: Kernel, *avals: Any, template: tuple, sizes: tuple,
-                         launch: Launch, batch: int, shared: tuple,
-                         scalars: tuple) -> list[jax.core.ShapedArray]:
+                         launch: Launch, batch: int, shared: tuple, scalars: tuple,
+                         axis: tuple = ()) -> list[jax.core.ShapedArray]:
     """Output avals from ``out_specs`` (with a leading ``batch`` dim when
-    batched); re-checks the inputs against the dims."""
+    batched); re-checks the inputs against the dims. A call of a kernel
+    with peers (``axis``) has its rank as a last operand."""
     names = kernel.tensors[:len(kernel.in_specs)]
+    vma = frozenset().union(*map(varying_axes, avals))
+    if axis:
+        avals = avals[:-1]
     shapes = [a.shape for a in avals]
     if batch:
         for i, (name, shape) in enumerate(zip(names, shapes)):
@@ -201,7 +241,6 @@ def kernel_abstract_eval(kernel: Kernel, *avals: Any, template: tuple, sizes: tu
         if bound.get(k) != v:
             raise SpecError(f"kernel {kernel.name}: dim {k}: the primitive was bound with "
                             f"{bound.get(k)}, the inputs give {v}")
-    vma = frozenset().union(*map(varying_axes, avals))
     lead = (batch,) if batch else ()
     return [_shaped_array(lead + spec.resolve_shape(bound), _out_dtype(kernel, spec), vma)
             for spec in kernel.out_specs]
@@ -235,8 +274,9 @@ def kernel_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], **par
     grid z (:func:`fold_batch`); any other kernel, a batch past grid z's
     limit, or a kernel with a TMA descriptor of a batched tensor (one
     descriptor describes one tensor), a sequential loop over it
-    (``lax.map``), one launch per element. Unbatched inputs are shared by all."""
-    if kernel.batch == "z":
+    (``lax.map``), one launch per element. Unbatched inputs are shared by
+    all; a kernel with peers always loops (each element a collective launch)."""
+    if kernel.batch == "z" and not params.get("axis"):
         size = next(a.shape[ax] for a, ax in zip(args, axes) if ax is not None)
         if (params["batch"] or 1) * size <= GRID_Z_LIMIT and not _tma_of_batched(kernel, axes, **params):
             return fold_batch(kernel, args, axes, size, **params)
@@ -244,7 +284,8 @@ def kernel_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], **par
 
 
 def _tma_of_batched(kernel: Kernel, axes: Sequence[Any], *, template: tuple, sizes: tuple,
-                    launch: Launch, batch: int, shared: tuple, scalars: tuple) -> bool:
+                    launch: Launch, batch: int, shared: tuple, scalars: tuple,
+                    axis: tuple = ()) -> bool:
     """Whether the kernel asks for a TMA descriptor of a tensor that the
     folded launch would batch (any output, or an input batched now or before)."""
     spec = kernel.specialize(**dict(template), **dict(sizes))
@@ -254,7 +295,7 @@ def _tma_of_batched(kernel: Kernel, axes: Sequence[Any], *, template: tuple, siz
 
 def fold_batch(kernel: Kernel, args: Sequence[Any], axes: Sequence[Any], size: int, *,
                template: tuple, sizes: tuple, launch: Launch, batch: int, shared: tuple,
-               scalars: tuple):
+               scalars: tuple, axis: tuple = ()):
     """One launch for the whole batch: grid z runs over it (:func:`fold_into_grid_z`;
     inputs the kernel shares across the batch stay shared)."""
     if launch.grid[2] != 1 and not batch:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .. import isa
-from ..dsl import Kernel, Specialization
+from ..dsl import PEER_RANK_PARAM, PEER_TABLE_PARAM, Kernel, Specialization
 from ..errors import SpecError
 from ..launch import Launch, launch_integers
 from ._tma import records as tma_records
@@ -99,20 +99,24 @@ _ENTRIES: dict[int, Entry] = {}
 
 def register(kernel: Kernel, target: isa.Target, template: tuple, dims: tuple,
              launch: Launch, inputs: Sequence[BufferType],
-             outputs: Sequence[BufferType], shared: Sequence[str] = ()) -> Entry:
+             outputs: Sequence[BufferType], shared: Sequence[str] = (),
+             world: int | None = None) -> Entry:
     """Specialise ``kernel`` for ``target`` and register the launch; return its entry.
 
     ``launch`` is the call's (the primitive's parameter); but for its grid it
     must be the specialisation's, which was validated for ``target``.
-    ``shared`` names the inputs a batched launch shares across its batch.
+    ``shared`` names the inputs a batched launch shares across its batch;
+    ``world`` is the mesh axis size of a call of a kernel with peers, whose
+    last input is its rank (a scalar operand, not a pointer parameter).
 
     Raises:
         SpecError: the kernel's parameters are not one pointer per tensor,
             then its raw scalar params, then its TMA descriptors; or the
             call's launch is not the specialisation's.
     """
-    spec = kernel.specialize_for(target, shared=shared, **dict(template), **dict(dims))
-    entry_fn = _entry_function(kernel, spec, len(inputs) + len(outputs))
+    peers = {"world_size": world} if kernel.peers else {}
+    spec = kernel.specialize_for(target, shared=shared, **dict(template), **dict(dims), **peers)
+    entry_fn = _entry_function(kernel, spec, len(inputs) + len(outputs) - bool(peers))
     if launch != dataclasses.replace(spec.launch, grid=launch.grid):
         raise SpecError(f"kernel {kernel.name}: the call launches {launch}, but its "
                         f"{target.name} specialisation launches {spec.launch}")
@@ -203,6 +207,8 @@ def _entry_function(kernel: Kernel, spec: Specialization, buffers: int) -> str:
     params = entries[0].params
     want = ([("u64", None)] * buffers + [(t.name, n) for t, n in kernel.raw_params]
             + [("b8", d.param) for d in spec.tma])
+    if kernel.peers:
+        want += [("u32", PEER_RANK_PARAM), ("u64", PEER_TABLE_PARAM)]
     got = [(p.type, p.name) for p in params]
     if len(got) != len(want) or any(w[0] != g[0] or w[1] not in (None, g[1]) for w, g in zip(want, got)):
         declared = ", ".join(f".{p.type} {p.name}" for p in params) or "none"
