@@ -16,7 +16,8 @@ every variant runs on the CPU emulator.
 * :func:`scaled_matmul`, :func:`scaled_grouped_matmul`: ``jax.nn.scaled_matmul``
   (mxfp8, nvfp4, mxfp4 block-scaled GEMM; Blackwell ``tcgen05.mma`` block-scaled
   kinds, Hopper FP8 ``wgmma`` for mxfp8) and its ragged MoE form, with the
-  packing helpers :func:`pack_fp4`, :func:`unpack_fp4`, :func:`fp8_to_bits`,
+  packing helpers :func:`pack_fp4`, :func:`unpack_fp4`, :func:`pack_fp6`,
+  :func:`unpack_fp6`, :func:`fp8_to_bits`,
   :func:`fp8_from_bits`, :func:`block_quantize`, :func:`block_dequantize`.
 
 Example:
@@ -32,7 +33,9 @@ from ._fp_pack import block_quantize as block_quantize
 from ._fp_pack import fp8_from_bits as fp8_from_bits
 from ._fp_pack import fp8_to_bits as fp8_to_bits
 from ._fp_pack import pack_fp4 as pack_fp4
+from ._fp_pack import pack_fp6 as pack_fp6
 from ._fp_pack import unpack_fp4 as unpack_fp4
+from ._fp_pack import unpack_fp6 as unpack_fp6
 from .attention import flash_attention as flash_attention
 from .grouped import grouped_matmul as grouped_matmul
 from .matmul import matmul as matmul
@@ -45,5 +48,5 @@ from .scaled_matmul import scaled_grouped_matmul as scaled_grouped_matmul
 from .scaled_matmul import scaled_matmul as scaled_matmul
 
 __all__ = ["rms_norm", "layer_norm", "softmax", "swiglu", "matmul", "grouped_matmul", "flash_attention",
-           "paged_attention", "scaled_matmul", "scaled_grouped_matmul", "pack_fp4", "unpack_fp4", "fp8_to_bits",
-           "fp8_from_bits", "block_quantize", "block_dequantize"]
+           "paged_attention", "scaled_matmul", "scaled_grouped_matmul", "pack_fp4", "unpack_fp4", "pack_fp6",
+           "unpack_fp6", "fp8_to_bits", "fp8_from_bits", "block_quantize", "block_dequantize"]

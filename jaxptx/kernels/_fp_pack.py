@@ -3,6 +3,11 @@
 * :func:`pack_fp4` / :func:`unpack_fp4`: ``float4_e2m1fn`` values two a
   byte, the even element in the low nibble (the order ``tcgen05.mma``'s
   4-bit kinds read in shared memory, and jax's ``bitcast_convert_type``).
+* :func:`pack_fp6` / :func:`unpack_fp6`: ``float6_e2m3fn`` / ``float6_e3m2fn``
+  values four in three bytes, element ``i`` of a group in bits ``6i`` to
+  ``6i + 5`` of the group's little-endian 24 bits. These take and give
+  numpy arrays of ml_dtypes' FP6 types: XLA (jax 0.10 and 0.11 on the CPU)
+  refuses FP6 arrays ("Invalid XLA PrimitiveType ... F6E2M3FN").
 * :func:`fp8_to_bits` / :func:`fp8_from_bits`: FP8 (values or scales) as
   ``uint8`` and back, a bit cast.
 * :func:`block_quantize` / :func:`block_dequantize`: a float array's last axis in blocks,
@@ -28,6 +33,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_dtypes
+import numpy as np
 
 from ..errors import SpecError
 
@@ -39,7 +45,9 @@ __all__ = [
     "fp8_from_bits",
     "fp8_to_bits",
     "pack_fp4",
+    "pack_fp6",
     "unpack_fp4",
+    "unpack_fp6",
 ]
 
 _FP8 = ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
@@ -104,6 +112,57 @@ def unpack_fp4(packed: Any) -> jax.Array:
     packed = jnp.asarray(packed)
     nibbles = jnp.stack([packed & 0xF, packed >> 4], axis=-1).astype(jnp.uint4)
     return jax.lax.bitcast_convert_type(nibbles.reshape(*packed.shape[:-1], -1), jnp.float4_e2m1fn)
+
+
+_FP6 = {"float6_e2m3fn": ml_dtypes.float6_e2m3fn, "float6_e3m2fn": ml_dtypes.float6_e3m2fn}
+
+
+def pack_fp6(values: Any) -> np.ndarray:
+    """FP6 values (..., K), K a multiple of 4, as (..., 3K/4) ``uint8``: each
+    group of four in three bytes, element ``i`` in bits ``6i .. 6i+5`` of the
+    group's little-endian 24 bits.
+
+    Args:
+        values: a numpy array of ``ml_dtypes.float6_e2m3fn`` or ``float6_e3m2fn``.
+
+    Raises:
+        SpecError: another dtype, or a last dimension not a multiple of 4.
+
+    Example:
+        >>> import ml_dtypes, numpy as np
+        >>> pack_fp6(np.array([1.0, 0, 0, -1.0], ml_dtypes.float6_e2m3fn)).tolist()
+        [8, 0, 160]
+    """
+    values = np.asarray(values)
+    if values.dtype.name not in _FP6:
+        raise SpecError(f"pack_fp6 values: expected a numpy array of {' or '.join(_FP6)}, got {values.dtype.name}")
+    if values.ndim == 0 or values.shape[-1] % 4:
+        raise SpecError(f"pack_fp6 values: expected a last dimension that is a multiple of 4, "
+                        f"got shape {values.shape}")
+    codes = (values.view(np.uint8) & 0x3F).astype(np.uint32).reshape(*values.shape[:-1], -1, 4)
+    word = codes[..., 0] | codes[..., 1] << 6 | codes[..., 2] << 12 | codes[..., 3] << 18
+    out = np.stack([word & 0xFF, word >> 8 & 0xFF, word >> 16 & 0xFF], axis=-1).astype(np.uint8)
+    return out.reshape(*values.shape[:-1], -1)
+
+
+def unpack_fp6(packed: Any, dtype: Any) -> np.ndarray:
+    """The inverse of :func:`pack_fp6`: (..., 3K/4) ``uint8`` -> (..., K) of ``dtype``.
+
+    Raises:
+        SpecError: ``packed`` not uint8 with a last dimension a multiple of 3,
+            or ``dtype`` not an FP6 type.
+    """
+    packed = np.asarray(packed)
+    name = np.dtype(dtype).name
+    if name not in _FP6:
+        raise SpecError(f"unpack_fp6 dtype: expected {' or '.join(_FP6)}, got {name}")
+    if packed.dtype != np.uint8 or packed.ndim == 0 or packed.shape[-1] % 3:
+        raise SpecError(f"unpack_fp6 packed: expected uint8 with a last dimension that is a multiple of 3, "
+                        f"got {packed.dtype} {packed.shape}")
+    b = packed.astype(np.uint32).reshape(*packed.shape[:-1], -1, 3)
+    word = b[..., 0] | b[..., 1] << 8 | b[..., 2] << 16
+    codes = np.stack([word >> (6 * i) & 0x3F for i in range(4)], axis=-1).astype(np.uint8)
+    return codes.reshape(*packed.shape[:-1], -1).view(_FP6[name])
 
 
 def fp8_to_bits(values: Any) -> jax.Array:

@@ -101,3 +101,35 @@ def test_dequantize_is_values_times_repeated_scales_and_close_to_the_input() -> 
 def test_bad_arguments_name_what_was_expected(call, match: str) -> None:
     with pytest.raises(SpecError, match=match):
         call()
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.float6_e2m3fn, ml_dtypes.float6_e3m2fn])
+def test_pack_fp6_puts_four_values_in_three_bytes_and_unpacks_every_code(dtype) -> None:
+    from jaxptx.kernels import pack_fp6, unpack_fp6
+    codes = np.concatenate([np.arange(64, dtype=np.uint8), RNG.integers(0, 64, 64).astype(np.uint8)])
+    values = codes.reshape(2, 64).view(dtype)
+    packed = pack_fp6(values)
+    assert packed.dtype == np.uint8 and packed.shape == (2, 48)
+    # the bit layout, read back with Python ints: element i of a group at bits 6i..6i+5
+    for row in range(2):
+        for g in range(16):
+            word = int.from_bytes(packed[row, 3 * g:3 * g + 3].tobytes(), "little")
+            assert [(word >> (6 * i)) & 0x3F for i in range(4)] == codes.reshape(2, 64)[row, 4 * g:4 * g + 4].tolist()
+    back = unpack_fp6(packed, dtype)
+    assert back.dtype == dtype
+    np.testing.assert_array_equal(back.view(np.uint8), values.view(np.uint8))
+    np.testing.assert_array_equal(back.astype(np.float32), values.astype(np.float32))
+
+
+def test_fp6_helpers_refuse_what_they_cannot_pack() -> None:
+    from jaxptx.kernels import pack_fp6, unpack_fp6
+    with pytest.raises(SpecError, match=r"pack_fp6 values: expected a numpy array of float6_e2m3fn or "
+                                        r"float6_e3m2fn, got float32"):
+        pack_fp6(np.zeros(4, np.float32))
+    with pytest.raises(SpecError, match=r"pack_fp6 values: expected a last dimension that is a multiple of 4"):
+        pack_fp6(np.zeros(6, ml_dtypes.float6_e2m3fn))
+    with pytest.raises(SpecError, match=r"unpack_fp6 dtype: expected float6_e2m3fn or float6_e3m2fn, got uint8"):
+        unpack_fp6(np.zeros(3, np.uint8), np.uint8)
+    with pytest.raises(SpecError, match=r"unpack_fp6 packed: expected uint8 with a last dimension that is a "
+                                        r"multiple of 3"):
+        unpack_fp6(np.zeros(4, np.uint8), ml_dtypes.float6_e3m2fn)
