@@ -50,7 +50,7 @@ def library_cases(only: str | None = None, rows: int = 64) -> list[tuple[str, st
     norms, softmax and SwiGLU, 1024 columns each)."""
     import jax
     import jax.numpy as jnp
-    from kernels import jnp_layer_norm, jnp_rms_norm
+    from kernels import _vjp, jnp_layer_norm, jnp_paged_attention, jnp_rms_norm, jnp_scaled_matmul
 
     from jaxptx import kernels
     rng = np.random.default_rng(0)
@@ -74,11 +74,28 @@ def library_cases(only: str | None = None, rows: int = 64) -> list[tuple[str, st
     for arch in ("sm_80", "sm_90a", "sm_100a"):
         a, b = rand((256, 256)), rand((256, 256))
         calls.append(("matmul 256^3", arch, lambda a, b, arch=arch: kernels.matmul(a, b, arch=arch), (a, b), mm_ref))
-    for arch in ("sm_80", "sm_90a"):
-        q, k, v = rand((1, 128, 2, 64)), rand((1, 128, 2, 64)), rand((1, 128, 2, 64))
+    q, k, v, do = rand((1, 128, 2, 64)), rand((1, 128, 2, 64)), rand((1, 128, 2, 64)), rand((1, 128, 2, 64))
+    for arch in ("sm_80", "sm_90a", "sm_100a"):
         calls.append(("flash_attention 1x128x2x64", arch,
                      lambda q, k, v, arch=arch: kernels.flash_attention(q, k, v, arch=arch), (q, k, v),
                      jax.nn.dot_product_attention))
+        calls.append(("flash_attention vjp 1x128x2x64", arch,
+                      _vjp(lambda q, k, v, arch=arch: kernels.flash_attention(q, k, v, arch=arch)), (q, k, v, do),
+                      _vjp(jax.nn.dot_product_attention)))
+    pq, kp, vp = rand((2, 8, 64)), rand((26, 16, 2, 64)), rand((26, 16, 2, 64))
+    tables = jnp.asarray(rng.permutation(26).reshape(2, 13), jnp.int32)
+    lengths = jnp.asarray([200, 131], jnp.int32)
+    for arch in ("sm_80", "sm_90a"):
+        calls.append(("paged_attention 2x8/2x64 p16 200", arch,
+                      lambda *a, arch=arch: kernels.paged_attention(*a, arch=arch), (pq, kp, vp, tables, lengths),
+                      jnp_paged_attention))
+    for arch, formats in (("sm_90a", ("mxfp8_e4m3",)), ("sm_100a", ("mxfp8_e4m3", "nvfp4"))):
+        for fmt in formats:
+            lv, ls = kernels.block_quantize(rand((1, 256, 256), jnp.float32), fmt)
+            rv, rs = kernels.block_quantize(rand((1, 256, 256), jnp.float32), fmt)
+            calls.append((f"scaled_matmul {fmt} 1x256x256x256", arch,
+                          lambda *x, arch=arch: kernels.scaled_matmul(*x, arch=arch), (lv, rv, ls, rs),
+                          jnp_scaled_matmul))
     lhs, rhs = rand((256, 128)), rand((2, 128, 128))
     sizes = jnp.asarray([128, 128], jnp.int32)
     calls.append(("grouped_matmul 2x128x128x128", "sm_80",
@@ -96,6 +113,12 @@ def library_cases(only: str | None = None, rows: int = 64) -> list[tuple[str, st
                      softmax_ref))
         calls.append((f"swiglu {shape}", arch, lambda g, u, arch=arch: kernels.swiglu(g, u, arch=arch), (g, u),
                      swiglu_ref))
+        dy = rand((rows, 1024))
+        calls.append((f"rms_norm vjp {shape}", arch,
+                      _vjp(lambda x, w, arch=arch: kernels.rms_norm(x, w, arch=arch)), (x, w, dy), _vjp(jnp_rms_norm)))
+        calls.append((f"layer_norm vjp {shape}", arch,
+                      _vjp(lambda x, w, b, arch=arch: kernels.layer_norm(x, w, b, arch=arch)), (x, w, bias, dy),
+                      _vjp(jnp_layer_norm)))
     return [(op, arch, jax.jit(fn), inputs, jax.jit(ref)) for op, arch, fn, inputs, ref in calls
             if only is None or only in op]
 
