@@ -53,6 +53,14 @@ __all__ = ["BLOCK_N", "HEAD_DIMS", "PAGE_SIZES", "ROWS", "SPLIT_TOKENS", "cdiv",
 BLOCK_N = 64            # tokens per step of the CTA: 4 warps x 16
 ROWS = 16               # query heads per CTA: one m16 tile
 THREADS = 128
+
+
+def _red_row(D: int) -> int:
+    """Bytes between rows of the f32 merge tile: D floats and 32 bytes of
+    padding, so that the eight rows a warp's ``st.shared.v2`` writes start in
+    different banks (unpadded, every row starts in bank 0: 8 wavefronts a
+    store where 2 do)."""
+    return D * 4 + 32
 SPLIT_TOKENS = 512      # tokens per split (a multiple of BLOCK_N)
 HEAD_DIMS = (64, 128)
 PAGE_SIZES = (16, 32, 64)   # divide BLOCK_N: a block is whole pages
@@ -270,7 +278,7 @@ def _merge_warps(acc_o: Any, m_run: list, l_run: list, red: Any, sml: Any, warp:
         row = warp * ROWS + group + 8 * i
         with ptx.if_(quad == 0):
             ptx.st.shared.v2.f32(ptx.addr(sml.base + (row << 3)), [m_run[i], total])
-        at = red + row * (D * 4) + (quad << 3)
+        at = red + row * _red_row(D) + (quad << 3)
         for j in range(D // 8):
             ptx.st.shared.v2.f32(ptx.addr(at, 32 * j), [acc_o[4 * j + 2 * i], acc_o[4 * j + 2 * i + 1]])
 
@@ -291,10 +299,10 @@ def _store(outs: tuple, red: Any, sml: Any, tid: Any, b: Any, s_idx: Any, head0:
         weights = [ptx.ex2.approx.ftz.f32((m - top_use) * scale_log2) for m in ms]
         total = reg.scalar(f32, 0.0)
         acc = [reg.scalar(f32, 0.0) for _ in range(4)]
-        at = red + row * (D * 4) + (c << 4)
+        at = red + row * _red_row(D) + (c << 4)
         for w in range(4):
             ptx.fma.rn.f32(total, weights[w], ls[w], total)
-            vals = ptx.ld.shared.v4.f32(ptx.addr(at, w * ROWS * D * 4))
+            vals = ptx.ld.shared.v4.f32(ptx.addr(at, w * ROWS * _red_row(D)))
             for a, v in zip(acc, vals):
                 ptx.fma.rn.f32(a, weights[w], v, a)
         live = row < n_rows
