@@ -68,6 +68,25 @@ def test_node_allgather_runs_on_a_node_of_8(capsys: pytest.CaptureFixture[str]) 
     assert lines[1].startswith("== one-shot multimem all-reduce on 8 emulated GPUs: matches numpy"), lines
 
 
+def test_node_allgather_is_clean_under_the_node_sanitizer(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Both collectives pass the sanitizer across devices (every launch under
+    ``JAXPTX_SIM_CHECK=1`` raises on a finding): their .sys release/acquire
+    flags order every peer access."""
+    monkeypatch.setenv("JAXPTX_SIM_CHECK", "1")
+    runpy.run_path(str(EXAMPLES / "node_allgather.py"), run_name="__main__")
+    assert len(capsys.readouterr().out.strip().splitlines()) == 2
+
+
+def test_the_ring_without_its_flag_waits_is_a_race_between_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jaxptx import sim
+    monkeypatch.setenv("JAXPTX_SIM_CHECK", "1")
+    main = runpy.run_path(str(EXAMPLES / "node_allgather.py"))["main"]
+    main.__globals__["ring_allgather"] = ring_without_waits
+    with pytest.raises(sim.SanitizerError, match=r"device \d+ CTA .* device \d+ CTA"):
+        main()
+
+
 @kernel(arch="sm_90a", block=(64, 1, 1), raw_params=[("u32", "rank")])
 def ring_without_waits(out, next_out, flag, next_flag, *, n):
     """The example's ring all-gather with its flag waits removed: a device
