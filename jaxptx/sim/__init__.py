@@ -15,6 +15,7 @@ memory and ``multimem`` multicast objects (:mod:`.system`).
 """
 
 from .launch import launch as launch
+from .launch import launch_sequence as launch_sequence
 from .device import Device as Device
 from .device import ParamInfo as ParamInfo
 from .system import System as System

@@ -13,6 +13,8 @@ way the CUDA driver API drives a GPU.
 ``global_address(ptx, name)``   ``cuModuleGetGlobal``
 ``param_info(ptx, kernel)``     ``cuFuncGetParamInfo``
 ``launch(ptx, params, ...)``    ``cuLaunchKernelEx``
+``launch_sequence([...])``      launches on one stream, with programmatic
+                                dependent launch (:mod:`.sequence`)
 ==============================  ======================================
 
 plus ``to_device(array)`` (alloc + write) and ``from_device(address,
@@ -46,7 +48,7 @@ launches and the device's lifetime (``close``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -72,6 +74,7 @@ from .checking import check_mode, valid_mode
 from .observing import open_observers
 from .fidelity.tracker import Tracker as FidelityTracker
 from .semantics import SEMANTICS
+from .sequence import item_shape, run_sequence, sequence_items, sequence_seed
 
 __all__ = ["Device", "ParamInfo"]
 
@@ -264,6 +267,76 @@ class Device(DeviceModules):
             capturing.record(self, source, module, program, bases,
                              pack_params(program.name, program.params, params), launch, was)
         return result
+
+    def launch_sequence(self, launches: Sequence[Mapping[str, Any]], *, programmatic: bool = True,
+                        check: Any = None, schedule: str | None = None, seed: int | None = None,
+                        max_steps: int | None = None) -> list[Any]:
+        """Run grids in stream order on the device, with programmatic
+        dependent launch (:mod:`.sequence`).
+
+        Args:
+            launches: one dict per grid, in stream order: ``source``,
+                ``params`` (as :meth:`launch` takes them), and optionally
+                ``grid``, ``block``, ``cluster``, ``smem`` (or ``launch``)
+                and ``kernel``.
+            programmatic: a grid may start once every CTA of the grid
+                before it has executed ``griddepcontrol.launch_dependents``
+                or exited, and runs together with it; its
+                ``griddepcontrol.wait`` waits until every grid before it has
+                completed (and orders their memory before what follows).
+                ``False``: each grid starts once the one before completed,
+                as :meth:`launch` calls one after another.
+            check: the sanitizer, as :meth:`launch` takes it; with
+                ``programmatic``, races between grids too (a dependent's
+                access before its ``wait`` against a prerequisite's),
+                naming both grids.
+            schedule, seed: ``schedule="random"`` with an int ``seed``:
+                each grid runs under a random schedule of its own, and when
+                a dependent starts once allowed varies too; the same seed
+                gives the same run. Default: as ``JAXPTX_SIM_SCHEDULE``
+                says, else the default schedule.
+            max_steps: a bound on each grid's steps.
+
+        Returns:
+            One item per grid, as :meth:`launch` returns (its findings
+            under ``check="all"``, else ``None``).
+
+        Raises:
+            PrecheckError: PTX that ptxas would reject or the emulator
+                cannot run, before anything runs.
+            SimDeadlock: no thread of any grid can make progress (a
+                dependent waiting on a grid that waits on it), naming each
+                grid's stuck warps.
+            SimError: a bad list or item (before anything runs), or a fault
+                in a grid (the message starts with the grid).
+        """
+        items = sequence_items(launches)
+        if not isinstance(programmatic, bool):
+            raise SimError(f"launch_sequence programmatic: expected True or False, got {programmatic!r}")
+        check = check_mode() if check is None else valid_mode(check)
+        schedule, seed = schedule_option(schedule, seed)
+        schedule = "default" if schedule is None else schedule
+        if not programmatic:
+            found = []
+            for k, item in enumerate(items):
+                grid, block, cluster, smem = item_shape(item)
+                found.append(self.launch(item["source"], item.get("params", ()), grid=grid, block=block,
+                                         cluster=cluster, smem=smem, kernel=item.get("kernel"), check=check,
+                                         max_steps=max_steps, schedule=schedule, seed=sequence_seed(seed, k)))
+            return found
+        prepared: list[tuple[Machine, ir.Module, Program]] = []
+        try:
+            for k, item in enumerate(items):
+                module, program, bases = self._entry(item["source"], item.get("kernel"))
+                shape = launch_of(program, *item_shape(item))
+                machine = self._machine(program, bases, item.get("params", ()), shape, check, max_steps,
+                                        schedule=schedule, seed=sequence_seed(seed, k))
+                prepared.append((machine, module, program))
+            index = getattr(self, "index", 0)       # a System's device has its index; a lone device is device 0
+            return run_sequence(index, self._buffers, self._first_slot, prepared, check, seed)
+        finally:
+            for machine, _, _ in prepared:
+                machine.close()
 
     def _run(self, program: Program, bases: dict[str, int], params: Sequence[Any], launch: Launch,
              check: Any, max_steps: int | None, profile: Any = None,

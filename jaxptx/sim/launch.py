@@ -8,7 +8,7 @@ they are read and written in place). Numbers fill scalar parameters.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,9 +22,10 @@ from .unwritten import UnwrittenOutputError, exempt_outputs, message, unwritten
 from .memory.tensormap import SIZE as TENSOR_MAP_SIZE
 from .memory.tensormap import ArgTensorMap
 
-__all__ = ["launch", "from_kernel"]
+__all__ = ["launch", "launch_sequence", "from_kernel"]
 
 _POINTER_TYPES = ("u64", "s64", "b64")
+_ITEM_KEYS = ("source", "args", "grid", "block", "cluster", "smem", "kernel")
 
 
 def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = None,
@@ -114,6 +115,72 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
     return findings
 
 
+def launch_sequence(launches: Sequence[Mapping[str, Any]], *, programmatic: bool = True, check: Any = None,
+                    schedule: str | None = None, seed: int | None = None,
+                    max_steps: int | None = None) -> list[Any]:
+    """Run kernels in stream order on one fresh device, on numpy arrays:
+    :meth:`jaxptx.sim.Device.launch_sequence` as :func:`launch` is
+    :meth:`~jaxptx.sim.Device.launch`.
+
+    Args:
+        launches: one dict per grid, in stream order: ``source`` (PTX text,
+            a module or a traced ``Kernel``), ``args`` (as :func:`launch`
+            takes them), and optionally ``grid``, ``block``, ``cluster``,
+            ``smem`` and ``kernel``. An array passed to several grids (the
+            same numpy array object) is one buffer on the device: one
+            grid's output is the next one's input. Arrays are written back
+            in place once every grid has run.
+        programmatic, check, schedule, seed, max_steps: as
+            ``Device.launch_sequence`` takes them.
+
+    Returns:
+        One item per grid: its sanitizer findings under ``check="all"``,
+        else ``None``.
+
+    Raises:
+        SimError: a bad list or item; two different arrays that share
+            memory (pass the same array object); or what
+            ``Device.launch_sequence`` raises.
+    """
+    if isinstance(launches, Mapping) or not isinstance(launches, Sequence) or not launches:
+        raise SimError("launch_sequence launches: expected a non-empty list of dicts, one per grid "
+                       f"(dict(source=ptx, args=(x, y), grid=..., block=...)), got {launches!r:.80}")
+    device = Device()
+    shared: dict[int, int] = {}
+    items, outputs = [], []
+    for k, item in enumerate(launches):
+        if not isinstance(item, Mapping) or sorted(set(item) - set(_ITEM_KEYS)) or "source" not in item:
+            got = sorted(item) if isinstance(item, Mapping) else type(item).__name__
+            raise SimError(f"launch_sequence item {k}: takes source, args and optionally grid, block, cluster, "
+                           f"smem, kernel; got {got}")
+        source, args = item["source"], tuple(item.get("args", ()))
+        grid, block, cluster, smem = (item.get(key) for key in ("grid", "block", "cluster", "smem"))
+        if isinstance(source, Kernel):
+            source, grid, block, cluster, smem = from_kernel(source, args, grid, block, cluster, smem or 0, {})
+        _same_objects(k, args, outputs)
+        module, program, _ = device._entry(source, item.get("kernel"))
+        params, placed = _params(device, program.name, program.params, args, shared)
+        outputs += placed
+        items.append(dict(source=module, params=params, grid=grid or (1, 1, 1), block=block or (1, 1, 1),
+                          cluster=cluster or (1, 1, 1), smem=smem or 0, kernel=item.get("kernel")))
+    found = device.launch_sequence(items, programmatic=programmatic, check=check, schedule=schedule, seed=seed,
+                                   max_steps=max_steps)
+    for _, array, address in outputs:
+        array.reshape(-1).view(np.uint8)[:] = np.frombuffer(device.read(address, array.nbytes), np.uint8)
+    return found
+
+
+def _same_objects(k: int, args: tuple, placed: list[tuple[int, np.ndarray, int]]) -> None:
+    """Refuse an array of item ``k`` that shares memory with one an earlier
+    item placed but is another object: it would get a buffer of its own."""
+    for a in args:
+        if isinstance(a, np.ndarray):
+            for _, b, _ in placed:
+                if a is not b and np.shares_memory(a, b):
+                    raise SimError(f"launch_sequence item {k}: an array shares memory with one an earlier grid "
+                                   "takes but is another array object; pass the same array object to both")
+
+
 def _checked_outputs(k: Kernel, args: tuple, allow: bool | Sequence[str]) -> list[tuple[int, int]]:
     """``(output index, argument index)`` of the outputs to check for
     unwritten bytes: arrays not exempt (:func:`.unwritten.exempt_outputs`)
@@ -146,10 +213,12 @@ def from_kernel(k: Kernel, args: tuple, grid: Any, block: Any, cluster: Any, sme
             smem or launch.smem)
 
 
-def _params(device: Device, name: str, info: list[Variable],
-            args: tuple) -> tuple[list, list[tuple[int, np.ndarray, int]]]:
+def _params(device: Device, name: str, info: list[Variable], args: tuple,
+            shared: dict[int, int] | None = None) -> tuple[list, list[tuple[int, np.ndarray, int]]]:
     """The device launch's params for ``args``, and the arrays to copy back
-    (``(argument index, array, device address)``)."""
+    (``(argument index, array, device address)``). ``shared``: the device
+    addresses of arrays already placed (by ``id``), reused, not copied back
+    again; new ones are added."""
     if len(args) != len(info):
         names = ", ".join(f".{p.type} {p.name}" for p in info) or "none"
         raise SimError(f"{name} takes {len(info)} parameters ({names}), got {len(args)} arguments")
@@ -166,8 +235,13 @@ def _params(device: Device, name: str, info: list[Variable],
             if not (a.flags.c_contiguous and a.flags.writeable):
                 raise SimError(f"{name} parameter {p.name}: the array must be C-contiguous "
                                "and writeable (it is written in place)")
-            placed[i] = device.to_device(a)
-            outputs.append((i, a, placed[i]))
+            if shared is not None and id(a) in shared:
+                placed[i] = shared[id(a)]
+            else:
+                placed[i] = device.to_device(a)
+                outputs.append((i, a, placed[i]))
+                if shared is not None:
+                    shared[id(a)] = placed[i]
             params.append(placed[i])
         elif isinstance(a, np.ndarray):
             if p.size != a.nbytes:

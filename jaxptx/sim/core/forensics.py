@@ -52,7 +52,7 @@ class StuckWarp:
         instruction: its PTX text; ptx_line, python_line: where it came
             from (``None`` when unknown).
         state: ``"barrier"``, ``"cluster barrier"``, ``"warp sync"``,
-            ``"mbarrier"`` or ``"spinning"``.
+            ``"mbarrier"``, ``"griddepcontrol.wait"`` or ``"spinning"``.
         waits_on: what it waits on, in words.
         detail: the same as fields: ``barrier``/``arrived``/``expected`` for
             a CTA barrier, the mbarrier's fields, or ``reads``: the
@@ -99,8 +99,9 @@ def stuck_warps(m: "MachineView", device: int | None = None) -> list[StuckWarp]:
     for word, (threads, _, describe) in sorted(m.parked.items()):
         why = describe(word)
         fields = dict(why.fields) if isinstance(why, Waiting) else {}
+        state = fields.pop("state", "mbarrier")
         for ts in _by_warp(m, threads[m.state[threads] == PARKED]):
-            out.append(_record(m, ts, int(m.pc[ts[0]]) - 1, "mbarrier", str(why), fields, device))
+            out.append(_record(m, ts, int(m.pc[ts[0]]) - 1, state, str(why), fields, device))
     for threads, _, pcs in m.spinners.loops:
         reads = [read for _, read in loop_reads(m, pcs, threads) if read is not None]
         words = ", ".join(f"{space} {address:#x} = {value:#x}" for space, address, value in reads) or "nothing"

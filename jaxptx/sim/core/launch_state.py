@@ -13,7 +13,7 @@ threads (branches, calls, barriers, exits).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -173,6 +173,10 @@ class LaunchState:
             self.state[first] = RUNNING
             self.groups = {0: first}
         self.park_word = np.full(self.nthreads, -1, dtype=np.int64)
+        self.park_again = np.zeros(self.nthreads, dtype=bool)     # parked to run their instruction again (park(again=))
+        # Programmatic dependent launch: this grid's place in a launch sequence
+        # (jaxptx.sim.sequence), which griddepcontrol asks; None for a launch of its own.
+        self.grid_dependency: Any = None
         self.parked: dict[int, tuple[np.ndarray, int, Callable[[int], str]]] = {}
         self._parking: list[tuple[np.ndarray, np.ndarray, np.ndarray, Callable[[int], str]]] = []
         self.spinners = Spinners()
@@ -287,12 +291,14 @@ class LaunchState:
 
     # waiting -------------------------------------------------------------------
     def park(self, threads: np.ndarray, keys: np.ndarray, marks: np.ndarray,
-             describe: Callable[[int], str]) -> None:
+             describe: Callable[[int], str], again: bool = False) -> None:
         """Park some of the executing threads after this step until
         :meth:`changed` reports a new mark for their key (an mbarrier
         word: its phase and validity bits). ``describe(key)`` words the
-        key for a hang message."""
-        self._parking.append((threads, keys, marks, describe))
+        key for a hang message. ``again``: when woken, the threads run the
+        instruction again rather than the next (a wait with no loop of its
+        own, ``griddepcontrol.wait``: any wake-up re-checks it)."""
+        self._parking.append((threads, keys, marks, describe, again))
 
     def changed(self, keys: np.ndarray, marks: np.ndarray) -> None:
         """Objects ``keys`` now have ``marks``: wake the threads parked on a
@@ -331,9 +337,10 @@ class LaunchState:
     def _park(self, threads: np.ndarray, pc: int) -> np.ndarray:
         """Park the threads :meth:`park` named this step (at ``pc``); returns the others."""
         requests, self._parking = self._parking, []
-        for who, keys, marks, describe in requests:
+        for who, keys, marks, describe, again in requests:
             self.state[who] = PARKED
             self.pc[who] = pc
+            self.park_again[who] = again
             self.park_word[who] = keys
             for key in np.unique(keys).tolist():
                 sel = keys == key
@@ -344,9 +351,14 @@ class LaunchState:
         return threads[self.state[threads] == RUNNING]
 
     def _wake(self, threads: np.ndarray) -> None:
-        """Threads parked or spinning run again from their PCs."""
+        """Threads parked or spinning run again from their PCs (those parked
+        with ``again``: from the instruction they parked at)."""
         self.state[threads] = RUNNING
         self.park_word[threads] = -1
+        again = threads[self.park_again[threads]]
+        if len(again):
+            self.pc[again] -= 1
+            self.park_again[again] = False
         self._place_at_pcs(threads)
 
     # groups --------------------------------------------------------------------

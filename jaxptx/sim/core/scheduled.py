@@ -13,8 +13,7 @@ MACHINE = frozenset(["bra", "brx_idx", "call", "ret", "exit", "trap", "bar_sync"
 """``sim`` names the machine executes itself: they change program counters or
 thread states, so no semantics function can run them."""
 
-NO_OPS = frozenset(["fence", "fence_proxy", "prefetch", "nanosleep", "pmevent", "griddepcontrol",
-                    "setmaxnreg", "brkpt"])
+NO_OPS = frozenset(["fence", "fence_proxy", "prefetch", "nanosleep", "pmevent", "setmaxnreg", "brkpt"])
 """``sim`` names with no effect on the emulator: it completes every memory
 operation in program order, has no caches to prefetch into and no register
 allocation to change."""

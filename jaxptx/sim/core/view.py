@@ -44,6 +44,9 @@ class MachineView(Protocol):
         all_threads: ``arange(nthreads)``.
         steps: steps taken so far (``%clock``; ``current_pc``: the executing PC).
         exit_checks: checks run once every thread has exited.
+        grid_dependency: this grid's place in a launch sequence
+            (``jaxptx.sim.sequence``), which ``griddepcontrol`` asks; ``None``
+            for a launch of its own.
         residency: the :class:`.launch_state.Residency` of a launch with
             ``max_resident_ctas`` (which clusters run, wait or were
             canceled), else ``None``.
@@ -89,6 +92,7 @@ class MachineView(Protocol):
     current_pc: int | None
     exit_checks: list[Callable[[Any], None]]
     residency: Any
+    grid_dependency: Any
     check: Any
     on_register_read: Callable[[str, np.ndarray], None] | None
     on_register_write: Callable[[str, np.ndarray], None] | None
@@ -118,7 +122,8 @@ class MachineView(Protocol):
         """``clusterlaunchcontrol.try_cancel`` for ``n`` requests, in order: the
         first CTA of each canceled cluster, -1 where none was waiting."""
 
-    def park(self, threads: np.ndarray, keys: np.ndarray, marks: np.ndarray, describe: Callable[[int], str]) -> None:
+    def park(self, threads: np.ndarray, keys: np.ndarray, marks: np.ndarray, describe: Callable[[int], str],
+             again: bool = False) -> None:
         """Park executing threads until ``changed`` reports a new mark for their key."""
 
     def changed(self, keys: np.ndarray, marks: np.ndarray) -> None:

@@ -28,14 +28,15 @@ module          instructions
 ``mbarrier``    mbarrier.*, cp.async.mbarrier.arrive
 ``cluster``     mapa, getctarank
 ``clc``         clusterlaunchcontrol.try_cancel / query_cancel (cluster launch control)
+``griddep``     griddepcontrol.launch_dependents / wait (programmatic dependent launch)
 ``bulk_copy``   cp.async.bulk
 ``tma``         cp.async.bulk.tensor (TMA), tensormap.*
 ``video``       the scalar and SIMD video instructions
 ============== =========================================================
 """
 
-from . import (approx, arith, atomics, bulk_copy, clc, cluster, compare, convert, float_arith, logic,  # noqa: F401
-               matrix_ldst, mbarrier, memory, mma, multimem, tcgen05, tcgen05_mma, tcgen05_move, tma, video,
+from . import (approx, arith, atomics, bulk_copy, clc, cluster, compare, convert, float_arith, griddep,  # noqa: F401
+               logic, matrix_ldst, mbarrier, memory, mma, multimem, tcgen05, tcgen05_mma, tcgen05_move, tma, video,
                warp, wgmma, wmma)
 from .registry import MACHINE, NO_OPS, SEMANTICS, UNSUPPORTED
 

@@ -16,6 +16,11 @@ thread ``t`` of its CTA once its clock says it comes after it
 (``vc[u][t] >= stamp``: a barrier, mbarrier or CTA-scope release/acquire
 since). So one acquire by thread 0 followed by ``bar.sync`` informs the whole
 CTA, and a thread that skipped the barrier knows nothing.
+
+A grid's completion is released whole: a grid that has completed makes no
+more accesses, so knowing that it completed (:attr:`Knowledge.done`, what
+:func:`completion` makes and a dependent grid's ``griddepcontrol.wait``
+acquires) covers every access it made, with no clock rows at all.
 """
 
 from __future__ import annotations
@@ -24,33 +29,45 @@ import numpy as np
 
 from .clocks import Clocks
 
-__all__ = ["Knowledge", "Acquisitions", "EMPTY"]
+__all__ = ["Knowledge", "Acquisitions", "EMPTY", "completion"]
 
 
 class Knowledge:
     """Per ``(grid, CTA)``, a CTA clock row: the stamps of that CTA's threads
-    known to happen before. Immutable: :meth:`join` makes a new one."""
+    known to happen before; and ``done``, the grids known to have completed
+    (every access of theirs happens before). Immutable: :meth:`join` makes
+    a new one."""
 
-    __slots__ = ("rows",)
+    __slots__ = ("rows", "done")
 
-    def __init__(self, rows: dict[tuple[int, int], np.ndarray] | None = None) -> None:
+    def __init__(self, rows: dict[tuple[int, int], np.ndarray] | None = None,
+                 done: frozenset[int] = frozenset()) -> None:
         self.rows: dict[tuple[int, int], np.ndarray] = rows or {}
+        self.done = done
+
+    def __bool__(self) -> bool:
+        """Whether it knows anything."""
+        return bool(self.rows or self.done)
 
     def join(self, other: "Knowledge") -> "Knowledge":
         """What either knows (elementwise maximum of common rows)."""
-        if not other.rows:
+        if not other:
             return self
-        if not self.rows:
+        if not self:
             return other
         rows = dict(self.rows)
         for key, row in other.rows.items():
             mine = rows.get(key)
             rows[key] = row if mine is None else np.maximum(mine, row)
-        return Knowledge(rows)
+        return Knowledge(rows, self.done | other.done)
 
     def within(self, other: "Knowledge") -> bool:
         """Whether ``other`` knows everything this does."""
+        if not self.done <= other.done:
+            return False
         for key, row in self.rows.items():
+            if key[0] in other.done:
+                continue
             theirs = other.rows.get(key)
             if theirs is None or (row > theirs).any():
                 return False
@@ -63,10 +80,20 @@ class Knowledge:
             mine = (grids == grid) & (ctas == cta)
             if mine.any():
                 out[mine] = row[tids[mine]] >= stamps[mine]
+        if self.done:
+            out |= np.isin(grids, list(self.done))
         return out
 
 
 EMPTY = Knowledge()
+
+
+def completion(grid: int, acquired: Knowledge) -> Knowledge:
+    """What grid ``grid``'s completion releases: all of its own accesses,
+    and what its threads had acquired from other grids (``acquired``, the
+    join of theirs), so that waiting on a grid that waited on another
+    orders both."""
+    return Knowledge(acquired.rows, acquired.done | {grid})
 
 
 class Acquisitions:
@@ -100,7 +127,7 @@ class Acquisitions:
                 for e, known in zip(combo, entries):
                     if e >= 0:
                         joined = joined.join(known[e])
-                if joined.rows:
+                if joined:
                     out.append((pos[inverse.reshape(-1) == r], joined))
         return out
 

@@ -32,6 +32,15 @@ Strong accesses of two devices race with each other unless both have
 ``.sys`` scope (morally strong), strong accesses of one device's grids
 unless one is below ``.gpu`` scope; a plain store of the value already there
 is not a race outside ``check="strict"``, as within a grid.
+
+The grids of a launch sequence (:meth:`jaxptx.sim.Device.launch_sequence`)
+are also ordered by their completion: a grid that completes releases all it
+did and knew (:meth:`NodeChecker.complete`), and a dependent grid's
+``griddepcontrol.wait`` acquires that for the threads passing it
+(:meth:`NodeChecker.acquire_completion`). ``launch_dependents`` orders no
+memory, so a dependent's access before its ``wait`` races with its
+prerequisite's conflicting accesses, and the report says so, naming both
+grids.
 """
 
 from __future__ import annotations
@@ -42,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from ...memory.spaces import GLOBAL_SHIFT
-from .knowledge import EMPTY, Acquisitions, Knowledge
+from .knowledge import EMPTY, Acquisitions, Knowledge, completion
 from .node_shadow import KINDS, NodeShadow
 from .values import as_cells, bytes_of, cells, differ, fitting_grain, grain_of
 
@@ -82,6 +91,8 @@ class NodeChecker:
         self.pending: list[dict[int, dict[tuple[int, int], int]]] = []   # strong reads a fence will make acquires
         self.shadows: dict[int, NodeShadow] = {}
         self.released: dict[tuple[int, int], dict[tuple[int, bool], Knowledge]] = {}
+        self.grid_names: list[str | None] = []      # per grid: its name in a launch sequence (None: by device)
+        self.completions: dict[int, Knowledge] = {}     # grid -> what its completion released
 
     def join(self, sanitizer: Any, device: int) -> int:
         """Add a grid on ``device`` checked by ``sanitizer``; returns its index."""
@@ -92,7 +103,35 @@ class NodeChecker:
         self.fence_scope.append(np.full(n, -1, dtype=np.int8))
         self.fence_stamp.append(np.zeros(n, dtype=np.int32))
         self.pending.append({})
+        self.grid_names.append(None)
         return len(self.grids) - 1
+
+    def name(self, grid: int, name: str) -> None:
+        """Call grid ``grid`` ``name`` in reports (``"grid 1 (consume)"``): a
+        grid of a launch sequence, ordered by ``griddepcontrol.wait``."""
+        self.grid_names[grid] = name
+
+    # a launch sequence's completions ---------------------------------------------------
+    def complete(self, grid: int) -> None:
+        """Grid ``grid`` completed: it releases every access it made and
+        what its threads had acquired."""
+        san = self.grids[grid]
+        acquired = EMPTY
+        for _, known in self.acquired[grid].knowledge(san.clocks, np.arange(len(san.clocks.vc))):
+            acquired = acquired.join(known)
+        self.completions[grid] = completion(grid, acquired)
+
+    def acquire_completion(self, grid: int, threads: np.ndarray, prerequisites: Sequence[int]) -> None:
+        """``threads`` of grid ``grid`` passed ``griddepcontrol.wait``: each
+        acquires what the completions of ``prerequisites`` (grids, all
+        completed) released."""
+        known = EMPTY
+        for p in prerequisites:
+            known = known.join(self.completions.get(p, EMPTY))
+        if known:
+            clocks, acquired = self.grids[grid].clocks, self.acquired[grid]
+            for t in threads.tolist():
+                acquired.add(clocks, t, known)
 
     def peers(self, device: int) -> list[tuple[np.ndarray, str]]:
         """Every other device's buffers and their names."""
@@ -202,7 +241,16 @@ class NodeChecker:
         them = self.grids[other]
         d, e = self.device[a.grid], self.device[other]
         where = f"offset {int(a.idx[k]) * self.shadows[key].grain:#x} of {self.names[key]}"
-        if d != e:
+        mine, theirs = self.grid_names[a.grid], self.grid_names[other]
+        of_mine = of_theirs = ""
+        if mine is not None and theirs is not None:         # grids of a launch sequence
+            first, then = (theirs, mine) if other < a.grid else (mine, theirs)
+            head, why = f"between {mine} and {theirs} of device {d}", (
+                f"nothing orders {then}'s access after {first}'s: only a griddepcontrol.wait before it would (it "
+                "acquires the completion of the grids before its own; launch_dependents orders no memory), or a "
+                "release/acquire chain at .gpu or .sys scope")
+            of_mine, of_theirs = f" of {mine}", f" of {theirs}"
+        elif d != e:
             head, why = "between devices", ("nothing orders accesses of different devices (no release/acquire "
                                             "chain at .sys scope between them; .gpu scope orders a device's own "
                                             "accesses only)")
@@ -211,8 +259,8 @@ class NodeChecker:
                                                          "release/acquire chain at .gpu or .sys scope between them)")
         kind = ("strong write of" if a.write else "strong read of") if a.strong else \
             "write of" if a.write else "read of"
-        san.report("race", f"global-memory race {head}: {kind} {where} at {san.at(int(a.th[k]))} conflicts "
-                   f"with the {other_kind} at {them.line(pc)} by {them.who(thread)}: {why}",
+        san.report("race", f"global-memory race {head}: {kind} {where} at {san.at(int(a.th[k]))}{of_mine} "
+                   f"conflicts with the {other_kind} at {them.line(pc)} by {them.who(thread)}{of_theirs}: {why}",
                    san.line(san.pc), them.line(pc), other_device=e)
 
     # orderings --------------------------------------------------------------------------
@@ -265,7 +313,7 @@ class NodeChecker:
         for (by, sys), k in held.items():
             if by == device or (sys and scope == SYS):
                 known = known.join(k)
-        if known.rows:
+        if known:
             self.acquired[grid].add(self.grids[grid].clocks, thread, known)
 
     def fence(self, san: Any, threads: np.ndarray, scope: int) -> None:
