@@ -44,6 +44,7 @@ SMOKE: list[tuple[str, list[str], list[str]]] = [
                              "self-check: the all-gather and the all-reduce match numpy on every device",
                              "self-check: both checked launches report no finding"]),
     ("parse_speed.py", [], ["self-check: jaxptx parsed"]),
+    ("collectives.py", [], ["self-check: ", "rows match jax.lax within their tolerances"]),
     ("gpu_check.py", ["--dry-run"], ["\npassed; results:"]),
 ]
 
