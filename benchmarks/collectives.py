@@ -53,6 +53,7 @@ def _rows() -> list[Row]:
     from jax.sharding import PartitionSpec as P
 
     from jaxptx.kernels.collectives import all_gather_matmul, all_reduce
+    from jaxptx.kernels.matmul_reduce_scatter import matmul_reduce_scatter
 
     def vector(world: int, small: bool):
         n = 4096 if small else 1 << 22
@@ -66,6 +67,13 @@ def _rows() -> list[Row]:
         w = rng.integers(-3, 4, (k, world * c)).astype(jnp.bfloat16)
         return (x, w), (P("d", None), P(None, "d")), P(None, "d")
 
+    def reduce_gemm(world: int, small: bool):
+        m, k, n = (64, 64, 64) if small else (1024, 4096, 1024)   # m rows of the result per device
+        rng = np.random.default_rng(2)
+        x = rng.integers(-3, 4, (world * m, k)).astype(jnp.bfloat16)
+        w = rng.integers(-3, 4, (k, n)).astype(jnp.bfloat16)
+        return (x, w), (P(None, "d"), P("d", None)), P("d")
+
     def psum(a):
         return jax.lax.psum(a[0], "d")[None]
 
@@ -77,6 +85,12 @@ def _rows() -> list[Row]:
                         lambda a, b: jnp.dot(jax.lax.all_gather(a, "d", tiled=True), b,
                                              preferred_element_type=jnp.float32),
                         gemm))
+    for arch in ("sm_80", "sm_90a"):
+        rows.append(Row(f"matmul_reduce_scatter {arch}",
+                        lambda a, b, arch=arch: matmul_reduce_scatter(a, b, "d", arch=arch),
+                        lambda a, b: jax.lax.psum_scatter(jnp.dot(a, b, preferred_element_type=jnp.float32),
+                                                          "d", scatter_dimension=0, tiled=True),
+                        reduce_gemm))
     return rows
 
 

@@ -13,9 +13,10 @@ every variant runs on the CPU emulator.
 * :func:`grouped_matmul`: ``jax.lax.ragged_dot`` in one launch (MoE);
 * :func:`flash_attention`: ``jax.nn.dot_product_attention``'s forward,
   Ampere and Hopper variants, differentiable.
-* :func:`all_reduce`, :func:`all_gather_matmul`: collectives inside ``jax.shard_map``
-  (peer-pointer one-shot / two-shot and multimem all-reduce; the all-gather
-  overlapped with an ``mma.sync`` or TMA + ``wgmma`` GEMM).
+* :func:`all_reduce`, :func:`all_gather_matmul`, :func:`matmul_reduce_scatter`:
+  collectives inside ``jax.shard_map`` (peer-pointer one-shot / two-shot and
+  multimem all-reduce; the all-gather, or the reduce-scatter, overlapped with
+  an ``mma.sync`` or TMA + ``wgmma`` GEMM).
 * :func:`scaled_matmul`, :func:`scaled_grouped_matmul`: ``jax.nn.scaled_matmul``
   (mxfp8, nvfp4, mxfp4 block-scaled GEMM; Blackwell ``tcgen05.mma`` block-scaled
   kinds, Hopper FP8 ``wgmma`` for mxfp8) and its ragged MoE form, with the
@@ -44,6 +45,7 @@ from .collectives import all_gather_matmul as all_gather_matmul
 from .collectives import all_reduce as all_reduce
 from .grouped import grouped_matmul as grouped_matmul
 from .matmul import matmul as matmul
+from .matmul_reduce_scatter import matmul_reduce_scatter as matmul_reduce_scatter
 from .norms import layer_norm as layer_norm
 from .norms import rms_norm as rms_norm
 from .norms import softmax as softmax
@@ -55,4 +57,4 @@ from .scaled_matmul import scaled_matmul as scaled_matmul
 __all__ = ["rms_norm", "layer_norm", "softmax", "swiglu", "matmul", "grouped_matmul", "flash_attention",
            "paged_attention", "scaled_matmul", "scaled_grouped_matmul", "pack_fp4", "unpack_fp4", "pack_fp6",
            "unpack_fp6", "fp8_to_bits", "fp8_from_bits", "block_quantize", "block_dequantize", "all_reduce",
-           "all_gather_matmul"]
+           "all_gather_matmul", "matmul_reduce_scatter"]
