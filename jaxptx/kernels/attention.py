@@ -19,13 +19,12 @@ Variants (``arch``, resolved by :func:`jaxptx.kernels._arch.variant`):
 * ``"sm_100a"``: :mod:`._attention_sm100` (TMA + ``tcgen05.mma``, S and O
   accumulators in tensor memory); ``"auto"`` on a Blackwell GPU picks it.
 
-The backward runs kernels (:mod:`._attention_bwd_sm80`: a dK/dV kernel over
-key blocks and a dQ kernel over query blocks, ``mma.sync``, from the saved
-log-sum-exp; the S×S scores never exist in memory): on ``"sm_80"`` and
-``"sm_100a"`` traced for that target, and on ``"sm_90a"`` the same Ampere
-kernels traced for sm_90a (there is no ``wgmma`` backward yet). With grouped
-KV heads, dK and dV sum over the query heads of each group inside the
-kernel. :func:`attention_backward` is the same VJP in plain JAX, the
+The backward runs kernels (a dK/dV kernel over key blocks and a dQ kernel
+over query blocks, from the saved log-sum-exp; the S×S scores never exist in
+memory): :mod:`._attention_bwd_sm80` (``mma.sync``) on ``"sm_80"`` and
+``"sm_100a"`` traced for that target, :mod:`._attention_bwd_sm90` (TMA +
+``wgmma``) on ``"sm_90a"``. With grouped KV heads, dK and dV sum over the
+query heads of each group inside the kernel. :func:`attention_backward` is the same VJP in plain JAX, the
 reference the tests hold the kernels to.
 """
 
@@ -42,7 +41,7 @@ import jax.numpy as jnp
 from ..errors import SpecError
 from ..jax import custom_vjp
 from ._arch import VARIANTS, variant
-from ._attention_bwd import attention_backward_sm80
+from ._attention_bwd import attention_backward_sm80, attention_backward_sm90
 from ._attention_sm80 import HEAD_DIMS, attention_sm80
 from ._attention_sm100 import attention_sm100
 
@@ -154,14 +153,17 @@ def attention_backward_kernels(q: jax.Array, k: jax.Array, v: jax.Array, o: jax.
     """The VJP of ``(o, lse)`` as kernel launches: what ``jax.grad`` of
     :func:`flash_attention` runs.
 
-    Every variant runs the Ampere backward (:mod:`._attention_bwd_sm80`)
-    traced for its own target (``mma.sync`` runs on sm_90a and sm_100a).
-    Arguments as :func:`attention_backward`'s; ``variant_name`` as
+    ``"sm_90a"`` runs the Hopper backward (:mod:`._attention_bwd_sm90`: TMA,
+    mbarriers, ``wgmma``); ``"sm_80"`` and ``"sm_100a"`` run the Ampere one
+    (:mod:`._attention_bwd_sm80`) traced for their target. Arguments as
+    :func:`attention_backward`'s; ``variant_name`` as
     :func:`attention_forward`'s.
 
     Returns:
         ``(dq, dk, dv)`` in the dtypes of ``q``, ``k``, ``v``.
     """
+    if variant_name == "sm_90a":
+        return attention_backward_sm90(q, k, v, o, lse, do, dlse, causal=causal, scale=scale)
     return attention_backward_sm80(q, k, v, o, lse, do, dlse, causal=causal, scale=scale,
                                    arch=variant_name)
 

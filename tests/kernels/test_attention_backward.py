@@ -151,7 +151,8 @@ def _grad_fn(causal: bool, arch: str):
                             argnums=(0, 1, 2)))
 
 
-@pytest.mark.parametrize("arch,suffix", [("sm_80", "sm_80"), ("sm_90a", "sm_90a"), ("sm_100a", "sm_100a")])
+# sm_90a runs the wgmma backward: test_attention_backward_sm90.py checks its lowering.
+@pytest.mark.parametrize("arch,suffix", [("sm_80", "sm_80"), ("sm_100a", "sm_100a")])
 def test_cuda_lowering_of_grad_has_the_backward_kernels(arch, suffix) -> None:
     q, k, v = qkv(2, 80, 144, 4, 2, 128)
     lowered = _grad_fn(True, arch).trace(q, k, v).lower(lowering_platforms=("cuda",))
