@@ -182,6 +182,8 @@ class Machine(LaunchState):
                         return False        # stalled: the node decides (unstall)
                 elif self._stalled(steps):
                     continue
+                if schedule is not None:
+                    schedule.deferred.complete_all()     # the grid completes with its copies
                 for check in self.exit_checks:
                     check(self)
                 return True
@@ -258,6 +260,8 @@ class Machine(LaunchState):
         no longer holds (see :mod:`.hangs`). Returns whether any woke; when
         none did, no thread of this launch can make progress until another
         device changes memory it reads."""
+        if self.schedule is not None and self.schedule.deferred.complete_all():
+            return True         # copies still in flight complete first: a waiter may go on
         proof = shared_state(self)
         if self.parked and proof != self._probe:
             self._probe = proof

@@ -18,6 +18,9 @@ Instructions that the four warps of a warpgroup execute together
 warpgroup in one step; a warp that reaches one waits (runs its lagging
 peers first) until its warpgroup is there.
 
+Asynchronous copies complete late under this schedule (:mod:`.deferred`):
+each step may complete one pending copy, waits complete what they wait for.
+
 The schedule is a function of the seed and of the kernel's behaviour only,
 so a seed reproduces its run, its findings and its error bit for bit.
 """
@@ -32,6 +35,7 @@ import numpy as np
 from ... import isa
 from ..errors import SimError
 from .barriers import EXITED
+from .deferred import Deferred
 
 if TYPE_CHECKING:
     from .view import MachineView
@@ -100,10 +104,12 @@ class RandomSchedule:
         self._together = {pc for pc, r in enumerate(resolved)
                           if r is not None and isa.UNITS.get(r.inst.sim) is not None
                           and isa.UNITS[r.inst.sim].warpgroup}
+        self.deferred = Deferred(seed, len(t))
 
     def pick(self, groups: dict[int, np.ndarray], steps: int) -> tuple[int, np.ndarray]:
         """The PC and threads to run at step ``steps`` (1-based); the
         machine takes them out of ``groups``."""
+        self.deferred.tick()
         deferred: list[int] = []
         while True:
             warp = self._highest(groups, deferred)

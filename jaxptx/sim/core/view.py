@@ -44,6 +44,8 @@ class MachineView(Protocol):
         all_threads: ``arange(nthreads)``.
         steps: steps taken so far (``%clock``; ``current_pc``: the executing PC).
         exit_checks: checks run once every thread has exited.
+        schedule: ``None`` (the default schedule) or the random schedule,
+            whose ``deferred`` holds the copies not yet complete.
         grid_dependency: this grid's place in a launch sequence
             (``jaxptx.sim.sequence``), which ``griddepcontrol`` asks; ``None``
             for a launch of its own.
@@ -92,6 +94,7 @@ class MachineView(Protocol):
     current_pc: int | None
     exit_checks: list[Callable[[Any], None]]
     residency: Any
+    schedule: Any
     grid_dependency: Any
     check: Any
     on_register_read: Callable[[str, np.ndarray], None] | None

@@ -3,9 +3,10 @@ helpers the tensor copies (:mod:`.tma`) share with them.
 
 The copies happen when the instruction executes: the bytes are in place
 before the next instruction, and a copy that signals an mbarrier performs
-its complete-tx (of the bytes it moved) right away. So
-``cp.async.bulk.commit_group`` / ``wait_group{.read}`` and
-``cp.async.bulk.prefetch`` have nothing to do. Copies go through the async
+its complete-tx (of the bytes it moved) right away — except under
+``schedule="random"``, where they complete later (:mod:`..core.deferred`):
+at a random step, at the ``cp.async.bulk.wait_group`` of a bulk group, or
+when nothing else can run. Copies go through the async
 proxy: the observers hear them as ``copy_read``/``copy_write`` (the
 sanitizer does not check them for races, but marks the shared bytes they
 write as initialised).
@@ -20,6 +21,7 @@ from ...types import TYPES
 from ..memory.spaces import CLUSTER_TAG
 from ..errors import SimError
 from .mbarrier import barrier_index, complete_tx, present
+from ..core.deferred import deferred_of, later
 from ..core.step import SPACES, Step
 from .registry import semantics
 
@@ -206,25 +208,39 @@ def cp_async_bulk(s: Step) -> None:
     total = int(size.sum())
     rep = np.repeat(np.arange(s.n), size)
     off = (np.arange(total) - np.repeat(np.cumsum(size) - size, size)).astype(np.uint64)
-    data = _read(s, _space(s, "src"), src[rep] + off, s.threads[rep], 1, 16)   # (16-byte runs: checked above)
     keep = np.ones(total, dtype=bool)
     k = present(s, "byte_mask")
     if k is not None:
         bit = (off % np.uint64(16)).astype(np.int64)
         keep = ((s.src(k, TYPES["u16"]).astype(np.int64)[rep] >> bit) & 1) == 1
     space = _space(s, "dst")
-    for pos, d, mbar in _targets(s, dst, _mbar(s)):
-        sel = np.isin(rep, pos) & keep if len(pos) != s.n else keep
-        _write(s, space, d[np.searchsorted(pos, rep[sel])] + off[sel], s.threads[rep[sel]], data[sel], 1,
-               1 if k is not None else 16)
-        _signal(s, pos, mbar, size[pos])
+    mbar = _mbar(s)
+    targets = _targets(s, dst, mbar)            # operands are read at issue (.deferred)
+
+    def copy() -> None:
+        data = _read(s, _space(s, "src"), src[rep] + off, s.threads[rep], 1, 16)   # (16-byte runs: checked above)
+        for pos, d, bar in targets:
+            sel = np.isin(rep, pos) & keep if len(pos) != s.n else keep
+            _write(s, space, d[np.searchsorted(pos, rep[sel])] + off[sel], s.threads[rep[sel]], data[sel], 1,
+                   1 if k is not None else 16)
+            _signal(s, pos, bar, size[pos])
+    later(s, copy, "bulk" if mbar is None else "mbarrier")
 
 
-@semantics('cp_async_bulk_commit_group', 'cp_async_bulk_wait_group', 'cp_async_bulk_prefetch')
+@semantics('cp_async_bulk_commit_group', 'cp_async_bulk_prefetch')
 def cp_async_bulk_nothing(s: Step) -> None:
-    """``cp.async.bulk.commit_group``, ``cp.async.bulk.wait_group{.read} n``,
-    ``cp.async.bulk.prefetch``: nothing to do — bulk copies complete when
-    they are issued, and the emulator has no caches."""
+    """``cp.async.bulk.commit_group``, ``cp.async.bulk.prefetch``: nothing to
+    do — the emulator has no caches, and bulk groups are waited for whole."""
+
+
+@semantics('cp_async_bulk_wait_group')
+def cp_async_bulk_wait_group(s: Step) -> None:
+    """``cp.async.bulk.wait_group{.read} n``: the executing threads' bulk-group
+    copies complete (at issue on the default schedule; under a random one,
+    every pending one of theirs now: completing early is allowed)."""
+    d = deferred_of(s)
+    if d is not None:
+        d.bulk_wait(s.threads)
 
 
 # --- cp.async.bulk.tensor ------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from ..core.step import Step
 from ..errors import SimError
 from ..memory.spaces import SHARED_WINDOW
 from ..numerics import b128
+from ..core.deferred import later
 from .bulk_copy import _aligned, _at_rank, _signal, _write
 from .registry import semantics
 
@@ -87,11 +88,14 @@ def clusterlaunchcontrol_try_cancel(s: Step) -> None:
     rep = np.repeat(np.arange(s.n), 4)
     step = np.tile(np.arange(0, RESPONSE_BYTES, 4, dtype=np.uint64), s.n)
     everyone = np.arange(s.n)
-    for rank in ranks:
-        at = own if rank is None else np.full(s.n, rank)
-        _write(s, "shared", _at_rank(at, addr)[rep] + step, s.threads[rep], words.reshape(-1), 4,
-               RESPONSE_BYTES)
-        _signal(s, everyone, _at_rank(at, mbar), np.full(s.n, RESPONSE_BYTES))
+
+    def respond() -> None:
+        for rank in ranks:
+            at = own if rank is None else np.full(s.n, rank)
+            _write(s, "shared", _at_rank(at, addr)[rep] + step, s.threads[rep], words.reshape(-1), 4,
+                   RESPONSE_BYTES)
+            _signal(s, everyone, _at_rank(at, mbar), np.full(s.n, RESPONSE_BYTES))
+    later(s, respond, "mbarrier")       # the response arrives late under a random schedule
 
 
 @semantics("clusterlaunchcontrol_query_cancel")

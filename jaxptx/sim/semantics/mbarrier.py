@@ -51,6 +51,7 @@ import numpy as np
 from ...types import TYPES
 from ..errors import SimError
 from .memory import operand_index
+from ..core.deferred import deferred_of
 from ..core.forensics import Waiting
 from ..core.step import Step
 from .registry import register, semantics
@@ -366,6 +367,9 @@ def cp_async_mbarrier_arrive(s: Step) -> None:
     complete at issue. Without ``.noinc`` the pending count is first raised
     by 1, so the net change is zero; with ``.noinc`` it is one arrival (PTX
     ISA, cp.async.mbarrier.arrive)."""
+    d = deferred_of(s)
+    if d is not None:
+        d.cp_async_arrive(s.threads)        # the arrive-on waits for the thread's copies
     idx = barrier_index(s, 0)
     s.m.observers.cp_async_to_mbarrier(s.threads, idx)
     if not s.mod("noinc"):

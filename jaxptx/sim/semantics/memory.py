@@ -20,6 +20,7 @@ import numpy as np
 from ... import ir, isa
 from ...types import TYPES
 from ..errors import SimError, SimFault
+from ..core.deferred import deferred_of, later
 from ..core.step import Step
 from .registry import semantics
 
@@ -120,8 +121,10 @@ def cp_async(s: Step) -> None:
     memory; only the first src-size bytes are read and the rest of the
     destination is zero-filled; with the ``ignore-src`` predicate true the
     whole destination is zero-filled. The emulator copies at once, so the copy
-    is complete before the next instruction (``cp.async.wait_group`` and
-    ``commit_group`` have nothing left to wait for)."""
+    is complete before the next instruction — except under
+    ``schedule="random"``, where it completes later, by the
+    ``cp.async.wait_group`` that waits for its group at the latest
+    (:mod:`..core.deferred`)."""
     cp_size = int(s.src(2, TYPES["u32"])[0]) if s.n else 0
     if cp_size not in (4, 8, 16):
         raise SimError(f"{s.ins.name}: cp-size must be 4, 8 or 16, got {cp_size}")
@@ -132,27 +135,40 @@ def cp_async(s: Step) -> None:
     size = _src_size(s, cp_size)
     mem = s.m.memory
     word = min(cp_size, 8)
-    data = np.zeros((s.n, cp_size), dtype=np.uint8)
-    if size is None or (size == cp_size).all():
-        for i in range(0, cp_size, word):
-            bits = mem.load("global", src + np.uint64(i), s.threads, word, s.ins.name)
-            data[:, i:i + word] = bits.reshape(-1, 1).view(np.uint8)
-    else:
-        for i in range(cp_size):
-            live = size > i
-            if live.any():
-                data[live, i] = mem.load("global", src[live] + np.uint64(i), s.threads[live], 1, s.ins.name)
-    words = data.view({4: np.uint32, 8: np.uint64}[word])
-    for j in range(cp_size // word):
-        mem.store("shared", dst + np.uint64(j * word), s.threads, words[:, j], word, s.ins.name)
+
+    def copy() -> None:
+        data = np.zeros((s.n, cp_size), dtype=np.uint8)
+        if size is None or (size == cp_size).all():
+            for i in range(0, cp_size, word):
+                bits = mem.load("global", src + np.uint64(i), s.threads, word, s.ins.name)
+                data[:, i:i + word] = bits.reshape(-1, 1).view(np.uint8)
+        else:
+            for i in range(cp_size):
+                live = size > i
+                if live.any():
+                    data[live, i] = mem.load("global", src[live] + np.uint64(i), s.threads[live], 1, s.ins.name)
+        words = data.view({4: np.uint32, 8: np.uint64}[word])
+        for j in range(cp_size // word):
+            mem.store("shared", dst + np.uint64(j * word), s.threads, words[:, j], word, s.ins.name)
+    later(s, copy, "cp_async")
 
 
 @semantics('cp_async_commit_group', 'cp_async_wait_group')
 def cp_async_group(s: Step) -> None:
-    """``cp.async.commit_group``, ``cp.async.wait_group``, ``cp.async.wait_all``:
-    nothing to do, since the emulator's ``cp.async`` completes immediately
-    (PTX ISA: wait_group waits until at most N groups are pending; none ever
-    are)."""
+    """``cp.async.commit_group``, ``cp.async.wait_group n``, ``cp.async.wait_all``
+    (PTX ISA: wait_group waits until at most n of the thread's most recent
+    groups are pending; wait_all is commit_group then wait_group 0). Nothing
+    is pending on the default schedule (copies complete at issue); under a
+    random one the copies of the older groups complete here."""
+    d = deferred_of(s)
+    if d is None:
+        return
+    if s.ins.opcode == "cp.async.commit_group":
+        d.commit(s.threads)
+    elif s.ins.opcode.endswith("all"):
+        d.cp_async_wait(s.threads, None)
+    else:
+        d.cp_async_wait(s.threads, int(s.src(0, TYPES["u32"])[0]) if s.n else 0)
 
 
 @semantics('createpolicy')

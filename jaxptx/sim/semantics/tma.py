@@ -27,6 +27,7 @@ from ... import ir
 from ...types import TYPES
 from ..errors import SimError
 from ..memory.tensormap import FIELDS, IM2COL, MAGIC, SIZE, VERSION, TensorMap, decode, im2col_elements
+from ..core.deferred import later
 from ..core.step import SPACES, Step
 from ..memory.spaces import GLOBAL_SHIFT
 from .bulk_copy import _U32, _UINT, _aligned, _mbar, _read, _signal, _targets, _write
@@ -147,17 +148,22 @@ def _tensor_load(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, ds
     gaddr, inb = tma_box_addresses(tm, coords, offsets)
     n, e = gaddr.shape
     threads = np.repeat(s.threads[sel], e)
-    values = np.full(n * e, _NAN[w] if tm.fill else 0, dtype=_UINT[w])
-    flat = inb.ravel()
-    if flat.any():
-        values[flat] = s.m.memory.load("global", gaddr.ravel()[flat], threads[flat], w, s.ins.name)
-    values = _convert(tm, values).reshape(n, e)
     lin = np.arange(e, dtype=np.uint64) * np.uint64(w)          # dense box, innermost first
     sub = Step(s.m, s.ins, s.r, s.threads[sel])
-    for pos, d, mb in _targets(sub, dst, mbar):
-        addr = swizzle(d[pos][:, None] + lin, tm.swizzle, tm.atomicity).ravel()
-        _write(sub, "shared", addr, np.repeat(sub.threads[pos], e), values[pos].ravel(), w, _run(tm, d[pos], e))
-        _signal(sub, pos, mb, np.full(len(pos), tm.box_bytes))
+    targets = _targets(sub, dst, mbar)          # operands are read at issue (..core.deferred)
+
+    def copy() -> None:
+        values = np.full(n * e, _NAN[w] if tm.fill else 0, dtype=_UINT[w])
+        flat = inb.ravel()
+        if flat.any():
+            values[flat] = s.m.memory.load("global", gaddr.ravel()[flat], threads[flat], w, s.ins.name)
+        values = _convert(tm, values).reshape(n, e)
+        for pos, d, mb in targets:
+            addr = swizzle(d[pos][:, None] + lin, tm.swizzle, tm.atomicity).ravel()
+            _write(sub, "shared", addr, np.repeat(sub.threads[pos], e), values[pos].ravel(), w,
+                   _run(tm, d[pos], e))
+            _signal(sub, pos, mb, np.full(len(pos), tm.box_bytes))
+    later(sub, copy, "mbarrier")
 
 
 def _tensor_store(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, src: np.ndarray) -> None:
@@ -166,11 +172,14 @@ def _tensor_store(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, s
     n, e = gaddr.shape
     threads = np.repeat(s.threads[sel], e)
     lin = np.arange(e, dtype=np.uint64) * np.uint64(w)
-    values = _read(s, "shared", swizzle(src[:, None] + lin, tm.swizzle, tm.atomicity).ravel(), threads, w,
-                   _run(tm, src, e))
-    flat = inb.ravel()
-    if flat.any():
-        s.m.memory.store("global", gaddr.ravel()[flat], threads[flat], values[flat], w, s.ins.name)
+
+    def copy() -> None:
+        values = _read(s, "shared", swizzle(src[:, None] + lin, tm.swizzle, tm.atomicity).ravel(), threads, w,
+                       _run(tm, src, e))
+        flat = inb.ravel()
+        if flat.any():
+            s.m.memory.store("global", gaddr.ravel()[flat], threads[flat], values[flat], w, s.ins.name)
+    later(Step(s.m, s.ins, s.r, s.threads[sel]), copy, "bulk")
 
 
 @semantics('cp_async_bulk_tensor')
