@@ -25,6 +25,12 @@ bool bind(void* lib, const char* name, F& fn, std::string& error) {
   return fn != nullptr;
 }
 
+// An entry point the handler can do without: null when libcuda lacks it.
+template <typename F>
+void optional(void* lib, const char* name, F& fn) {
+  fn = reinterpret_cast<F>(dlsym(lib, name));
+}
+
 Loaded open_driver() {
   Loaded out;
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -55,8 +61,15 @@ Loaded open_driver() {
     out.error += ": jaxptx needs an NVIDIA driver for CUDA 12.4 or newer (R550+)";
   }
   // Optional: only kernels with TMA descriptors need it.
-  d.cuTensorMapEncodeTiled =
-      reinterpret_cast<decltype(d.cuTensorMapEncodeTiled)>(dlsym(lib, "cuTensorMapEncodeTiled"));
+  optional(lib, "cuTensorMapEncodeTiled", d.cuTensorMapEncodeTiled);
+  // Optional: only kernels with peers need them (cuda_peers.cc refuses
+  // their calls when one is missing).
+  optional(lib, "cuDeviceGetCount", d.cuDeviceGetCount);
+  optional(lib, "cuCtxGetDevice", d.cuCtxGetDevice);
+  optional(lib, "cuDeviceCanAccessPeer", d.cuDeviceCanAccessPeer);
+  optional(lib, "cuCtxEnablePeerAccess", d.cuCtxEnablePeerAccess);
+  optional(lib, "cuMemAlloc_v2", d.cuMemAlloc_v2);
+  optional(lib, "cuMemcpyHtoDAsync_v2", d.cuMemcpyHtoDAsync_v2);
   if (out.error.empty()) {
     CUresult rc = d.cuInit(0);
     if (rc != CUDA_SUCCESS) out.error = "cuInit failed with CUresult " + std::to_string(rc);

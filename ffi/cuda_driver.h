@@ -35,6 +35,9 @@ using CUdeviceptr = unsigned long long;
 inline constexpr CUresult CUDA_SUCCESS = 0;
 // What cuFuncGetParamInfo returns for an index past the last parameter.
 inline constexpr CUresult CUDA_ERROR_INVALID_VALUE = 1;
+// What cuCtxEnablePeerAccess returns for a pair enabled already (by this
+// process, or by another library in it): not a failure.
+inline constexpr CUresult CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704;
 // CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 inline constexpr int FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 // CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
@@ -105,15 +108,24 @@ struct Driver {
   CUresult (*cuTensorMapEncodeTiled)(TensorMap*, int, uint32_t, void*, const uint64_t*,
                                      const uint64_t*, const uint32_t*, const uint32_t*, int, int,
                                      int, int);
+  // Kernels with peers (cuda_peers.h): the devices of a call's mesh axis,
+  // peer access between them, and each device's peer table. Optional: null
+  // when the driver lacks one, and then such calls are refused.
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuCtxGetDevice)(CUdevice*);
+  CUresult (*cuDeviceCanAccessPeer)(int*, CUdevice, CUdevice);
+  CUresult (*cuCtxEnablePeerAccess)(CUcontext, unsigned int);
+  CUresult (*cuMemAlloc_v2)(CUdeviceptr*, size_t);
+  CUresult (*cuMemcpyHtoDAsync_v2)(CUdeviceptr, const void*, size_t, CUstream);
 };
 
 // The name of a capsule holding a `const Driver*` for set_driver_override.
 // It carries the table's layout version: bump it whenever Driver's members
 // change (the static_assert below fails until then), so an extension built
 // against another layout is refused rather than called through.
-#define JAXPTX_DRIVER_CAPSULE "jaxptx.cu.Driver.v2"
+#define JAXPTX_DRIVER_CAPSULE "jaxptx.cu.Driver.v3"
 inline constexpr const char* kDriverCapsule = JAXPTX_DRIVER_CAPSULE;
-static_assert(sizeof(Driver) == 16 * sizeof(void*),
+static_assert(sizeof(Driver) == 22 * sizeof(void*),
               "Driver's members changed: bump the version in kDriverCapsule");
 
 // The driver, opened and initialised on first use (thread-safe), or the

@@ -58,3 +58,17 @@ static_assert(std::is_same_v<decltype(&cuStreamSynchronize), CUresult (*)(CUstre
 static_assert(std::is_same_v<decltype(&cuFuncGetParamInfo),
                              CUresult (*)(CUfunction, size_t, size_t*, size_t*)>);
 static_assert(jaxptx::cu::CUDA_ERROR_INVALID_VALUE == CUDA_ERROR_INVALID_VALUE);
+// Kernels with peers (cuda_peers.cc): the entry points as cuda_driver.h
+// declares them (cuda.h maps cuMemAlloc and cuMemcpyHtoDAsync to their _v2
+// symbols), and the code of a pair enabled already.
+static_assert(std::is_same_v<decltype(&cuDeviceGetCount), CUresult (*)(int*)>);
+static_assert(std::is_same_v<decltype(&cuCtxGetDevice), CUresult (*)(CUdevice*)>);
+static_assert(std::is_same_v<decltype(&cuDeviceCanAccessPeer),
+                             CUresult (*)(int*, CUdevice, CUdevice)>);
+static_assert(std::is_same_v<decltype(&cuCtxEnablePeerAccess),
+                             CUresult (*)(CUcontext, unsigned int)>);
+static_assert(std::is_same_v<decltype(&cuMemAlloc_v2), CUresult (*)(CUdeviceptr*, size_t)>);
+static_assert(std::is_same_v<decltype(&cuMemcpyHtoDAsync_v2),
+                             CUresult (*)(CUdeviceptr, const void*, size_t, CUstream)>);
+static_assert(jaxptx::cu::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED ==
+              CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);

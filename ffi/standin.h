@@ -1,7 +1,9 @@
 // The stand-in CUDA driver of the testing extension jaxptx.testing._standin
 // (never part of jaxptx._ffi): a Driver table (cuda_driver.h) whose entry
 // points forward to a Python object, jaxptx.testing.standin.StandInDriver,
-// which runs modules on the emulator's jaxptx.sim.Device. Python installs
+// which runs modules on the emulator's jaxptx.sim.Device (or StandInNode,
+// jaxptx/testing/_standin_peers.py, on the devices of a jaxptx.sim.System,
+// for kernels with peers: a context and stream per device). Python installs
 // it in the CUDA handler with jaxptx._ffi.set_cuda_driver(driver_table())
 // and calls the handler with jaxptx._ffi.call_cuda_handler; so the
 // handler's own code runs with no GPU: attribute decoding, the id check,

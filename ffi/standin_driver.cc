@@ -54,14 +54,18 @@ constexpr ErrorName kErrors[] = {
     {1, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
     {2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
     {3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
     {200, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
     {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
     {209, "CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution"},
+    {217, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED", "peer access is not supported between these two devices"},
     {218, "CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"},
     {400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {500, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
     {701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many resources requested for launch"},
+    {704, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
+     "peer access is already enabled"},
     {719, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
     {801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
     {912, "CUDA_ERROR_INVALID_CLUSTER_SIZE", "invalid cluster size"},
@@ -298,11 +302,57 @@ CUresult tensor_map_encode_tiled(TensorMap* map, int dtype, uint32_t rank, void*
   });
 }
 
+// Kernels with peers: the devices, peer access between their contexts, and
+// the peer tables' memory.
+CUresult device_get_count(int* count) {
+  if (!count) return fail(kInvalidValue, "cuDeviceGetCount: null count");
+  return guarded("cuDeviceGetCount",
+                 [&](nb::handle d) { *count = nb::cast<int>(d.attr("device_get_count")()); });
+}
+
+CUresult ctx_get_device(CUdevice* device) {
+  if (!device) return fail(kInvalidValue, "cuCtxGetDevice: null device");
+  return guarded("cuCtxGetDevice",
+                 [&](nb::handle d) { *device = nb::cast<int>(d.attr("ctx_get_device")()); });
+}
+
+CUresult device_can_access_peer(int* can, CUdevice device, CUdevice peer) {
+  if (!can) return fail(kInvalidValue, "cuDeviceCanAccessPeer: null result");
+  return guarded("cuDeviceCanAccessPeer", [&](nb::handle d) {
+    *can = nb::cast<bool>(d.attr("device_can_access_peer")(device, peer)) ? 1 : 0;
+  });
+}
+
+CUresult ctx_enable_peer_access(CUcontext peer, unsigned int flags) {
+  return guarded("cuCtxEnablePeerAccess", [&](nb::handle d) {
+    d.attr("ctx_enable_peer_access")(handle_of(peer), flags);
+  });
+}
+
+CUresult mem_alloc(CUdeviceptr* address, size_t nbytes) {
+  if (!address) return fail(kInvalidValue, "cuMemAlloc: null address");
+  return guarded("cuMemAlloc", [&](nb::handle d) {
+    *address = static_cast<CUdeviceptr>(nb::cast<uint64_t>(d.attr("mem_alloc")(nbytes)));
+  });
+}
+
+// cuMemcpyHtoDAsync: the bytes are read here, before it returns (as the
+// driver stages pageable memory), so the caller may free them at once.
+CUresult memcpy_htod(CUdeviceptr dst, const void* src, size_t nbytes, CUstream stream) {
+  if (!src && nbytes) return fail(kInvalidValue, "cuMemcpyHtoDAsync: null source");
+  return guarded("cuMemcpyHtoDAsync", [&](nb::handle d) {
+    d.attr("memcpy_htod")(static_cast<uint64_t>(dst),
+                          nb::bytes(static_cast<const char*>(src), nbytes), handle_of(stream));
+  });
+}
+
 const Driver kStandIn = {
     init,          get_error_name, get_error_string, stream_get_ctx,    ctx_get_current,
     ctx_push,      ctx_pop,        module_load,      module_get_function, func_set_attribute,
     func_get_param_info, launch_kernel, memcpy_dtod, stream_synchronize, memcpy_dtoh,
     tensor_map_encode_tiled,
+    device_get_count, ctx_get_device, device_can_access_peer, ctx_enable_peer_access,
+    mem_alloc, memcpy_htod,
 };
 
 }  // namespace

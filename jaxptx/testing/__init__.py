@@ -20,3 +20,4 @@ from .standin import HandlerError as HandlerError
 from .standin import Ran as Ran
 from .standin import StandInDriver as StandInDriver
 from .standin import installed as installed
+from ._standin_peers import StandInNode as StandInNode

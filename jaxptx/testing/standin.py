@@ -26,8 +26,16 @@ driver entry point              stand-in
 ``cuMemcpyDtoH``                ``Device.read`` (captures only)
 ``cuStreamSynchronize``         nothing to wait for (captures only)
 ``cuTensorMapEncodeTiled``      :func:`jaxptx.sim.tensor_map`
+``cuMemAlloc``,                 ``Device.alloc``, ``Device.write`` (the peer
+``cuMemcpyHtoDAsync``           tables of kernels with peers)
+``cuDeviceGetCount``,           one device, which has no peers
+``cuCtxGetDevice``, peer access
 contexts and streams            one context, one stream, checked
 ==============================  ==========================================
+
+:class:`jaxptx.testing._standin_peers.StandInNode` is the same
+driver over the N devices of a :class:`jaxptx.sim.System`, on which the
+handlers of a kernel with peers run concurrently, one thread per rank.
 
 Example (``x`` a numpy array, ``f`` a jitted function of one kernel call)::
 
@@ -57,10 +65,14 @@ from ._tensor_maps import check_codes, encode_tiled
 __all__ = ["StandInDriver", "DriverError", "HandlerError", "CudaCall", "Ran", "cuda_calls",
            "installed", "XLA_DTYPES", "CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_INVALID_CONTEXT",
            "CUDA_ERROR_INVALID_PTX", "CUDA_ERROR_INVALID_HANDLE", "CUDA_ERROR_NOT_FOUND",
-           "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_NOT_SUPPORTED"]
+           "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_NOT_SUPPORTED", "CUDA_ERROR_INVALID_DEVICE",
+           "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED", "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED"]
 
 # CUresult codes (cuda.h).
 CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_INVALID_DEVICE = 101
+CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217
+CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704
 CUDA_ERROR_INVALID_CONTEXT = 201
 CUDA_ERROR_INVALID_PTX = 218
 CUDA_ERROR_INVALID_HANDLE = 400
@@ -72,7 +84,7 @@ CUDA_ERROR_NOT_SUPPORTED = 801
 _FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
 # XLA_FFI_Error_Code -> name.
-_FFI_CODES = {1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 5: "NOT_FOUND",
+_FFI_CODES = {1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED", 5: "NOT_FOUND",
               8: "RESOURCE_EXHAUSTED", 9: "FAILED_PRECONDITION", 12: "UNIMPLEMENTED",
               13: "INTERNAL"}
 
@@ -177,6 +189,23 @@ class StandInDriver:
         return Ran([read(p, np.empty(s, d)) for (s, d), p in zip(call.outputs, outputs)],
                    [read(p, a) for a, p in zip(arrays, inputs)])
 
+    # where things live (StandInNode has several devices) ------------------------
+    def _device_for(self, ctx: int) -> sim.Device:
+        """The device of context ``ctx``."""
+        return self.device
+
+    def _device_at(self, address: int) -> sim.Device:
+        """The device whose memory holds ``address``."""
+        return self.device
+
+    def _check_stream(self, stream: int) -> None:
+        if stream not in (0, self.stream):
+            raise DriverError(CUDA_ERROR_INVALID_HANDLE, f"unknown stream {stream:#x}")
+
+    def _check_context(self, ctx: int) -> None:
+        if ctx != self.context:
+            raise DriverError(CUDA_ERROR_INVALID_CONTEXT, f"unknown context {ctx:#x}")
+
     def calls(self, entry_point: str) -> list[Any]:
         """The details of every logged call of ``entry_point``."""
         return [details for name, details in self.log if name == entry_point]
@@ -203,8 +232,9 @@ class StandInDriver:
 
     def stream_get_ctx(self, stream: int) -> int:
         """``cuStreamGetCtx``: the context of the device's stream."""
-        if stream != self.stream:
+        if stream == 0:
             raise DriverError(CUDA_ERROR_INVALID_HANDLE, f"unknown stream {stream:#x}")
+        self._check_stream(stream)
         return self.context
 
     def ctx_get_current(self) -> int:
@@ -213,8 +243,7 @@ class StandInDriver:
 
     def ctx_push(self, ctx: int) -> None:
         """``cuCtxPushCurrent``."""
-        if ctx != self.context:
-            raise DriverError(CUDA_ERROR_INVALID_CONTEXT, f"unknown context {ctx:#x}")
+        self._check_context(ctx)
         self._current.append(ctx)
         self.log.append(("ctx_push", ctx))
 
@@ -234,7 +263,7 @@ class StandInDriver:
         """``cuModuleLoadDataEx``: parse and check PTX as the JIT would."""
         ctx = self._current_context("module load")
         try:
-            module = self.device.load(image.decode())
+            module = self._device_for(ctx).load(image.decode())
         except Exception as e:  # noqa: BLE001 - any refusal is the JIT's
             raise DriverError(CUDA_ERROR_INVALID_PTX, f"{type(e).__name__}: {e}") from None
         handle = next(_HANDLES)
@@ -250,7 +279,7 @@ class StandInDriver:
         if name not in [f.name for f in source.functions if f.kind == "entry"]:
             raise DriverError(CUDA_ERROR_NOT_FOUND, f"the module has no entry {name!r}")
         try:
-            params = tuple((p.offset, p.size) for p in self.device.param_info(source, name))
+            params = tuple((p.offset, p.size) for p in self._device_for(ctx).param_info(source, name))
         except Exception as e:  # noqa: BLE001 - the JIT would refuse it
             raise DriverError(CUDA_ERROR_INVALID_PTX, f"{type(e).__name__}: {e}") from None
         target = (source.target or ("",))[0]
@@ -305,8 +334,7 @@ class StandInDriver:
         f = self._function(fn)
         if self._current_context("launch") != f.context:
             raise DriverError(CUDA_ERROR_INVALID_CONTEXT, f"{f.name} was loaded in another context")
-        if stream not in (0, self.stream):
-            raise DriverError(CUDA_ERROR_INVALID_HANDLE, f"unknown stream {stream:#x}")
+        self._check_stream(stream)
         cluster = (1, 1, 1)
         for attr_id, value in attributes:
             if attr_id != _LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
@@ -320,37 +348,78 @@ class StandInDriver:
                                         cluster=cluster, smem=smem, params=list(params))))
         try:
             with capture.suppressed():          # the handler captures its launches itself
-                self.device.launch(f.source, params, grid=grid, block=block, cluster=cluster,
-                                   smem=smem, kernel=f.name)
+                self._run_grid(f, params, tuple(grid), tuple(block), cluster, smem)
         except sim.SimLaunchError as e:
             raise DriverError(CUDA_ERROR_INVALID_VALUE, f"{type(e).__name__}: {e}") from None
         except sim.SimError as e:
             raise DriverError(CUDA_ERROR_LAUNCH_FAILED, f"{type(e).__name__}: {e}") from None
 
+    def _run_grid(self, f: _Function, params: list[bytes], grid: tuple, block: tuple,
+                  cluster: tuple, smem: int) -> None:
+        """Run a launch the driver accepted (on the device of its context)."""
+        self._device_for(f.context).launch(f.source, params, grid=grid, block=block,
+                                           cluster=cluster, smem=smem, kernel=f.name)
+
     def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream: int) -> None:
         """``cuMemcpyDtoDAsync`` (synchronous here)."""
-        if stream not in (0, self.stream):
-            raise DriverError(CUDA_ERROR_INVALID_HANDLE, f"unknown stream {stream:#x}")
+        self._check_stream(stream)
         try:
-            self.device.copy(dst, src, nbytes)
+            self._device_at(dst).copy(dst, src, nbytes)
         except sim.SimError as e:
             raise DriverError(CUDA_ERROR_INVALID_VALUE, str(e)) from None
         self.log.append(("memcpy_dtod", (dst, src, nbytes)))
 
     def stream_synchronize(self, stream: int) -> None:
         """``cuStreamSynchronize`` (every call is synchronous here)."""
-        if stream not in (0, self.stream):
-            raise DriverError(CUDA_ERROR_INVALID_HANDLE, f"unknown stream {stream:#x}")
+        self._check_stream(stream)
         self.log.append(("stream_synchronize", stream))
 
     def memcpy_dtoh(self, src: int, nbytes: int) -> bytes:
         """``cuMemcpyDtoH``: ``nbytes`` of device memory at ``src``."""
         try:
-            data = self.device.read(src, nbytes)
+            data = self._device_at(src).read(src, nbytes)
         except sim.SimError as e:
             raise DriverError(CUDA_ERROR_INVALID_VALUE, str(e)) from None
         self.log.append(("memcpy_dtoh", (src, nbytes)))
         return data
+
+    def memcpy_htod(self, dst: int, data: bytes, stream: int) -> None:
+        """``cuMemcpyHtoDAsync`` (synchronous here): ``data`` to ``dst``."""
+        self._check_stream(stream)
+        try:
+            self._device_at(dst).write(dst, data)
+        except sim.SimError as e:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, str(e)) from None
+        self.log.append(("memcpy_htod", (dst, bytes(data))))
+
+    def mem_alloc(self, nbytes: int) -> int:
+        """``cuMemAlloc``: ``nbytes`` on the current context's device."""
+        ctx = self._current_context("cuMemAlloc")
+        if nbytes <= 0:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, f"cuMemAlloc of {nbytes} bytes")
+        address = self._device_for(ctx).alloc(nbytes)
+        self.log.append(("mem_alloc", (address, nbytes)))
+        return address
+
+    # the devices (kernels with peers; StandInNode has several) ----------------------
+    def device_get_count(self) -> int:
+        """``cuDeviceGetCount``: one device."""
+        return 1
+
+    def ctx_get_device(self) -> int:
+        """``cuCtxGetDevice``: the current context's device ordinal."""
+        self._current_context("cuCtxGetDevice")
+        return 0
+
+    def device_can_access_peer(self, device: int, peer: int) -> bool:
+        """``cuDeviceCanAccessPeer``: one device has no peer."""
+        raise DriverError(CUDA_ERROR_INVALID_DEVICE, f"devices {device} and {peer}: the stand-in "
+                          f"has device 0 only")
+
+    def ctx_enable_peer_access(self, peer: int, flags: int) -> None:
+        """``cuCtxEnablePeerAccess``: one context has no peer."""
+        raise DriverError(CUDA_ERROR_INVALID_CONTEXT, f"context {peer:#x}: the stand-in has one "
+                          f"context only")
 
     def tensor_map_encode_tiled(self, dtype: int, rank: int, address: int, dims: list[int],
                                 strides: list[int], box: list[int], element_strides: list[int],
