@@ -60,6 +60,33 @@ def _transpose_profile(pad: int) -> Any:
     return profile(transpose, x, np.zeros_like(x), pad=pad, resources=False)
 
 
+def _node_ring() -> Any:
+    """The collectives guide's ring all-gather (examples/node_allgather.py)
+    on 8 emulated GPUs, recorded by a ``viz.NodeRecorder``."""
+    import importlib.util
+    import pathlib
+    from jaxptx.sim import System
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "node_allgather.py"
+    spec = importlib.util.spec_from_file_location("_jaxptx_docs_node_allgather", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    n, threads = 8, example.THREADS
+    node = System(n)
+    node.enable_peer_access()
+    outs, flags = [], []
+    for d in node.devices:
+        mine = np.zeros((n, threads), np.uint32)
+        mine[d.index] = d.index
+        outs.append(d.to_device(mine))
+        flags.append(d.alloc(4))
+    recorder = viz.NodeRecorder(node)
+    text = example.ring_allgather.ptx(n=n)
+    node.launch([dict(device=r, source=text, block=threads,
+                      params=[outs[r], outs[(r + 1) % n], flags[r], flags[(r + 1) % n], r]) for r in range(n)],
+                observers=[recorder])
+    return viz.node_timeline(recorder.trace, title="ring all-gather on 8 emulated GPUs")
+
+
 FIGURES: dict[str, Callable[[], Any]] = {
     "images/mma_m16n8k16_a.png": lambda: viz.mma_fragment("m16n8k16", "a", "f16"),
     "images/mma_m16n8k16_b.png": lambda: viz.mma_fragment("m16n8k16", "b", "f16"),
@@ -78,4 +105,5 @@ FIGURES: dict[str, Callable[[], Any]] = {
     "images/profile_heatmap.png": lambda: _transpose_profile(0).heatmap(),
     "images/profile_bank_map.png": lambda: _transpose_profile(0).bank_map("ld.shared"),
     "images/profile_bank_map_padded.png": lambda: _transpose_profile(1).bank_map("ld.shared"),
+    "images/node_ring_allgather.png": _node_ring,
 }

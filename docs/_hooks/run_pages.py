@@ -1,7 +1,12 @@
 """Run each guide's python blocks when the site is built, in order, one
 namespace per page, and show what each block prints under it. A block that
 raises fails the build, naming the page and line: the docs cannot show
-output the code no longer produces."""
+output the code no longer produces.
+
+A page that sets ``--xla_force_host_platform_device_count`` (the collectives
+guide) runs in a Python of its own (``python run_pages.py PAGE ROOT`` prints
+the page with its outputs): jax fixes the device count when it starts, and
+the pages before it have started it in the build's process."""
 
 from __future__ import annotations
 
@@ -10,9 +15,12 @@ import html
 import io
 import pathlib
 import re
+import subprocess
+import sys
 
 _FENCE = re.compile(r"^```python([^\n]*)\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 MAX_LINES = 40
+FRESH_PROCESS = "xla_force_host_platform_device_count"
 
 
 def _shorten(text: str, root: str) -> str:
@@ -29,6 +37,11 @@ def with_outputs(markdown: str, path: pathlib.Path, root: pathlib.Path) -> str:
     Raises:
         RuntimeError: a block raised; names the page, the line and the error.
     """
+    if FRESH_PROCESS in markdown and __name__ != "__main__":
+        run = subprocess.run([sys.executable, __file__, str(path), str(root)], capture_output=True, text=True)
+        if run.returncode:
+            raise RuntimeError(f"{path.relative_to(root)} in a fresh process:\n{run.stderr[-4000:]}")
+        return run.stdout
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -57,3 +70,8 @@ def with_outputs(markdown: str, path: pathlib.Path, root: pathlib.Path) -> str:
             out.append(f'\n\n<pre class="output"><code>{html.escape(printed)}</code></pre>\n')
     out.append(markdown[last:])
     return "".join(out)
+
+
+if __name__ == "__main__":          # one page in a Python of its own (see the module docstring)
+    page, top = pathlib.Path(sys.argv[1]).resolve(), pathlib.Path(sys.argv[2]).resolve()
+    sys.stdout.write(with_outputs(page.read_text(), page, top))

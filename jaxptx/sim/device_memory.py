@@ -51,6 +51,13 @@ class DeviceMemory:
         self._updated: dict[int, np.ndarray] = {}               # ... and read-modify-writes (atomics)
         self._closed = False
 
+    @property
+    def buffers(self) -> list[np.ndarray]:
+        """The backing arrays of the device's allocation slots, in slot order
+        (what a tool that hears memory-access events compares buffers with;
+        read them, do not resize them)."""
+        return self._buffers
+
     def alloc(self, nbytes: int) -> int:
         """Allocate ``nbytes`` of zero-filled device memory (``cuMemAlloc``).
 

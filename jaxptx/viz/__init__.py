@@ -13,7 +13,10 @@ is imported on the first figure (``pip install matplotlib``, or jaxptx's
 * :func:`swizzle_pattern`: the 32/64/128-byte swizzles, chunk by chunk;
 * :func:`tma_box`: a TMA box over a tensor and the shared tile it fills;
 * :func:`record_pipeline` + :func:`pipeline_timeline`: a kernel's mbarrier
-  phases and asynchronous issues over time, from an emulator run.
+  phases and asynchronous issues over time, from an emulator run;
+* :class:`NodeRecorder` + :func:`node_timeline`: who stores into which
+  device's memory, and when flags are released and acquired, over a
+  :class:`jaxptx.sim.System` run (one row per device).
 
 Example:
     >>> from jaxptx import viz
@@ -33,6 +36,10 @@ from .memory import swizzle_chunks as swizzle_chunks
 from .memory import swizzle_pattern as swizzle_pattern
 from .memory import tma_box as tma_box
 from .memory import tma_box_data as tma_box_data
+from .node import NODE_KINDS as NODE_KINDS
+from .node import NodeRecorder as NodeRecorder
+from .node import NodeTrace as NodeTrace
+from .node import node_timeline as node_timeline
 from .timeline import KIND_CODES as KIND_CODES
 from .timeline import PipelineTrace as PipelineTrace
 from .timeline import pipeline_timeline as pipeline_timeline
@@ -40,4 +47,4 @@ from .timeline import record_pipeline as record_pipeline
 
 __all__ = ["layout_grid", "mma_fragment", "wgmma_fragment", "ldmatrix_map", "tcgen05_ld_map",
            "swizzle_chunks", "swizzle_pattern", "tma_box", "tma_box_data", "KIND_CODES", "PipelineTrace",
-           "pipeline_timeline", "record_pipeline"]
+           "pipeline_timeline", "record_pipeline", "NODE_KINDS", "NodeRecorder", "NodeTrace", "node_timeline"]

@@ -5,18 +5,27 @@ path and its own line numbers, so a failure (and any jaxptx error that
 cites a kernel line) points at the Markdown line.
 
 A block fenced as ```` ```python no-run ```` is shown but not run (none of
-the guides needs one today)."""
+the guides needs one today).
+
+A page that sets ``--xla_force_host_platform_device_count`` (the collectives
+guide: 8 CPU devices) runs in a fresh Python of its own, since jax fixes the
+device count when it starts and other pages have started it here already;
+``python tests/docs/test_docs_code.py PAGE`` runs one page that way."""
 
 from __future__ import annotations
 
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 
 DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
 PAGES = sorted(p for p in DOCS.rglob("*.md") if "_hooks" not in p.parts)
 _FENCE = re.compile(r"^```python([^\n]*)\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
+FRESH_PROCESS = "xla_force_host_platform_device_count"
+"""A page whose text holds this sets jax's device count: it runs in a Python of its own."""
 
 
 def python_blocks(text: str) -> list[tuple[int, str]]:
@@ -47,15 +56,31 @@ def test_page_code_runs(page: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> 
         pytest.importorskip("torch", reason="the torch guide needs torch (pip install -e '.[torch]')")
     if "import triton" in text:
         pytest.importorskip("triton.language", reason="the Triton examples need Triton (pip install -e '.[triton]')")
+    if FRESH_PROCESS in text:
+        run = subprocess.run([sys.executable, __file__, str(page)], capture_output=True, text=True, timeout=600,
+                             check=False)
+        assert run.returncode == 0, f"{page.relative_to(DOCS)} in a fresh process:\n{run.stderr[-4000:]}"
+        return
+    run_page(page, monkeypatch.chdir)
+
+
+def run_page(page: pathlib.Path, chdir: object = None) -> None:
+    """Run every block of ``page`` in order, in one namespace (in its folder:
+    ``chdir``, default ``os.chdir``).
+
+    Raises:
+        AssertionError: a block raised, naming the page and the block's line.
+    """
+    import os
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         plt = None
-    monkeypatch.chdir(page.parent)
+    (chdir or os.chdir)(page.parent)
     namespace: dict = {"__name__": f"docs_{page.stem}"}
-    for first, source in python_blocks(text):
+    for first, source in python_blocks(page.read_text()):
         code = compile("\n" * (first - 1) + source, str(page), "exec")
         try:
             exec(code, namespace)
@@ -65,3 +90,7 @@ def test_page_code_runs(page: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> 
         finally:
             if plt is not None:
                 plt.close("all")
+
+
+if __name__ == "__main__":           # one page in a Python of its own (see the module docstring)
+    run_page(pathlib.Path(sys.argv[1]).resolve())
