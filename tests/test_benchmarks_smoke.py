@@ -46,6 +46,8 @@ SMOKE: list[tuple[str, list[str], list[str]]] = [
     ("parse_speed.py", [], ["self-check: jaxptx parsed"]),
     ("collectives.py", [], ["self-check: ", "rows match jax.lax within their tolerances"]),
     ("gpu_check.py", ["--dry-run"], ["\npassed; results:"]),
+    ("memory.py", [], ["self-check: every estimate is within ±30% of its measured peak",
+                       "self-check: a launch over JAXPTX_SIM_MAX_MEMORY is refused before it runs"]),
 ]
 
 

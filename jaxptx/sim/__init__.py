@@ -10,6 +10,10 @@ A fault while running (:class:`SimFault`) names the kernel, the access,
 the buffer, the CTA and thread, the PTX line and the Python line, the same
 way everywhere (:mod:`.faults`); output bytes a traced kernel never writes
 are an :class:`UnwrittenOutputError` (:mod:`.unwritten`).
+:func:`estimate_memory` states the host memory a launch needs (per thread,
+per CTA); a launch over ``JAXPTX_SIM_MAX_MEMORY`` (default: 3/4 of the
+host's memory) is refused before anything is allocated
+(:class:`SimMemoryError`).
 :class:`System` is a node of devices that run grids together, with peer
 memory and ``multimem`` multicast objects (:mod:`.system`).
 """
@@ -18,6 +22,8 @@ from .launch import launch as launch
 from .launch import launch_sequence as launch_sequence
 from .device import Device as Device
 from .device import ParamInfo as ParamInfo
+from .memory_estimate import estimate_memory as estimate_memory
+from .memory_model import MemoryEstimate as MemoryEstimate
 from .system import System as System
 from .multicast import Multicast as Multicast
 from .fidelity import Fidelity as Fidelity
@@ -27,6 +33,7 @@ from .precheck import PrecheckError as PrecheckError
 from .precheck import Problem as Problem
 from .errors import SimError as SimError
 from .errors import SimLaunchError as SimLaunchError
+from .errors import SimMemoryError as SimMemoryError
 from .errors import SimFault as SimFault
 from .errors import SimDeadlock as SimDeadlock
 from .unwritten import UnwrittenOutputError as UnwrittenOutputError

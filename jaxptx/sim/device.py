@@ -47,7 +47,6 @@ launches and the device's lifetime (``close``).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -68,6 +67,7 @@ from .device_modules import DeviceModules, ParamInfo, initial_bytes
 from .errors import SimDeadlock, SimError, SimFault, SimLaunchError
 from .faults import located
 from .memory.spaces import GLOBAL_SHIFT, Memory
+from .memory_model import check_fits
 from .params import pack_params
 from . import capturing
 from .checking import check_mode, valid_mode
@@ -397,7 +397,8 @@ class Device(DeviceModules):
         nctas, ntid, smem = launch.blocks, launch.threads, launch.smem
         # Each CTA's shared memory starts 16-aligned (8-byte mbarriers of every CTA stay aligned).
         shared = -(-(-(-program.shared_size // 16) * 16 + smem) // 16) * 16
-        _check_host_memory(program, nctas, ntid, shared)
+        # Refused before anything is allocated when it would not fit (memory_model).
+        check_fits(program, launch, check=check, global_bytes=sum(b.nbytes for b in self._buffers))
         memory = Memory(nctas, ntid, shared, program.local_size, program.param_size, program.const_size)
         # static, then dynamic from the next 16-byte boundary: the bytes a kernel may touch
         memory.shared_limit = (-(-program.shared_size // 16) * 16 + smem) if smem else program.shared_size
@@ -443,35 +444,6 @@ class Device(DeviceModules):
                 if 0 <= k < len(self._owners) and self._owners[k] == "alloc":
                     names.setdefault(k, f"parameter '{p.name}'")
         return names
-
-
-# Per-thread bytes the machine keeps besides registers: PC, state, barrier
-# bookkeeping and the index arrays of a step (a generous bound).
-_THREAD_OVERHEAD = 64
-
-
-def _check_host_memory(program: Program, nctas: int, ntid: int, shared: int) -> None:
-    """Refuse, before anything is allocated, a launch whose per-thread state
-    cannot fit in this host's memory: every register of every thread, the
-    shared memory of every CTA and the local memory of every thread."""
-    nthreads = nctas * ntid
-    per_thread = _THREAD_OVERHEAD + program.local_size + \
-        sum(max(1, t.bits // 8) for t in program.registers.values())
-    need = nthreads * per_thread + nctas * shared
-    have = _host_memory()
-    if have and need > have:
-        raise SimLaunchError(
-            f"launch of {program.name}: {nthreads:,} threads ({nctas:,} CTAs of {ntid}) need about "
-            f"{need / 2**30:,.1f} GiB of emulator state ({per_thread} bytes a thread, {shared:,} bytes of "
-            f"shared memory a CTA); this host has {have / 2**30:,.1f} GiB. Launch fewer CTAs.")
-
-
-def _host_memory() -> int:
-    """Bytes of physical memory (0 where the host does not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
 
 
 def _resident_ctas(value: Any, launch: Launch) -> int:

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..errors import LaunchError, PtxError
 
-__all__ = ["SimError", "SimLaunchError", "SimFault", "SimDeadlock"]
+__all__ = ["SimError", "SimLaunchError", "SimMemoryError", "SimFault", "SimDeadlock"]
 
 
 class SimError(PtxError, RuntimeError):
@@ -18,6 +18,21 @@ class SimLaunchError(SimError, LaunchError):
     """A launch the emulator refuses: outside CUDA's limits for the target
     (a :class:`~jaxptx.errors.LaunchError`), or too large for this host's
     memory."""
+
+
+class SimMemoryError(SimLaunchError, MemoryError):
+    """A launch refused before anything is allocated: the host memory it
+    would need (:func:`jaxptx.sim.estimate_memory`) is over the limit
+    (``JAXPTX_SIM_MAX_MEMORY``, else 3/4 of the host's memory). The
+    message states the estimate, the limit, the bytes per thread and per
+    CTA, and what to do; ``estimate`` (a
+    :class:`jaxptx.sim.MemoryEstimate`) and ``limit`` (bytes) hold them.
+    A ``MemoryError`` too, so ``except MemoryError`` catches it."""
+
+    def __init__(self, message: str, estimate: Any = None, limit: int | None = None) -> None:
+        super().__init__(message)
+        self.estimate = estimate
+        self.limit = limit
 
 
 class SimFault(SimError):

@@ -16,11 +16,13 @@ import numpy as np
 from .. import ir
 from ..dsl import Kernel, bind_specs
 from .core.program import Variable
+from .checking import check_mode
 from .device import Device, launch_of
 from .errors import SimError
 from .unwritten import UnwrittenOutputError, exempt_outputs, message, unwritten
 from .memory.tensormap import SIZE as TENSOR_MAP_SIZE
 from .memory.tensormap import ArgTensorMap
+from .memory_model import check_fits
 
 __all__ = ["launch", "launch_sequence", "from_kernel"]
 
@@ -77,6 +79,9 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
     Raises:
         PrecheckError: PTX that ptxas would reject, or that the emulator
             cannot run, each listed with its line, before anything runs.
+        SimMemoryError: the launch would need more host memory than
+            ``JAXPTX_SIM_MAX_MEMORY`` allows (default: 3/4 of the host's),
+            before the arrays are copied in (:func:`estimate_memory`).
         SimError: a bad launch (wrong argument count or types, block not
             matching ``.reqntid``) before anything runs; a fault, a hang or
             a bound (``max_steps``, ``max_seconds``) reached while running
@@ -95,11 +100,15 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
     # Placing the kernel first allocates the module's global variables, so
     # the arrays get the addresses they always had (after the globals).
     module, program, bases = device._entry(source, kernel)
+    shape = launch_of(program, grid or (1, 1, 1), block or (1, 1, 1), cluster or (1, 1, 1), smem)
+    # Refused before the arrays are copied in when it would not fit (memory_model).
+    arrays = sum(a.nbytes for a in args if isinstance(a, np.ndarray))
+    check_fits(program, shape, check=check_mode() if check is None else check,
+               global_bytes=arrays + sum(b.nbytes for b in device.buffers))
     params, outputs = _params(device, program.name, program.params, args)
     checked = _checked_outputs(traced, args, allow_unwritten) if traced is not None else []
     if checked:
         device.track_stores()
-    shape = launch_of(program, grid or (1, 1, 1), block or (1, 1, 1), cluster or (1, 1, 1), smem)
     findings = device._run(program, bases, params, shape, check, max_steps, profile=module if profile else None,
                            max_seconds=max_seconds, module=module, schedule=schedule, seed=seed,
                            max_resident_ctas=max_resident_ctas)

@@ -96,7 +96,7 @@ _SIM = [
     ("cluster on sm_80", "run(K(' ret;', target='sm_80', version='8.0'), grid=(2, 1, 1), cluster=(2, 1, 1))", "SimLaunchError", r"cluster = \(2, 1, 1\) needs sm_90 or newer"),
     ("grid not a multiple of the cluster", "run(K(' ret;'), grid=(3, 1, 1), cluster=(2, 1, 1))", "SimLaunchError", r"not a multiple of cluster\.x"),
     ("a gigabyte of shared memory", "run(K(' ret;'), smem=10**9)", "SimLaunchError", r"smem = 1000000000 bytes"),
-    ("launch larger than the host", "run(K(' ret;'), grid=(2**31 - 1, 1, 1), block=(1024, 1, 1))", "SimLaunchError", r"GiB of emulator state"),
+    ("launch larger than the host", "run(K(' ret;'), grid=(2**31 - 1, 1, 1), block=(1024, 1, 1))", "SimMemoryError", r"GiB of emulator state \(over the limit of"),
     ("no such kernel", "run(K(' ret;'), kernel='other')", "SimError", r"no kernel 'other' in the module; kernels: k"),
     ("max_steps", "run(K('L: add.u32 %r1, %r1, 1;\\n bra.uni L;'), max_steps=100)", "SimError", r"more than 100 steps \(max_steps\); still running: 32 threads"),
     ("tcgen05 double free", "run(K(' .shared .b32 slot;\\n tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [slot], 32;\\n ld.shared.b32 %r1, [slot];\\n tcgen05.dealloc.cta_group::1.sync.aligned.b32 %r1, 32;\\n tcgen05.dealloc.cta_group::1.sync.aligned.b32 %r1, 32;', target='sm_100a', version='8.8'))", "SimError", r"no allocation holds exactly these columns \(freed twice, or never allocated\?\)"),
