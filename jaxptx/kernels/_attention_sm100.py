@@ -47,14 +47,13 @@ natural-log lse (B, H, Sq) float32.
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 
 from .. import Layout, Tile, kernel, ptx, reg, smem
 from ..dsl import Kernel, tcgen05
-from ..errors import SpecError
 from ..types import bf16, f16, f32, u32
+from ._attention_args import forward_dtype
 from ._attention_sm100_softmax import BM, BN, Softmax, softmax_role, wait
 
 __all__ = ["BM", "BN", "STAGES", "attention_kernel", "attention_sm100"]
@@ -278,17 +277,5 @@ def attention_sm100(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool,
     Raises:
         SpecError: unsupported dtype, head dim, shapes or scale.
     """
-    names = {"bfloat16": "bf16", "float16": "f16"}
-    dtype = names.get(str(q.dtype))
-    if dtype is None or str(k.dtype) != str(q.dtype) or str(v.dtype) != str(q.dtype):
-        raise SpecError(f"attention_sm100: q, k, v must all be bf16 or all f16, got "
-                        f"{q.dtype}, {k.dtype}, {v.dtype}")
-    if q.ndim != 4 or k.shape != v.shape or k.ndim != 4 or (q.shape[0], q.shape[3]) != (
-            k.shape[0], k.shape[3]) or k.shape[2] == 0 or q.shape[2] % k.shape[2]:
-        raise SpecError(f"attention_sm100: expected q (B, Sq, H, D) and k, v (B, Skv, Hkv, D) with "
-                        f"Hkv dividing H, got {q.shape}, {k.shape}, {v.shape}")
-    if q.shape[3] not in (64, 128):
-        raise SpecError(f"attention_sm100: head dim must be 64 or 128, got {q.shape[3]}")
-    if not (math.isfinite(scale) and scale > 0):
-        raise SpecError(f"attention_sm100: scale must be a positive finite number, got {scale!r}")
+    dtype = forward_dtype("attention_sm100", q, k, v, scale)
     return attention_kernel(dtype)(q, k, v, causal=bool(causal), scale_log2=float(scale) * LOG2E)

@@ -33,14 +33,13 @@ log-sum-exp are guarded by ``row < Sq``.
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 
 from .. import Layout, Tile, kernel, ptx, reg, smem
 from ..dsl import Kernel
-from ..errors import SpecError
 from ..types import b32, bf16, f16, f32, u32
+from ._attention_args import forward_dtype
 
 __all__ = ["attention_sm90", "attention_kernel", "BM", "BN"]
 
@@ -342,17 +341,5 @@ def attention_sm90(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool,
     Raises:
         SpecError: unsupported dtype, head dim, shapes or scale.
     """
-    names = {"bfloat16": "bf16", "float16": "f16"}
-    dtype = names.get(str(q.dtype))
-    if dtype is None or str(k.dtype) != str(q.dtype) or str(v.dtype) != str(q.dtype):
-        raise SpecError(f"attention_sm90: q, k, v must all be bf16 or all f16, got "
-                        f"{q.dtype}, {k.dtype}, {v.dtype}")
-    if q.ndim != 4 or k.shape != v.shape or k.ndim != 4 or (q.shape[0], q.shape[3]) != (
-            k.shape[0], k.shape[3]) or k.shape[2] == 0 or q.shape[2] % k.shape[2]:
-        raise SpecError(f"attention_sm90: expected q (B, Sq, H, D) and k, v (B, Skv, Hkv, D) with "
-                        f"Hkv dividing H, got {q.shape}, {k.shape}, {v.shape}")
-    if q.shape[3] not in (64, 128):
-        raise SpecError(f"attention_sm90: head dim must be 64 or 128, got {q.shape[3]}")
-    if not (math.isfinite(scale) and scale > 0):
-        raise SpecError(f"attention_sm90: scale must be a positive finite number, got {scale!r}")
+    dtype = forward_dtype("attention_sm90", q, k, v, scale)
     return attention_kernel(dtype)(q, k, v, causal=bool(causal), scale_log2=float(scale) * LOG2E)
