@@ -70,6 +70,18 @@ Loaded open_driver() {
   optional(lib, "cuCtxEnablePeerAccess", d.cuCtxEnablePeerAccess);
   optional(lib, "cuMemAlloc_v2", d.cuMemAlloc_v2);
   optional(lib, "cuMemcpyHtoDAsync_v2", d.cuMemcpyHtoDAsync_v2);
+  // Optional: only kernels that take a multicast address need them
+  // (cuda_multicast.cc refuses their calls when one is missing).
+  optional(lib, "cuDeviceGetAttribute", d.cuDeviceGetAttribute);
+  optional(lib, "cuMulticastGetGranularity", d.cuMulticastGetGranularity);
+  optional(lib, "cuMulticastCreate", d.cuMulticastCreate);
+  optional(lib, "cuMulticastAddDevice", d.cuMulticastAddDevice);
+  optional(lib, "cuMulticastBindMem", d.cuMulticastBindMem);
+  optional(lib, "cuMemGetAllocationGranularity", d.cuMemGetAllocationGranularity);
+  optional(lib, "cuMemCreate", d.cuMemCreate);
+  optional(lib, "cuMemAddressReserve", d.cuMemAddressReserve);
+  optional(lib, "cuMemMap", d.cuMemMap);
+  optional(lib, "cuMemSetAccess", d.cuMemSetAccess);
   if (out.error.empty()) {
     CUresult rc = d.cuInit(0);
     if (rc != CUDA_SUCCESS) out.error = "cuInit failed with CUresult " + std::to_string(rc);

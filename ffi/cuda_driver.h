@@ -31,6 +31,8 @@ using CUmodule = CUmod_st*;
 using CUfunction = CUfunc_st*;
 using CUstream = CUstream_st*;
 using CUdeviceptr = unsigned long long;
+// A physical allocation (cuMemCreate) or a multicast object (cuMulticastCreate).
+using CUmemGenericAllocationHandle = unsigned long long;
 
 inline constexpr CUresult CUDA_SUCCESS = 0;
 // What cuFuncGetParamInfo returns for an index past the last parameter.
@@ -38,6 +40,18 @@ inline constexpr CUresult CUDA_ERROR_INVALID_VALUE = 1;
 // What cuCtxEnablePeerAccess returns for a pair enabled already (by this
 // process, or by another library in it): not a failure.
 inline constexpr CUresult CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704;
+// CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED
+inline constexpr int DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED = 132;
+// CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+// CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+// CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+// CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM and
+// CUmulticastGranularity_flags::CU_MULTICAST_GRANULARITY_MINIMUM
+inline constexpr int MEM_ALLOCATION_TYPE_PINNED = 1;
+inline constexpr int MEM_LOCATION_TYPE_DEVICE = 1;
+inline constexpr int MEM_ACCESS_FLAGS_PROT_READWRITE = 3;
+inline constexpr int MEM_ALLOC_GRANULARITY_MINIMUM = 0;
+inline constexpr int MULTICAST_GRANULARITY_MINIMUM = 0;
 // CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 inline constexpr int FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 // CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
@@ -81,6 +95,41 @@ struct alignas(128) TensorMap {
   uint64_t opaque[16];
 };
 
+// CUmemLocation: a location type, then a 4-byte union whose `id` is the
+// device ordinal for MEM_LOCATION_TYPE_DEVICE.
+struct MemLocation {
+  int type;
+  int id;
+};
+
+// CUmemAllocationProp (cuMemCreate's properties; the enums are C enums).
+struct MemAllocationProp {
+  int type;
+  int requestedHandleTypes;
+  MemLocation location;
+  void* win32HandleMetaData;
+  struct {
+    unsigned char compressionType;
+    unsigned char gpuDirectRDMACapable;
+    unsigned short usage;
+    unsigned char reserved[4];
+  } allocFlags;
+};
+
+// CUmemAccessDesc (cuMemSetAccess: who may read and write a mapping).
+struct MemAccessDesc {
+  MemLocation location;
+  int flags;
+};
+
+// CUmulticastObjectProp (cuMulticastCreate's properties).
+struct MulticastObjectProp {
+  unsigned int numDevices;
+  size_t size;
+  unsigned long long handleTypes;
+  unsigned long long flags;
+};
+
 // Entry points, by the symbol names libcuda exports (cuda.h maps
 // cuCtxPushCurrent to cuCtxPushCurrent_v2, and so on).
 struct Driver {
@@ -117,15 +166,34 @@ struct Driver {
   CUresult (*cuCtxEnablePeerAccess)(CUcontext, unsigned int);
   CUresult (*cuMemAlloc_v2)(CUdeviceptr*, size_t);
   CUresult (*cuMemcpyHtoDAsync_v2)(CUdeviceptr, const void*, size_t, CUstream);
+  // Kernels that take a multicast address (multimem_ptr; cuda_multicast.h):
+  // the device's support, a multicast object over the axis's devices,
+  // physical memory bound to it on each, and the virtual address ranges
+  // that map both. Optional (CUDA 12.1+ for the multicast ones): null when
+  // the driver lacks one, and then such calls are refused.
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
+  CUresult (*cuMulticastGetGranularity)(size_t*, const MulticastObjectProp*, int);
+  CUresult (*cuMulticastCreate)(CUmemGenericAllocationHandle*, const MulticastObjectProp*);
+  CUresult (*cuMulticastAddDevice)(CUmemGenericAllocationHandle, CUdevice);
+  CUresult (*cuMulticastBindMem)(CUmemGenericAllocationHandle, size_t,
+                                 CUmemGenericAllocationHandle, size_t, size_t,
+                                 unsigned long long);
+  CUresult (*cuMemGetAllocationGranularity)(size_t*, const MemAllocationProp*, int);
+  CUresult (*cuMemCreate)(CUmemGenericAllocationHandle*, size_t, const MemAllocationProp*,
+                          unsigned long long);
+  CUresult (*cuMemAddressReserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
+  CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                       unsigned long long);
+  CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const MemAccessDesc*, size_t);
 };
 
 // The name of a capsule holding a `const Driver*` for set_driver_override.
 // It carries the table's layout version: bump it whenever Driver's members
 // change (the static_assert below fails until then), so an extension built
 // against another layout is refused rather than called through.
-#define JAXPTX_DRIVER_CAPSULE "jaxptx.cu.Driver.v3"
+#define JAXPTX_DRIVER_CAPSULE "jaxptx.cu.Driver.v4"
 inline constexpr const char* kDriverCapsule = JAXPTX_DRIVER_CAPSULE;
-static_assert(sizeof(Driver) == 22 * sizeof(void*),
+static_assert(sizeof(Driver) == 32 * sizeof(void*),
               "Driver's members changed: bump the version in kDriverCapsule");
 
 // The driver, opened and initialised on first use (thread-safe), or the

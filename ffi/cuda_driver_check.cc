@@ -72,3 +72,72 @@ static_assert(std::is_same_v<decltype(&cuMemcpyHtoDAsync_v2),
                              CUresult (*)(CUdeviceptr, const void*, size_t, CUstream)>);
 static_assert(jaxptx::cu::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED ==
               CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+// Kernels that take a multicast address (cuda_multicast.cc): the entry
+// points, the property and access structures as cuda_driver.h lays them out,
+// and the enum values it passes.
+using jaxptx::cu::MemAccessDesc;
+using jaxptx::cu::MemAllocationProp;
+using jaxptx::cu::MemLocation;
+using jaxptx::cu::MulticastObjectProp;
+static_assert(sizeof(jaxptx::cu::CUmemGenericAllocationHandle) ==
+              sizeof(CUmemGenericAllocationHandle));
+static_assert(sizeof(CUdevice_attribute) == sizeof(int) &&
+              sizeof(CUmemAllocationType) == sizeof(int) &&
+              sizeof(CUmemAllocationHandleType) == sizeof(int) &&
+              sizeof(CUmemLocationType) == sizeof(int) &&
+              sizeof(CUmemAccess_flags) == sizeof(int) &&
+              sizeof(CUmemAllocationGranularity_flags) == sizeof(int) &&
+              sizeof(CUmulticastGranularity_flags) == sizeof(int));
+static_assert(std::is_same_v<decltype(&cuDeviceGetAttribute),
+                             CUresult (*)(int*, CUdevice_attribute, CUdevice)>);
+static_assert(std::is_same_v<decltype(&cuMulticastGetGranularity),
+                             CUresult (*)(size_t*, const CUmulticastObjectProp*,
+                                          CUmulticastGranularity_flags)>);
+static_assert(std::is_same_v<decltype(&cuMulticastCreate),
+                             CUresult (*)(CUmemGenericAllocationHandle*,
+                                          const CUmulticastObjectProp*)>);
+static_assert(std::is_same_v<decltype(&cuMulticastAddDevice),
+                             CUresult (*)(CUmemGenericAllocationHandle, CUdevice)>);
+static_assert(std::is_same_v<decltype(&cuMulticastBindMem),
+                             CUresult (*)(CUmemGenericAllocationHandle, size_t,
+                                          CUmemGenericAllocationHandle, size_t, size_t,
+                                          unsigned long long)>);
+static_assert(std::is_same_v<decltype(&cuMemGetAllocationGranularity),
+                             CUresult (*)(size_t*, const CUmemAllocationProp*,
+                                          CUmemAllocationGranularity_flags)>);
+static_assert(std::is_same_v<decltype(&cuMemCreate),
+                             CUresult (*)(CUmemGenericAllocationHandle*, size_t,
+                                          const CUmemAllocationProp*, unsigned long long)>);
+static_assert(std::is_same_v<decltype(&cuMemAddressReserve),
+                             CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr,
+                                          unsigned long long)>);
+static_assert(std::is_same_v<decltype(&cuMemMap),
+                             CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                                          unsigned long long)>);
+static_assert(std::is_same_v<decltype(&cuMemSetAccess),
+                             CUresult (*)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t)>);
+static_assert(sizeof(MemLocation) == sizeof(CUmemLocation) &&
+              alignof(MemLocation) == alignof(CUmemLocation) &&
+              offsetof(MemLocation, id) == offsetof(CUmemLocation, id));
+static_assert(sizeof(MemAllocationProp) == sizeof(CUmemAllocationProp) &&
+              alignof(MemAllocationProp) == alignof(CUmemAllocationProp) &&
+              offsetof(MemAllocationProp, requestedHandleTypes) ==
+                  offsetof(CUmemAllocationProp, requestedHandleTypes) &&
+              offsetof(MemAllocationProp, location) == offsetof(CUmemAllocationProp, location) &&
+              offsetof(MemAllocationProp, win32HandleMetaData) ==
+                  offsetof(CUmemAllocationProp, win32HandleMetaData) &&
+              offsetof(MemAllocationProp, allocFlags) == offsetof(CUmemAllocationProp, allocFlags));
+static_assert(sizeof(MemAccessDesc) == sizeof(CUmemAccessDesc) &&
+              offsetof(MemAccessDesc, flags) == offsetof(CUmemAccessDesc, flags));
+static_assert(sizeof(MulticastObjectProp) == sizeof(CUmulticastObjectProp) &&
+              offsetof(MulticastObjectProp, size) == offsetof(CUmulticastObjectProp, size) &&
+              offsetof(MulticastObjectProp, handleTypes) ==
+                  offsetof(CUmulticastObjectProp, handleTypes) &&
+              offsetof(MulticastObjectProp, flags) == offsetof(CUmulticastObjectProp, flags));
+static_assert(jaxptx::cu::DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED ==
+                  CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED &&
+              jaxptx::cu::MEM_ALLOCATION_TYPE_PINNED == CU_MEM_ALLOCATION_TYPE_PINNED &&
+              jaxptx::cu::MEM_LOCATION_TYPE_DEVICE == CU_MEM_LOCATION_TYPE_DEVICE &&
+              jaxptx::cu::MEM_ACCESS_FLAGS_PROT_READWRITE == CU_MEM_ACCESS_FLAGS_PROT_READWRITE &&
+              jaxptx::cu::MEM_ALLOC_GRANULARITY_MINIMUM == CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
+              jaxptx::cu::MULTICAST_GRANULARITY_MINIMUM == CU_MULTICAST_GRANULARITY_MINIMUM);

@@ -29,7 +29,10 @@
 // that a call of a kernel with peers may carry one more, `peers`: its rank
 // operand (last) is then no pointer parameter; the ranks of its mesh axis
 // meet on the host before any launches (cuda_peers.h), and the kernel gets
-// its rank and peer table as two hidden parameters after the others.
+// its rank and peer table as two hidden parameters after the others; a peer
+// tensor whose multicast address it takes is a multicast workspace for the
+// launch (cuda_multicast.h): the kernel's pointer to it is the workspace's,
+// and an output's workspace is copied back into XLA's buffer after it.
 // Every failure is returned as an ffi::Error.
 
 #include <algorithm>
@@ -283,13 +286,31 @@ ffi::Error launch(CUstream stream, ffi::ScratchAllocator& scratch, ffi::Remainin
   // Peer tensors' addresses are handed to the other ranks, whose kernels
   // may store into them (through addresses the kernel loads from its peer
   // table, which the may_write_inputs analysis cannot follow): an input
-  // among them is always a private copy.
+  // among them is always a private copy. One with a multicast workspace
+  // never is: the kernel gets the workspace, into which XLA's buffer is
+  // copied, and never sees the buffer.
   int64_t may_write_inputs = call.may_write_inputs;
-  for (int64_t t : peers ? peers->buffers : std::vector<int64_t>()) {
-    if (static_cast<size_t>(t) < n_in && t < 63) may_write_inputs |= int64_t{1} << t;
+  std::vector<bool> workspace(n, false);
+  for (size_t k = 0; peers && k < peers->buffers.size(); ++k) {
+    const int64_t t = peers->buffers[k];
+    workspace[static_cast<size_t>(t)] = k < 63 && ((peers->multimem >> k) & 1);
+    if (static_cast<size_t>(t) >= n_in || t >= 63) continue;
+    if (workspace[static_cast<size_t>(t)]) {
+      may_write_inputs &= ~(int64_t{1} << t);
+    } else {
+      may_write_inputs |= int64_t{1} << t;
+    }
   }
   std::vector<TiledMapArgs> records;
   bad = decode_tensor_maps(call.tma, n, &records);
+  for (const TiledMapArgs& r : records) {
+    if (bad.empty() && workspace[r.buffer]) {
+      bad = "a TMA descriptor is over tensor " + std::to_string(r.buffer) +
+            ", whose multicast address the kernel takes: on GPUs that tensor is a multicast "
+            "workspace known only once every rank has met, after the descriptors are encoded; "
+            "load it without TMA, or use peer_ptr";
+    }
+  }
   if (!bad.empty()) {
     return ffi::Error::InvalidArgument(JAXPTX_CUDA_TARGET ": kernel " + entry + ": " + bad);
   }
@@ -348,8 +369,15 @@ ffi::Error launch(CUstream stream, ffi::ScratchAllocator& scratch, ffi::Remainin
   // (cuda_peers.h); nothing that may fail comes between that and the launch.
   PeerParams peer_params;
   if (peers) {
-    PeerRank me{call.kernel_id, image->entry, ctx, stream, rank_buffer, pointers};
+    std::vector<size_t> nbytes;
+    for (size_t i = 0; i < n; ++i) {
+      nbytes.push_back(static_cast<size_t>(i < n_in ? in_bytes[i] : out_bytes[i - n_in]));
+    }
+    PeerRank me{call.kernel_id, image->entry, ctx, stream, rank_buffer, pointers, nbytes, n_in};
     if (ffi::Error e = meet_peers(*d, *peers, me, &peer_params); e.failure()) return e;
+    for (const auto& [tensor, view] : peer_params.redirect) {
+      pointers[tensor] = reinterpret_cast<void*>(view);
+    }
   }
   std::vector<int64_t> values;
   for (size_t i = 1; i < call.scalars.size(); i += 2) values.push_back(call.scalars[i]);
@@ -367,6 +395,16 @@ ffi::Error launch(CUstream stream, ffi::ScratchAllocator& scratch, ffi::Remainin
   if (rc != CUDA_SUCCESS) {
     return ffi::Error::Internal(JAXPTX_CUDA_TARGET ": launching kernel " + image->entry +
                                 " failed: " + describe(*d, rc));
+  }
+  // Outputs that were multicast workspaces for the launch, back into XLA's
+  // buffers, after it on the stream.
+  for (const CopyOut& c : peer_params.copy_out) {
+    rc = d->cuMemcpyDtoDAsync_v2(c.dst, c.src, c.nbytes, stream);
+    if (rc != CUDA_SUCCESS) {
+      return ffi::Error::Internal(JAXPTX_CUDA_TARGET ": kernel " + image->entry +
+                                  ": copying a multicast workspace back into its output failed: " +
+                                  describe(*d, rc));
+    }
   }
   if (capture) {
     capture->finish(*d, stream, call.kernel_id, call.ptx, image->entry, shape,

@@ -1,6 +1,6 @@
 // Kernels that name their peers, on GPUs (cuda_peers.h): the `peers`
-// attribute, the host rendezvous of a call's ranks, peer access and the
-// peer tables.
+// attribute, the host rendezvous of a call's ranks, peer access, multicast
+// workspaces (cuda_multicast.h) and the peer tables.
 
 #include "cuda_peers.h"
 
@@ -19,6 +19,7 @@
 #include <tuple>
 #include <utility>
 
+#include "cuda_multicast.h"
 #include "handlers.h"
 
 namespace ffi = xla::ffi;
@@ -77,32 +78,45 @@ struct Failure {
 
 Failure internal(std::string message) { return {ffi::ErrorCode::kInternal, std::move(message)}; }
 
-// One rank's registration: its context, device and peer tensors' addresses.
+// One rank's registration: its context, device and peer tensors' addresses
+// and sizes.
 struct Arrival {
   CUcontext ctx;
   CUdevice device;
   std::vector<uint64_t> peers;  // in `peers` order
+  std::vector<size_t> nbytes;   // in `peers` order
 };
 
-// The ranks of one call: filled by rank, then readied by rank.
+// The barriers after the arrivals: every rank's multicast workspaces bound
+// (calls with multimem only), then every rank ready to launch.
+enum Phase { kBound = 0, kReady = 1 };
+constexpr const char* kPhaseWaits[] = {"bind their multicast workspaces", "get ready"};
+
+// The ranks of one call: filled by rank, then readied by rank (per phase).
 struct Meeting {
-  explicit Meeting(size_t n) : arrivals(n), ready(n, false) {}
+  explicit Meeting(size_t n) : arrivals(n), ready{std::vector<bool>(n), std::vector<bool>(n)} {}
   std::vector<std::optional<Arrival>> arrivals;
-  std::vector<bool> ready;
-  size_t arrived = 0, readied = 0;
+  std::vector<bool> ready[2];
+  size_t arrived = 0, readied[2] = {0, 0};
   bool failed = false;
   ffi::ErrorCode code = ffi::ErrorCode::kInternal;  // what every rank reports once it failed
   std::string why;
   std::vector<int64_t> missing;     // the ranks that never arrived (a timeout)
+  // The call's multicast workspaces (by peer tensor; null where none),
+  // found or made by the first rank past the arrivals, under team_mutex.
+  std::mutex team_mutex;
+  bool team_made = false;
+  Failure team_failure;
+  std::vector<std::shared_ptr<Workspace>> workspaces;
 
   std::vector<int64_t> absent() const {
     std::vector<int64_t> out;
     for (size_t r = 0; r < arrivals.size(); ++r) if (!arrivals[r]) out.push_back(r);
     return out;
   }
-  std::vector<int64_t> unready() const {
+  std::vector<int64_t> unready(Phase phase) const {
     std::vector<int64_t> out;
-    for (size_t r = 0; r < ready.size(); ++r) if (!ready[r]) out.push_back(r);
+    for (size_t r = 0; r < ready[phase].size(); ++r) if (!ready[phase][r]) out.push_back(r);
     return out;
   }
 };
@@ -172,12 +186,12 @@ Failure wait_full(const Key& key, const std::shared_ptr<Meeting>& self, const Pe
               "meshes are not supported); $" + kTimeoutEnv + " sets the wait"};
 }
 
-// Posts this rank's readiness (`mine` has no message) or its failure, and
-// waits for every rank to be ready. Returns the failure every rank reports,
-// or none (an empty message): then every rank's table exists, and it may
-// launch.
-Failure wait_ready(Meeting& m, const PeerCall& c, const PeerRank& me, uint32_t rank,
-                   const Failure& mine, double limit) {
+// Posts this rank's readiness for `phase` (`mine` has no message) or its
+// failure, and waits for every rank to be so ready. Returns the failure
+// every rank reports, or none (an empty message): then, at kReady, every
+// rank's table exists, and it may launch.
+Failure wait_ready(Meeting& m, Phase phase, const PeerCall& c, const PeerRank& me,
+                   uint32_t rank, const Failure& mine, double limit) {
   std::unique_lock<std::mutex> lock(g_mutex);
   if (!mine.message.empty()) {
     if (!m.failed) {
@@ -188,19 +202,20 @@ Failure wait_ready(Meeting& m, const PeerCall& c, const PeerRank& me, uint32_t r
     g_changed.notify_all();
     return {m.code, m.why};
   }
-  m.ready[rank] = true;
-  ++m.readied;
+  m.ready[phase][rank] = true;
+  ++m.readied[phase];
   g_changed.notify_all();
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(limit));
   bool done = g_changed.wait_until(lock, deadline, [&] {
-    return m.readied == m.ready.size() || m.failed;
+    return m.readied[phase] == m.ready[phase].size() || m.failed;
   });
   if (!done) {
     m.failed = true;
     m.code = ffi::ErrorCode::kDeadlineExceeded;
-    m.why = where(me) + ": rank(s) " + rank_list(m.unready()) + " of " + axis(c) +
-            " did not get ready within " + seconds(limit) + " s of the others (no rank launched it)";
+    m.why = where(me) + ": rank(s) " + rank_list(m.unready(phase)) + " of " + axis(c) +
+            " did not " + kPhaseWaits[phase] + " within " + seconds(limit) +
+            " s of the others (no rank launched it)";
     g_changed.notify_all();
   }
   if (!m.failed) return {};
@@ -264,13 +279,20 @@ std::mutex g_table_mutex;
 std::map<TableKey, CUdeviceptr> g_tables;
 
 // Writes this rank's peer table and synchronises its stream (its private
-// copies and table are then in place). Empty when done, else why.
+// copies, workspace copies and table are then in place). A peer tensor with
+// a multicast workspace has the ranks' unicast views as its entries and this
+// rank's mapping of the object as its multicast address. Empty when done,
+// else why.
 Failure write_table(const Driver& d, const Meeting& m, const PeerCall& c, const PeerRank& me,
-                    CUdeviceptr* table) {
+                    uint32_t rank, CUdeviceptr* table) {
   const size_t n = m.arrivals.size(), k = c.buffers.size();
-  std::vector<uint64_t> rows(k * n + k, 0);  // the multicast entries stay 0: no multimem here
+  std::vector<uint64_t> rows(k * n + k, 0);  // multicast entries without a workspace stay 0
   for (size_t t = 0; t < k; ++t) {
-    for (size_t r = 0; r < n; ++r) rows[t * n + r] = m.arrivals[r]->peers[t];
+    const Workspace* w = m.workspaces.empty() ? nullptr : m.workspaces[t].get();
+    for (size_t r = 0; r < n; ++r) {
+      rows[t * n + r] = w ? w->ranks[r].unicast : m.arrivals[r]->peers[t];
+    }
+    if (w) rows[k * n + t] = w->ranks[rank].multicast;
   }
   const size_t nbytes = rows.size() * sizeof(uint64_t);
   if (nbytes == 0) return {};  // no peer tensors: the table is never read
@@ -301,6 +323,109 @@ Failure write_table(const Driver& d, const Meeting& m, const PeerCall& c, const 
   return {};
 }
 
+// The peer tensors whose multicast address the kernel takes (bits 0..62 of
+// the mask; decode_peers refuses bits past the peer tensors).
+std::vector<size_t> multimem_peers(const PeerCall& c) {
+  std::vector<size_t> out;
+  for (size_t k = 0; k < c.buffers.size() && k < 63; ++k) {
+    if ((c.multimem >> k) & 1) out.push_back(k);
+  }
+  return out;
+}
+
+// Finds or makes the call's multicast workspaces (the first rank here does,
+// for all) and sets up this rank's share of each. Empty when done, else why.
+Failure ready_workspaces(const Driver& d, Meeting& m, const PeerCall& c, const PeerRank& me,
+                         uint32_t rank) {
+  const std::vector<size_t> peers = multimem_peers(c);
+  {
+    std::lock_guard<std::mutex> lock(m.team_mutex);
+    if (!m.team_made) {
+      m.team_made = true;
+      WorkspaceRequest request{me.kernel_id, c.site, c.axis_name, c.axis_size, peers, {}, {}, {}};
+      for (const auto& a : m.arrivals) {
+        request.devices.push_back(a->device);
+        request.contexts.push_back(a->ctx);
+      }
+      for (size_t k : peers) {
+        const size_t bytes = m.arrivals[0]->nbytes[k];
+        for (size_t r = 1; r < m.arrivals.size() && m.team_failure.message.empty(); ++r) {
+          if (m.arrivals[r]->nbytes[k] == bytes) continue;
+          m.team_failure = {ffi::ErrorCode::kInvalidArgument,
+                            where(me) + ": peer tensor " + std::to_string(k) + " has " +
+                                std::to_string(bytes) + " bytes on rank 0 and " +
+                                std::to_string(m.arrivals[r]->nbytes[k]) + " on rank " +
+                                std::to_string(r) + " of " + axis(c) +
+                                ": a multicast object maps the same bytes on every rank"};
+        }
+        request.nbytes.push_back(bytes);
+      }
+      std::vector<std::shared_ptr<Workspace>> found;
+      bool refused = false;
+      if (m.team_failure.message.empty()) {
+        std::string bad = find_workspaces(d, request, where(me), axis(c), &found, &refused);
+        if (!bad.empty()) {
+          m.team_failure = {refused ? ffi::ErrorCode::kFailedPrecondition
+                                    : ffi::ErrorCode::kInternal, bad};
+        }
+      }
+      if (m.team_failure.message.empty()) {
+        m.workspaces.assign(c.buffers.size(), nullptr);
+        for (size_t i = 0; i < peers.size(); ++i) m.workspaces[peers[i]] = found[i];
+      }
+    }
+    if (!m.team_failure.message.empty()) return m.team_failure;
+  }
+  for (size_t k : peers) {
+    std::string bad = back_workspace(d, *m.workspaces[k], rank, k, where(me));
+    if (!bad.empty()) return internal(bad);
+  }
+  return {};
+}
+
+// Points the kernel at this rank's unicast view of each workspace (every
+// tensor at the address of the peer tensor's buffer: an output in place
+// too), copies XLA's buffer in where it is an input, and lists the copies
+// out after the launch where it is an output. Empty when done, else why.
+Failure stage_workspaces(const Driver& d, const Meeting& m, const PeerCall& c,
+                         const PeerRank& me, uint32_t rank, PeerParams* out) {
+  std::vector<size_t> peers = multimem_peers(c);
+  for (size_t k : peers) {
+    const size_t t = static_cast<size_t>(c.buffers[k]);
+    void* original = me.tensors[t];
+    for (size_t other : peers) {
+      if (other < k && me.tensors[static_cast<size_t>(c.buffers[other])] == original &&
+          me.nbytes[t] > 0) {
+        return {ffi::ErrorCode::kInvalidArgument,
+                where(me) + ": peer tensors " + std::to_string(other) + " and " +
+                    std::to_string(k) + " are one buffer (an output in place), and each takes "
+                    "a multicast workspace of its own: name one of them in peers"};
+      }
+    }
+    const CUdeviceptr view = m.workspaces[k]->ranks[rank].unicast;
+    const size_t nbytes = me.nbytes[t];
+    bool input = false;
+    for (size_t j = 0; j < me.tensors.size(); ++j) {
+      if (me.tensors[j] != original || (j != t && nbytes == 0)) continue;
+      out->redirect.emplace_back(j, view);
+      if (j < me.n_in) {
+        input = true;
+      } else if (nbytes > 0) {
+        out->copy_out.push_back({reinterpret_cast<CUdeviceptr>(original), view, nbytes});
+      }
+    }
+    if (input && nbytes > 0) {
+      CUresult rc = d.cuMemcpyDtoDAsync_v2(view, reinterpret_cast<CUdeviceptr>(original), nbytes,
+                                           me.stream);
+      if (rc != CUDA_SUCCESS) {
+        return internal(where(me) + ": copying peer tensor " + std::to_string(k) +
+                        " into its multicast workspace failed: " + describe(d, rc));
+      }
+    }
+  }
+  return {};
+}
+
 // The entry points a call with peers needs beyond a launch's, or the first
 // one the driver lacks.
 const char* missing_entry_point(const Driver& d) {
@@ -321,15 +446,13 @@ ffi::Error refuse(const Driver& d, const PeerCall& c, const PeerRank& me) {
                           ", which their calls need: update the NVIDIA driver");
   }
   if (c.multimem != 0) {
-    std::string tensors;
-    for (size_t k = 0; k < c.buffers.size() && k < 63; ++k) {
-      if ((c.multimem >> k) & 1) tensors += (tensors.empty() ? "" : ", ") + std::to_string(k);
+    if (const char* name = missing_multicast_entry_point(d)) {
+      return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                        where(me) + " takes the multicast address (multimem_ptr) of a peer "
+                            "tensor, and the CUDA driver has no " + name +
+                            ", which multicast objects need (CUDA 12.1+): update the NVIDIA "
+                            "driver, or use peer_ptr");
     }
-    return ffi::Error(ffi::ErrorCode::kUnimplemented,
-                      where(me) + " takes the multicast address (multimem_ptr) of peer tensor(s) " +
-                          tensors + " (in peers order), and the CUDA handler does not bind "
-                          "multicast objects yet: use peer_ptr on GPUs, or run the kernel on the "
-                          "CPU, where multimem runs on the emulator");
   }
   int count = 0;
   CUresult rc = d.cuDeviceGetCount(&count);
@@ -394,6 +517,11 @@ std::string decode_peers(const ffi::Dictionary& attr, size_t n_tensors, PeerCall
   out->buffers.assign(buffers->begin(), buffers->end());
   out->multimem = *multimem;
   out->site = *site;
+  if (out->multimem < 0 || (out->buffers.size() < 63 &&
+                            (out->multimem >> out->buffers.size()) != 0)) {
+    return what + "multimem: expected a mask of the " + std::to_string(out->buffers.size()) +
+           " peer tensors, got " + std::to_string(out->multimem);
+  }
   if (out->axis_size < 1 || out->axis_size > 65536) {
     return what + "axis_size: expected 1 to 65536 devices, got " + std::to_string(out->axis_size);
   }
@@ -426,13 +554,14 @@ ffi::Error meet_peers(const Driver& d, const PeerCall& c, const PeerRank& me, Pe
   std::optional<double> limit = peer_timeout(&bad);
   if (!limit) return ffi::Error::InvalidArgument(where(me) + ": " + bad);
   if (ffi::Error e = read_rank(d, c, me, &out->rank); e.failure()) return e;
-  Arrival arrival{me.ctx, 0, {}};
+  Arrival arrival{me.ctx, 0, {}, {}};
   CUresult rc = d.cuCtxGetDevice(&arrival.device);
   if (rc != CUDA_SUCCESS) {
     return ffi::Error::Internal(where(me) + ": cuCtxGetDevice failed: " + describe(d, rc));
   }
   for (int64_t t : c.buffers) {
     arrival.peers.push_back(reinterpret_cast<uint64_t>(me.tensors[static_cast<size_t>(t)]));
+    arrival.nbytes.push_back(me.nbytes[static_cast<size_t>(t)]);
   }
   const Key key{me.kernel_id, c.site, c.axis_name, c.axis_size};
   const uint32_t rank = out->rank;
@@ -442,8 +571,16 @@ ffi::Error meet_peers(const Driver& d, const PeerCall& c, const PeerRank& me, Pe
   if (!f.message.empty()) return ffi::Error(f.code, f.message);
   // Every rank is here, and no entry of the meeting is written again.
   Failure mine = enable_peer_access(d, *m, c, me, rank);
-  if (mine.message.empty()) mine = write_table(d, *m, c, me, &out->table);
-  f = wait_ready(*m, c, me, rank, mine, *limit);
+  if (c.multimem != 0) {
+    // Every rank's share of the workspaces is bound and mapped before any
+    // rank's table lists them.
+    if (mine.message.empty()) mine = ready_workspaces(d, *m, c, me, rank);
+    f = wait_ready(*m, kBound, c, me, rank, mine, *limit);
+    if (!f.message.empty()) return ffi::Error(f.code, f.message);
+    mine = stage_workspaces(d, *m, c, me, rank, out);
+  }
+  if (mine.message.empty()) mine = write_table(d, *m, c, me, rank, &out->table);
+  f = wait_ready(*m, kReady, c, me, rank, mine, *limit);
   if (!f.message.empty()) return ffi::Error(f.code, f.message);
   return ffi::Error::Success();
 }

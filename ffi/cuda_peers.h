@@ -11,7 +11,7 @@
 // has arrived, each enables peer access from its context to every other
 // (cuDeviceCanAccessPeer, then cuCtxEnablePeerAccess, once per pair per
 // process), writes its peer table (entry k*W + r: rank r's copy of peer
-// tensor k; entry K*W + k: tensor k's multicast address, 0 here) into a
+// tensor k; entry K*W + k: tensor k's multicast address, or 0) into a
 // buffer of its own with cuMemcpyHtoDAsync, and synchronises its stream, so
 // that every rank's buffers (private copies included) are in place before
 // any peer's kernel may write them. Only when every rank is so ready does
@@ -20,14 +20,25 @@
 // Then each launches on its own stream; the kernels synchronise among
 // themselves through their flags.
 //
+// A call whose kernel takes the multicast address of a peer tensor (its
+// `multimem` bit) meets once more before its tables are written: once all
+// ranks have arrived, one finds or makes the tensor's multicast workspace
+// (cuda_multicast.h), each rank binds and maps its share, and the ranks wait
+// until every share is in place. The tensor's table entries are then the
+// ranks' unicast views of the workspace (entry K*W + k: this rank's mapping
+// of the multicast object), the kernel's own pointer to it is its unicast
+// view, XLA's buffer is copied in before the launch (an input) and out
+// after it (an output), on the call's stream. Devices without multicast
+// support are refused (every rank fails with the reason), and so is a driver
+// without the entry points (before any rank meets).
+//
 // A rank whose peers do not all arrive within $JAXPTX_PEER_TIMEOUT seconds
 // (default 60, as on the CPU) fails with an error naming the axis and the
 // ranks that never came. Single-process multi-GPU is the supported case: a
 // call whose axis has more devices than this process has GPUs
 // (cuDeviceGetCount) is refused as multi-process; a multi-process mesh
 // that fits in one host's GPU count shows as that timeout, whose message
-// says so. Calls whose kernel takes a multicast address (`multimem`) are
-// refused: the handler does not bind multicast objects yet.
+// says so.
 //
 // Peer access here is cuCtxEnablePeerAccess, which covers memory from
 // cuMemAlloc: XLA's default (BFC) allocator. Buffers from a stream-ordered
@@ -39,6 +50,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_driver.h"
@@ -75,12 +87,25 @@ struct PeerRank {
   CUstream stream;
   const void* rank_buffer;            // the rank operand (4 bytes on the device)
   std::vector<void*> tensors;         // the kernel's tensor addresses, as it gets them
+  std::vector<size_t> nbytes;         // each tensor's bytes
+  size_t n_in = 0;                    // the first n_in tensors are inputs, the rest outputs
 };
 
-// What the launch of one rank takes: its rank and its peer table's address.
+// A copy the launch of one rank owes XLA after it: a multicast workspace
+// back into an output's buffer.
+struct CopyOut {
+  CUdeviceptr dst = 0, src = 0;
+  size_t nbytes = 0;
+};
+
+// What the launch of one rank takes: its rank and its peer table's address;
+// the tensors whose pointers become a multicast workspace's unicast view
+// (tensor index, address), and the copies to make after the launch.
 struct PeerParams {
   uint32_t rank = 0;
   CUdeviceptr table = 0;
+  std::vector<std::pair<size_t, CUdeviceptr>> redirect;
+  std::vector<CopyOut> copy_out;
 };
 
 // Meets the other ranks of `call` and readies this one's launch (above):

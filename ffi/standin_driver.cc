@@ -346,6 +346,100 @@ CUresult memcpy_htod(CUdeviceptr dst, const void* src, size_t nbytes, CUstream s
   });
 }
 
+// Kernels that take a multicast address: the device attribute, multicast
+// objects, physical memory and the address ranges that map them. The
+// property structures are read here and passed on as their fields.
+CUresult device_get_attribute(int* value, int attribute, CUdevice device) {
+  if (!value) return fail(kInvalidValue, "cuDeviceGetAttribute: null value");
+  return guarded("cuDeviceGetAttribute", [&](nb::handle d) {
+    *value = nb::cast<int>(d.attr("device_get_attribute")(attribute, device));
+  });
+}
+
+CUresult multicast_get_granularity(size_t* granularity, const MulticastObjectProp* prop,
+                                   int option) {
+  if (!granularity || !prop) {
+    return fail(kInvalidValue, "cuMulticastGetGranularity: a null pointer");
+  }
+  return guarded("cuMulticastGetGranularity", [&](nb::handle d) {
+    *granularity = nb::cast<size_t>(d.attr("multicast_get_granularity")(
+        prop->numDevices, prop->size, prop->handleTypes, prop->flags, option));
+  });
+}
+
+CUresult multicast_create(CUmemGenericAllocationHandle* handle, const MulticastObjectProp* prop) {
+  if (!handle || !prop) return fail(kInvalidValue, "cuMulticastCreate: a null pointer");
+  return guarded("cuMulticastCreate", [&](nb::handle d) {
+    *handle = nb::cast<uint64_t>(
+        d.attr("multicast_create")(prop->numDevices, prop->size, prop->handleTypes, prop->flags));
+  });
+}
+
+CUresult multicast_add_device(CUmemGenericAllocationHandle handle, CUdevice device) {
+  return guarded("cuMulticastAddDevice", [&](nb::handle d) {
+    d.attr("multicast_add_device")(static_cast<uint64_t>(handle), device);
+  });
+}
+
+CUresult multicast_bind_mem(CUmemGenericAllocationHandle handle, size_t mc_offset,
+                            CUmemGenericAllocationHandle memory, size_t mem_offset, size_t size,
+                            unsigned long long flags) {
+  return guarded("cuMulticastBindMem", [&](nb::handle d) {
+    d.attr("multicast_bind_mem")(static_cast<uint64_t>(handle), mc_offset,
+                                 static_cast<uint64_t>(memory), mem_offset, size, flags);
+  });
+}
+
+CUresult mem_get_allocation_granularity(size_t* granularity, const MemAllocationProp* prop,
+                                        int option) {
+  if (!granularity || !prop) {
+    return fail(kInvalidValue, "cuMemGetAllocationGranularity: a null pointer");
+  }
+  return guarded("cuMemGetAllocationGranularity", [&](nb::handle d) {
+    *granularity = nb::cast<size_t>(d.attr("mem_get_allocation_granularity")(
+        prop->type, prop->location.type, prop->location.id, option));
+  });
+}
+
+CUresult mem_create(CUmemGenericAllocationHandle* handle, size_t size,
+                    const MemAllocationProp* prop, unsigned long long flags) {
+  if (!handle || !prop) return fail(kInvalidValue, "cuMemCreate: a null pointer");
+  return guarded("cuMemCreate", [&](nb::handle d) {
+    *handle = nb::cast<uint64_t>(d.attr("mem_create")(
+        size, prop->type, prop->requestedHandleTypes, prop->location.type, prop->location.id,
+        flags));
+  });
+}
+
+CUresult mem_address_reserve(CUdeviceptr* address, size_t size, size_t alignment, CUdeviceptr hint,
+                             unsigned long long flags) {
+  if (!address) return fail(kInvalidValue, "cuMemAddressReserve: null address");
+  return guarded("cuMemAddressReserve", [&](nb::handle d) {
+    *address = static_cast<CUdeviceptr>(nb::cast<uint64_t>(d.attr("mem_address_reserve")(
+        size, alignment, static_cast<uint64_t>(hint), flags)));
+  });
+}
+
+CUresult mem_map(CUdeviceptr address, size_t size, size_t offset,
+                 CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  return guarded("cuMemMap", [&](nb::handle d) {
+    d.attr("mem_map")(static_cast<uint64_t>(address), size, offset,
+                      static_cast<uint64_t>(handle), flags);
+  });
+}
+
+CUresult mem_set_access(CUdeviceptr address, size_t size, const MemAccessDesc* descs,
+                        size_t count) {
+  if (!descs && count) return fail(kInvalidValue, "cuMemSetAccess: null descriptors");
+  return guarded("cuMemSetAccess", [&](nb::handle d) {
+    nb::list access;
+    for (size_t i = 0; i < count; ++i) {
+      access.append(nb::make_tuple(descs[i].location.type, descs[i].location.id, descs[i].flags));
+    }
+    d.attr("mem_set_access")(static_cast<uint64_t>(address), size, access);
+  });
+}
+
 const Driver kStandIn = {
     init,          get_error_name, get_error_string, stream_get_ctx,    ctx_get_current,
     ctx_push,      ctx_pop,        module_load,      module_get_function, func_set_attribute,
@@ -353,6 +447,9 @@ const Driver kStandIn = {
     tensor_map_encode_tiled,
     device_get_count, ctx_get_device, device_can_access_peer, ctx_enable_peer_access,
     mem_alloc, memcpy_htod,
+    device_get_attribute, multicast_get_granularity, multicast_create, multicast_add_device,
+    multicast_bind_mem, mem_get_allocation_granularity, mem_create, mem_address_reserve,
+    mem_map, mem_set_access,
 };
 
 }  // namespace

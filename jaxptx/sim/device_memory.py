@@ -58,6 +58,22 @@ class DeviceMemory:
         read them, do not resize them)."""
         return self._buffers
 
+    def alias(self, address: int, target: int) -> None:
+        """Make the allocation at ``address`` share the memory of the one at
+        ``target`` (both of this device, whole allocations of one size): what
+        ``cuMemMap`` of physical memory into a reserved range does. Each
+        address then reads and writes the same bytes.
+
+        Raises:
+            SimError: an address that is not the start of a live allocation,
+                or two allocations of different sizes.
+        """
+        (k, off), (j, off2) = self._locate(address, 1, "alias address"), self._locate(target, 1, "alias target")
+        if off or off2 or self._sizes[k] != self._sizes[j]:
+            raise SimError(f"alias: {int(address):#x} and {int(target):#x} must start allocations of one size "
+                           f"(got offsets {off}, {off2}; sizes {self._sizes[k]}, {self._sizes[j]})")
+        self._buffers[k] = self._buffers[j]
+
     def alloc(self, nbytes: int) -> int:
         """Allocate ``nbytes`` of zero-filled device memory (``cuMemAlloc``).
 

@@ -50,6 +50,10 @@ class Node(Protocol):
     def index_of(self, device: Any, what: str) -> int:
         """The index of ``device`` (an index or one of ``devices``)."""
 
+    def multicast_address(self, device: int, addr: np.ndarray) -> np.ndarray:
+        """``addr`` with ``device``'s ranges mapped to a multicast object taken
+        to the object's own addresses."""
+
 _MULTICAST_TAG = MULTICAST_BASE >> DEVICE_SHIFT
 _OFFSET_MASK = np.uint64((1 << GLOBAL_SHIFT) - 1)
 
@@ -160,7 +164,7 @@ class NodeLink:
                 its object, or of an object some member has not bound memory
                 to, or that the launch's device is not a member of.
         """
-        addr = np.asarray(addr).astype(np.uint64, copy=False)
+        addr = self.system.multicast_address(self.index, np.asarray(addr).astype(np.uint64, copy=False))
         objects = self.system.multicasts
         j = (addr.astype(np.int64) - MULTICAST_BASE) >> GLOBAL_SHIFT
         bad = (addr < np.uint64(MULTICAST_BASE)) | (j < 1) | (j > len(objects))

@@ -145,6 +145,8 @@ class System:
         self.devices: tuple[Device, ...] = tuple(NodeDevice(self, i, arch) for i in range(int(n)))
         self.peer_access = False
         self.multicasts: list[Multicast] = []
+        # (device, start, end, object): ranges mapped to a multicast object (map_multicast)
+        self.multicast_ranges: list[tuple[int, int, int, Multicast]] = []
 
     def enable_peer_access(self) -> None:
         """Let every device load, store and run atomics on every other
@@ -182,6 +184,36 @@ class System:
         mc = Multicast(self, len(self.multicasts), int(nbytes), tuple(sorted(members)))
         self.multicasts.append(mc)
         return mc
+
+    def map_multicast(self, mc: Multicast, device: Any, address: int) -> None:
+        """Give multicast object ``mc`` a second address on ``device``: its
+        ``multimem`` instructions on ``address .. address + mc.nbytes`` reach
+        ``mc`` as they do at ``mc.address`` (``cuMemMap`` of a multicast
+        handle into a range the device reserved).
+
+        Raises:
+            SimError: ``mc`` of another node, a device that is not a member,
+                or an address that is not an int.
+        """
+        index = self.index_of(device, "System.map_multicast device")
+        if mc not in self.multicasts or index not in mc.devices:
+            raise SimError(f"System.map_multicast: device {index} is not a member of this node's multicast object "
+                           f"at {getattr(mc, 'address', mc)!r}")
+        if not is_int(address) or int(address) < 0:
+            raise SimError(f"System.map_multicast address: expected a device address (an int), got {address!r}")
+        self.multicast_ranges.append((index, int(address), int(address) + mc.nbytes, mc))
+
+    def multicast_address(self, device: int, addr: np.ndarray) -> np.ndarray:
+        """``addr`` with the addresses ``device`` mapped to a multicast object
+        (:meth:`map_multicast`) taken to that object's own addresses."""
+        if not self.multicast_ranges:
+            return addr
+        addr = np.array(addr, dtype=np.uint64)
+        for index, start, end, mc in self.multicast_ranges:
+            if index == device:
+                inside = (addr >= np.uint64(start)) & (addr < np.uint64(end))
+                addr[inside] = addr[inside] - np.uint64(start) + np.uint64(mc.address)
+        return addr
 
     def launch(self, launches: Sequence[Mapping[str, Any]], *, check: Any = None, max_steps: int | None = None,
                max_seconds: float | None = None, schedule: str | None = None, seed: int | None = None,

@@ -30,6 +30,7 @@ driver entry point              stand-in
 ``cuMemcpyHtoDAsync``           tables of kernels with peers)
 ``cuDeviceGetCount``,           one device, which has no peers
 ``cuCtxGetDevice``, peer access
+``cuDeviceGetAttribute``        no multicast support (a lone device)
 contexts and streams            one context, one stream, checked
 ==============================  ==========================================
 
@@ -82,6 +83,7 @@ CUDA_ERROR_NOT_SUPPORTED = 801
 
 # cuda.h enums the stand-in reads.
 _FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED = 132
 _LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
 # XLA_FFI_Error_Code -> name.
 _FFI_CODES = {1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED", 5: "NOT_FOUND",
@@ -420,6 +422,16 @@ class StandInDriver:
         """``cuCtxEnablePeerAccess``: one context has no peer."""
         raise DriverError(CUDA_ERROR_INVALID_CONTEXT, f"context {peer:#x}: the stand-in has one "
                           f"context only")
+
+    def device_get_attribute(self, attribute: int, device: int) -> int:
+        """``cuDeviceGetAttribute``: ``CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED``
+        only, 0 (a lone device has no multicast objects)."""
+        if device != 0:
+            raise DriverError(CUDA_ERROR_INVALID_DEVICE, f"device {device}: the stand-in has device 0 only")
+        if attribute != _DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED:
+            raise DriverError(CUDA_ERROR_NOT_SUPPORTED, f"device attribute {attribute}")
+        self.log.append(("device_get_attribute", (attribute, device)))
+        return 0
 
     def tensor_map_encode_tiled(self, dtype: int, rank: int, address: int, dims: list[int],
                                 strides: list[int], box: list[int], element_strides: list[int],

@@ -28,7 +28,7 @@ from jaxptx.testing.standin import HandlerError, Ran
 
 HERE = pathlib.Path(__file__).resolve().parent
 SHARD = 256
-DEADLINE_EXCEEDED, INVALID_ARGUMENT, FAILED_PRECONDITION, UNIMPLEMENTED = 4, 3, 9, 12
+DEADLINE_EXCEEDED, INVALID_ARGUMENT, FAILED_PRECONDITION = 4, 3, 9
 
 _LOWER = r"""
 import pickle, sys
@@ -194,16 +194,15 @@ def test_an_axis_larger_than_the_process_gpus_is_refused_as_multi_process(calls)
             "supported")
 
 
-def test_multimem_is_refused_with_the_reason(calls):
+def test_multimem_runs_on_multicast_workspaces(calls):
+    """The handler binds multicast objects (test_cuda_multimem.py has the rest)."""
     call = calls["allreduce", 2]
     assert call["peers"]["multimem"] == 7
     node = StandInNode(2)
-    data = [[np.ones(512, np.float32), np.zeros(1, np.uint32)] for _ in range(2)]
-    for e in node.run_ranks(call, data):
-        assert isinstance(e, HandlerError) and e.code == UNIMPLEMENTED
-        assert "kernel oneshot_allreduce takes the multicast address (multimem_ptr) of peer " \
-               "tensor(s) 0, 1, 2 (in peers order), and the CUDA handler does not bind multicast " \
-               "objects yet" in e.message
+    data = [[np.arange(512, dtype=np.float32) * (r + 1), np.zeros(1, np.uint32)] for r in range(2)]
+    for ran in ok(node.run_ranks(call, data)):
+        np.testing.assert_array_equal(ran.outputs[0], np.arange(512, dtype=np.float32) * 3)
+    assert len(node.calls("multicast_create")) == 3
 
 
 def test_a_bad_timeout_setting_is_refused(calls, monkeypatch):

@@ -128,3 +128,33 @@ def test_a_bulk_copy_to_a_plain_address_faults_with_the_address():
     with pytest.raises(sim.SimError, match=rf"{plain:#x} is not a multicast address"):
         node.launch([dict(device=0, source=source, params=[plain, d.to_device(np.zeros(THREADS, np.uint32)), 0,
                                                            0], block=THREADS)])
+
+
+def test_a_range_mapped_to_a_multicast_object_reaches_it_and_an_alias_shares_bytes():
+    """``System.map_multicast`` (cuMemMap of a multicast handle) and
+    ``Device.alias`` (cuMemMap of physical memory): the seams the stand-in
+    CUDA driver maps workspaces with."""
+    n = 2
+    node = sim.System(n)
+    mc = node.multicast(n * 128)
+    init = np.zeros(n * THREADS, np.uint32)
+    bufs = [d.to_device(init) for d in node.devices]
+    for d, b in zip(node.devices, bufs):
+        mc.bind(d, b)
+    mapped = [d.alloc(n * 128) for d in node.devices]
+    for d, at in zip(node.devices, mapped):
+        node.map_multicast(mc, d, at)
+    chunks = np.arange(n * THREADS, dtype=np.uint32).reshape(n, THREADS) + 1
+    source = _kernel("sm_90a", "multimem.cp.async.bulk.global.shared::cta.bulk_group [%rd8], [%rd5], 128;")
+    node.launch([dict(device=d.index, source=source, params=[mapped[d.index], d.to_device(chunks[d.index]), d.index,
+                                                           128], block=THREADS) for d in node.devices])
+    for d, b in zip(node.devices, bufs):
+        np.testing.assert_array_equal(d.from_device(b, like=init), chunks.reshape(-1))
+    dev = node.devices[0]
+    other = dev.alloc(init.nbytes)
+    dev.alias(other, bufs[0])
+    np.testing.assert_array_equal(dev.from_device(other, like=init), chunks.reshape(-1))
+    with pytest.raises(sim.SimError, match=r"alias: .* must start allocations of one size"):
+        dev.alias(dev.alloc(16), bufs[0])
+    with pytest.raises(sim.SimError, match=r"System.map_multicast: device 1 is not a member"):
+        node.map_multicast(node.multicast(64, devices=[0]), 1, mapped[1])
