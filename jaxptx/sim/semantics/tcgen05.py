@@ -5,12 +5,18 @@ Memory Consistency Model"). The moves between registers, shared memory and
 tensor memory are in :mod:`.tcgen05_move`, the MMA in :mod:`.tcgen05_mma`,
 the tensor memory itself in :mod:`jaxptx.sim.memory.tmem`.
 
-Why the ordering instructions do nothing here: the emulator completes every
-``tcgen05`` operation (``.mma``, ``.cp``, ``.shift``, ``.ld``, ``.st``)
-before the next instruction runs, in program order, so by the time a
-``tcgen05.wait::ld/st`` or a ``tcgen05.fence::*`` executes there is nothing
-in flight to wait for or to order. ``tcgen05.commit`` likewise finds the
-operations it tracks already complete and arrives on its mbarrier at once.
+Why the ordering instructions do nothing here: on the default schedule the
+emulator completes every ``tcgen05`` operation (``.mma``, ``.cp``,
+``.shift``, ``.ld``, ``.st``) before the next instruction runs, in program
+order, so by the time a ``tcgen05.wait::ld/st`` or a ``tcgen05.fence::*``
+executes there is nothing in flight to wait for or to order.
+``tcgen05.commit`` likewise finds the operations it tracks already complete
+and arrives on its mbarrier at once. Under ``schedule="random"``
+(:mod:`..core.deferred`) ``.mma``, ``.cp`` and ``.shift`` complete later,
+in issue order per thread, and the commit's arrive is queued behind the
+executing thread's earlier ones: it happens at a seeded step after they
+have all completed, so a kernel that reads D before the mbarrier wait sees
+the seed. ``.ld`` and ``.st`` still complete at issue.
 
 CTA pairs: ``.cta_group::2`` acts on the executing CTA and its peer, the
 CTA of the cluster whose ``%cluster_ctarank`` differs in bit 0. All tcgen05
@@ -21,13 +27,16 @@ written by a second helper on this task).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ...types import TYPES
+from ..core.deferred import later
 from ..core.step import Step
 from ..errors import SimError
 from ..memory import tmem
-from ..memory.spaces import CLUSTER_TAG
+from ..memory.spaces import RANK_SHIFT, SHARED_OFFSET
 from .fragments import groups
 from .mbarrier import arrive, barrier_index, present
 from .registry import semantics
@@ -37,7 +46,6 @@ __all__ = ["tcgen05_alloc", "tcgen05_dealloc", "tcgen05_relinquish", "tcgen05_co
 
 _U32 = TYPES["u32"]
 _U16 = TYPES["u16"]
-_CTA_OFFSET = 0xFFFFFF       # the offset part of a shared::cluster address (see memory.spaces)
 
 
 def where(s: Step) -> str:
@@ -152,14 +160,17 @@ def _arrive_once(s: Step, idx: np.ndarray) -> None:
 def tcgen05_commit(s: Step) -> None:
     """``tcgen05.commit...mbarrier::arrive::one``: each executing thread
     arrives once on ``[mbar]`` when its prior asynchronous tcgen05 operations
-    complete — on the emulator they already have, so it arrives now. With
+    complete — at once on the default schedule (they already have), under a
+    random one queued behind them (module docstring). With
     ``.multicast::cluster`` it arrives on the mbarrier at the same offset in
-    each CTA whose bit is set in ``ctaMask`` (bit r: cluster rank r)."""
+    each CTA whose bit is set in ``ctaMask`` (bit r: cluster rank r). The
+    operands are read at issue."""
     _cta_group(s)
     space, addr = s.address(0)
     k = present(s, "ctaMask")
     if k is None or not s.mod("multicast"):
-        _arrive_once(s, barrier_index(s, 0) if space != "shared" else barrier_index(s, 0, addr=addr))
+        idx = barrier_index(s, 0) if space != "shared" else barrier_index(s, 0, addr=addr)
+        later(s, functools.partial(_arrive_once, s, idx), "tcgen05")
         return
     if space != "shared":
         raise SimError(f"{s.ins.name}: .multicast::cluster needs a .shared::cluster mbarrier address")
@@ -167,13 +178,19 @@ def tcgen05_commit(s: Step) -> None:
     size = int(np.prod(s.m.cluster))
     if (mask >> size).any():
         raise SimError(f"{s.ins.name}: ctaMask {int(mask.max()):#06x} names CTAs outside the cluster of {size}")
-    offset = np.asarray(addr, dtype=np.uint64) & np.uint64(_CTA_OFFSET)
+    offset = np.asarray(addr, dtype=np.uint64) & np.uint64(SHARED_OFFSET)
+    arrivals = []
     for rank in range(size):
         pos = np.flatnonzero((mask >> rank) & 1)
         if len(pos):
             sub = Step(s.m, s.ins, s.r, s.threads[pos])
-            at = np.uint64(CLUSTER_TAG) | np.uint64(rank << 24) | offset[pos]
-            _arrive_once(sub, barrier_index(sub, 0, addr=at))
+            at = np.uint64(rank << RANK_SHIFT) | offset[pos]
+            arrivals.append((sub, barrier_index(sub, 0, addr=at)))
+
+    def arrive_all() -> None:
+        for sub, idx in arrivals:
+            _arrive_once(sub, idx)
+    later(s, arrive_all, "tcgen05")
 
 
 @semantics("tcgen05_wait")

@@ -4,7 +4,12 @@ Operations").
 
 ``tcgen05.mma`` has single-thread semantics: every executing thread issues
 one whole ``D = A*B (+ D)`` (in thread order). The emulator completes it at
-issue, so the ``tcgen05.commit`` and mbarrier wait that follow find it done.
+issue, so the ``tcgen05.commit`` and mbarrier wait that follow find it done
+— except under ``schedule="random"`` (:mod:`..core.deferred`), where the
+instruction's operands and descriptors are read and checked at issue, and
+the MMA reads shared and tensor memory and writes D when it completes: at a
+seeded step, in issue order among the thread's tcgen05 operations, and
+before the arrive of the ``tcgen05.commit`` that tracks it.
 
 - A is M x K, from shared memory (a descriptor, :mod:`.tcgen05_smem`) or
   tensor memory (``[a-tmem]``: row ``i`` in the lane of the data path that
@@ -96,11 +101,15 @@ leading-dimension mode (sm_103a only).
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
 from ... import ir
 from ...types import TYPES
+from ..core.deferred import later
 from ..core.step import Step
 from ..errors import SimError
 from ..memory import tmem
@@ -187,9 +196,10 @@ def tcgen05_mma(s: Step) -> None:
                 raise SimError(f"{name}: scale-input-d must be in [0, 15], got {scale_d}")
     for i, thread in enumerate(s.threads):
         one = {key: int(v[i]) for key, v in args.items()}
-        mask = None if lanes_off is None else lanes_off[i]
-        _issue(s, int(thread), one, bool(enable[i]), mask, scale_d, kind, cta_group, ws, a_in_tmem, sparse,
-               ashift)
+        mask = None if lanes_off is None else lanes_off[i].copy()
+        mma = _issue(s, int(thread), one, bool(enable[i]), mask, scale_d, kind, cta_group, ws, a_in_tmem, sparse,
+                     ashift)
+        later(s, mma, "tcgen05", s.threads[i:i + 1])
 
 
 def _pair(s: Step, thread: int) -> list[int]:
@@ -204,8 +214,10 @@ def _pair(s: Step, thread: int) -> list[int]:
 
 
 def _issue(s: Step, thread: int, args: dict, enable: bool, lanes_off: np.ndarray | None, scale_d: int,
-           kind: str, cta_group: int, ws: bool, a_in_tmem: bool, sparse: bool, ashift: bool = False) -> None:
-    """One MMA issued by ``thread`` (then, with ``.ashift``, A's rows shifted)."""
+           kind: str, cta_group: int, ws: bool, a_in_tmem: bool, sparse: bool,
+           ashift: bool = False) -> Callable[[], None]:
+    """One MMA issued by ``thread``: checks its descriptors now and returns
+    the MMA (then, with ``.ashift``, A's rows shifted) to perform."""
     name = s.ins.name
     d = decode_idesc(args["idesc"], kind, cta_group=cta_group, ws=ws, what=name)
     if ashift:
@@ -214,7 +226,7 @@ def _issue(s: Step, thread: int, args: dict, enable: bool, lanes_off: np.ndarray
         raise SimError(f"{name}: the instruction descriptor's sparsity bit (2) is {int(d.sparse)}, but the "
                        f"instruction is {'' if sparse else 'not '}tcgen05.mma{'.ws' if ws else ''}.sp")
     ctas = _pair(s, thread)
-    layout, rows, lane_off, col_off = d_layout(d.m, d.n, cta_group, ws)
+    layout = d_layout(d.m, d.n, cta_group, ws)[0]
     # Sparse A: K/2 stored values a row, spread over K by the metadata.
     da = dataclasses.replace(d, k=d.k // 2) if sparse else d
     if sparse and layout in ("F", "B"):
@@ -233,7 +245,36 @@ def _issue(s: Step, thread: int, args: dict, enable: bool, lanes_off: np.ndarray
     mask, shift = (np.zeros(d.n, dtype=bool), 0) if "zcm" not in args else zero_column_mask(args["zcm"], d.m, d.n)
     if shift > (16 if d.m == 32 else 32):
         raise SimError(f"{name}: zero-column mask shift {shift} exceeds {16 if d.m == 32 else 32} for M = {d.m}")
-    cols_per_cta = (d.n + shift) // cta_group
+    return functools.partial(_perform, s, _Checked(thread, args, enable, lanes_off, scale_d, kind, ws, ashift, d,
+                                                   da, ctas, mask, shift))
+
+
+class _Checked(NamedTuple):
+    """One MMA as :func:`_issue` read and checked it at issue."""
+
+    thread: int
+    args: dict
+    enable: bool
+    lanes_off: np.ndarray | None
+    scale_d: int
+    kind: str
+    ws: bool
+    ashift: bool
+    d: InstrDesc
+    da: InstrDesc                       # d with A's stored K (halved for sparse A)
+    ctas: list[int]
+    mask: np.ndarray                    # B's zero columns
+    shift: int
+
+
+def _perform(s: Step, plan: _Checked) -> None:
+    """The MMA (and ``.ashift``'s shift) :func:`_issue` checked: reads A and
+    B (and scales, metadata) from shared and tensor memory and accumulates
+    into D — at issue, or when it completes under a random schedule."""
+    thread, args, enable, lanes_off, scale_d, kind, ws, ashift, d, da, ctas, mask, shift = plan
+    a_in_tmem, sparse = isinstance(s.ins.operands[1], ir.Address), d.sparse
+    _, rows, lane_off, col_off = d_layout(d.m, d.n, len(ctas), ws)
+    cols_per_cta = (d.n + shift) // len(ctas)
     B = np.concatenate([smem_operand(s, args["b"], c, cols_per_cta, d, d.btype, d.mn_major_b, "B", thread)
                         for c in ctas], axis=0)[shift:shift + d.n].T          # (K, N)
     B = np.where(mask[None, :], 0, B)

@@ -43,6 +43,14 @@ bytes of each source chunk and write them as 16 bytes (PTX ISA 9.7.16.9.1
 lane down (lane ``taddr`` keeps its value; its lane must be a multiple of 32).
 With ``.cta_group::2`` both CTAs of the pair do the same copy or shift,
 each from its own shared memory into its own tensor memory.
+
+``tcgen05.ld`` / ``st`` complete at issue (``tcgen05.wait::ld/st`` has
+nothing to wait for). ``tcgen05.cp`` and ``tcgen05.shift`` are asynchronous
+tcgen05 operations: at issue on the default schedule, under
+``schedule="random"`` later (:mod:`..core.deferred`), in issue order with
+the thread's ``tcgen05.mma`` operations and before the arrive of the
+``tcgen05.commit`` that tracks them; the address and descriptor are read at
+issue, shared and tensor memory when they complete.
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ import numpy as np
 from ... import ir
 from ...isa import fragments as layouts
 from ...types import TYPES
+from ..core.deferred import later
 from ..core.step import Step
 from ..errors import SimError
 from ..memory import tmem
@@ -172,11 +181,12 @@ def _source_words(s: Step, cta: int, desc: int, rows: int, chunks: int, issuer: 
     thread ``issuer``."""
     what = f"{where(s)} [s-desc]"
     sd = decode_smem_desc(desc, what)
-    thread = np.array([cta * s.m.ntid])        # resolves addresses in CTA ``cta``'s window
+    thread = np.array([cta * s.m.ntid])        # descriptor offsets are in CTA ``cta``'s window
 
     def load(addr: np.ndarray) -> np.ndarray:
         with on_behalf_of(s, issuer):
-            chunks = s.m.memory.load("shared", addr.astype(np.uint64), np.repeat(thread, len(addr)), 16, what)
+            threads = np.repeat(thread, len(addr))
+            chunks = s.m.memory.load("shared", s.m.memory.shared_address(addr, threads), threads, 16, what)
             return chunks.view(np.uint8)
     fmt = s.mod("src_fmt")
     if fmt is None:
@@ -209,9 +219,17 @@ def tcgen05_cp(s: Step) -> None:
         lane0, col0 = tmem.lane_of(taddr[i]), tmem.column_of(taddr[i])
         lanes = np.broadcast_to((lane0 + lane_off)[:, :, None], lane_off.shape + (4 * chunks,))
         cols = np.broadcast_to(col0 + np.arange(4 * chunks), lanes.shape)
-        for cta in _pair_ctas(s, int(s.threads[i]) // s.m.ntid):
-            words = _source_words(s, cta, int(descs[i]), rows, chunks, int(s.threads[i]))
-            tmem.write(s, cta, lanes, cols, words[:, None, :], what)
+        ctas = _pair_ctas(s, int(s.threads[i]) // s.m.ntid)
+        later(s, functools.partial(_copy, s, ctas, lanes, cols, int(descs[i]), rows, chunks, int(s.threads[i]), what),
+              "tcgen05", s.threads[i:i + 1])
+
+
+def _copy(s: Step, ctas: list[int], lanes: np.ndarray, cols: np.ndarray, desc: int, rows: int, chunks: int,
+          issuer: int, what: str) -> None:
+    """One ``tcgen05.cp`` of thread ``issuer``: into ``(lanes, cols)`` of each of ``ctas``."""
+    for cta in ctas:
+        words = _source_words(s, cta, desc, rows, chunks, issuer)
+        tmem.write(s, cta, lanes, cols, words[:, None, :], what)
 
 
 @semantics("tcgen05_shift")
@@ -227,6 +245,12 @@ def tcgen05_shift(s: Step) -> None:
                            "that is a multiple of 32")
         lanes = np.arange(lane0, lane0 + 31)[:, None]
         cols = col0 + np.arange(8)[None, :]
-        for cta in _pair_ctas(s, int(s.threads[i]) // s.m.ntid):
-            rows = tmem.read(s, cta, lanes, cols, what)
-            tmem.write(s, cta, lanes + 1, cols, rows, what)
+        ctas = _pair_ctas(s, int(s.threads[i]) // s.m.ntid)
+        later(s, functools.partial(_shift, s, ctas, lanes, cols, what), "tcgen05", s.threads[i:i + 1])
+
+
+def _shift(s: Step, ctas: list[int], lanes: np.ndarray, cols: np.ndarray, what: str) -> None:
+    """One ``tcgen05.shift.down``: ``(lanes, cols)`` of each of ``ctas`` one lane down."""
+    for cta in ctas:
+        rows = tmem.read(s, cta, lanes, cols, what)
+        tmem.write(s, cta, lanes + 1, cols, rows, what)

@@ -1,11 +1,19 @@
 """Emulator semantics: Hopper warpgroup MMA (``wgmma.mma_async`` and its
 fence / commit / wait instructions).
 
-The emulator completes every ``wgmma.mma_async`` synchronously, when the
+On the default schedule every ``wgmma.mma_async`` completes when the
 warpgroup executes it: D holds the result at once, so ``wgmma.fence``,
 ``wgmma.commit_group`` and ``wgmma.wait_group`` have nothing to order or
-wait for and are no-ops. (A program that reads D before ``wait_group`` is
-racy on a GPU but reads the finished result here.)
+wait for. (A program that reads D before ``wait_group`` is racy on a GPU but
+reads the finished result there; the sanitizer's ``async_results`` check
+reports it.) Under ``schedule="random"`` the multiply completes later
+(:mod:`..core.deferred`): its operands are read at completion — the
+shared-memory tiles through the descriptors, A's registers, D's input — and
+D written then, as the async proxy does on hardware, at a seeded step or at
+the ``wgmma.wait_group`` that waits for its group (``commit_group`` counts
+the groups per thread). So a kernel that overwrites an operand tile, or
+reads D, before that wait gets a result that depends on the seed. The
+descriptors, predicates and immediates are read at issue.
 
 Operands in shared memory are read through 64-bit matrix descriptors (PTX
 ISA "Matrix Descriptor Format") in the canonical layouts of "Shared Memory
@@ -26,6 +34,7 @@ from .fragments import ELEMENT_BITS as _BITS
 from .fragments import dims_of as _dims
 from .fragments import gather, groups, scatter
 from .mma import decode, registers, unpack, write_accumulator
+from ..core.deferred import deferred_of, later
 from ..core.step import Step
 from .registry import semantics
 
@@ -154,7 +163,8 @@ def wgmma_mma_async(s: Step) -> None:
     (PTX ISA "wgmma.mma_async"); A from registers or a shared-memory matrix
     descriptor, B from a descriptor; ``imm-scale-a``/``imm-scale-b`` of -1
     negate A/B; ``imm-trans-a``/``imm-trans-b`` of 1 select the M-/N-major
-    layout (K-major otherwise). Completes synchronously (see the module).
+    layout (K-major otherwise). Completes at issue, or later under a random
+    schedule (see the module).
 
     Arithmetic as for ``mma.sync``: floating inputs multiplied exactly and
     summed in float64, rounded once into ``.f32``/``.f16`` (the GPU's
@@ -176,38 +186,41 @@ def wgmma_mma_async(s: Step) -> None:
     if halves:
         trans_b = int(s.src(len(ops) - 1, TYPES["u32"])[0])
         trans_a = 0 if a_in_regs else int(s.src(len(ops) - 2, TYPES["u32"])[0])
-    if a_in_regs:
-        layout = wgmma_a_layout(k, atype)
-        frag = decode(unpack(registers(s, 1), _BITS[atype]), atype)
-        A = gather(frag, slot, rank, count, layout, (1, 64, k))[:, 0]
-    else:
-        desc = _per_group(s, s.src(1, TYPES["u64"]), slot, count, "A descriptors")
-        A = _smem_matrix(s, desc, leader, 64, k, atype, np.full(count, trans_a == 1))
+    adesc = None if a_in_regs else _per_group(s, s.src(1, TYPES["u64"]), slot, count, "A descriptors")
     bdesc = _per_group(s, s.src(2, TYPES["u64"]), slot, count, "B descriptors")
-    B = _smem_matrix(s, bdesc, leader, n, k, btype, np.full(count, trans_b == 1)).transpose(0, 2, 1)
-    if floats:
-        A = A * int(s.src(4, TYPES["s32"])[0])
-        B = B * int(s.src(5, TYPES["s32"])[0])
+    scales = (int(s.src(4, TYPES["s32"])[0]), int(s.src(5, TYPES["s32"])[0])) if floats else (1, 1)
     scale_d = _per_group(s, s.pred(3), slot, count, "scale-d predicates")
-    dl = wgmma_d_layout(n)
-    if floats:
-        with np.errstate(over="ignore", invalid="ignore"):
-            AB = A @ B
-    else:                               # integers, and .b1 AND + popc as 0/1 products
-        AB = A.astype(np.int64) @ B.astype(np.int64)
-    ignored = not scale_d.any()
-    if ignored:
-        s.m.observers.ignore_reads(True)        # scale-d false: D's input is not read
-    try:
-        old = _accumulator(s, dtype, n)
-    finally:
+
+    def multiply() -> None:             # the async proxy's part: at issue, or later (module docstring)
+        if a_in_regs:
+            frag = decode(unpack(registers(s, 1), _BITS[atype]), atype)
+            A = gather(frag, slot, rank, count, wgmma_a_layout(k, atype), (1, 64, k))[:, 0]
+        else:
+            A = _smem_matrix(s, adesc, leader, 64, k, atype, np.full(count, trans_a == 1))
+        B = _smem_matrix(s, bdesc, leader, n, k, btype, np.full(count, trans_b == 1)).transpose(0, 2, 1)
+        if floats:
+            A = A * scales[0]
+            B = B * scales[1]
+        dl = wgmma_d_layout(n)
+        if floats:
+            with np.errstate(over="ignore", invalid="ignore"):
+                AB = A @ B
+        else:                           # integers, and .b1 AND + popc as 0/1 products
+            AB = A.astype(np.int64) @ B.astype(np.int64)
+        ignored = not scale_d.any()
         if ignored:
-            s.m.observers.ignore_reads(False)
-    C = gather(old, slot, rank, count, dl, (1, 64, n))[:, 0]
-    with np.errstate(over="ignore", invalid="ignore"):
-        D = np.where(scale_d[:, None, None], AB + C, AB)
-    d = scatter(D[:, None], slot, rank, dl)
-    write_accumulator(s, 0, d, dtype, s.mod("satfinite") is not None)
+            s.m.observers.ignore_reads(True)        # scale-d false: D's input is not read
+        try:
+            old = _accumulator(s, dtype, n)
+        finally:
+            if ignored:
+                s.m.observers.ignore_reads(False)
+        C = gather(old, slot, rank, count, dl, (1, 64, n))[:, 0]
+        with np.errstate(over="ignore", invalid="ignore"):
+            D = np.where(scale_d[:, None, None], AB + C, AB)
+        d = scatter(D[:, None], slot, rank, dl)
+        write_accumulator(s, 0, d, dtype, s.mod("satfinite") is not None)
+    later(s, multiply, "wgmma")
 
 
 def _accumulator(s: Step, dtype: str, n: int) -> np.ndarray:
@@ -221,15 +234,25 @@ def _accumulator(s: Step, dtype: str, n: int) -> np.ndarray:
 @semantics('wgmma_fence')
 def wgmma_fence(s: Step) -> None:
     """``wgmma.fence``: a no-op; the emulator's ``wgmma.mma_async`` reads its
-    registers and shared memory when it executes (module docstring)."""
+    registers and shared memory when it completes (module docstring), and
+    the machine orders every access by one thread."""
 
 
 @semantics('wgmma_commit_group')
 def wgmma_commit_group(s: Step) -> None:
-    """``wgmma.commit_group``: a no-op; every ``wgmma.mma_async`` is already
-    complete (module docstring)."""
+    """``wgmma.commit_group``: the executing threads' pending
+    ``wgmma.mma_async`` operations form a group (only under a random
+    schedule; on the default one every MMA is already complete)."""
+    d = deferred_of(s)
+    if d is not None:
+        d.commit(s.threads, "wgmma")
 
 
 @semantics('wgmma_wait_group')
 def wgmma_wait_group(s: Step) -> None:
-    """``wgmma.wait_group N``: a no-op; no ``wgmma.mma_async`` is ever pending."""
+    """``wgmma.wait_group N``: the executing threads' warpgroups' MMAs in
+    groups older than their ``N`` most recent complete (nothing is pending
+    on the default schedule)."""
+    d = deferred_of(s)
+    if d is not None:
+        d.wgmma_wait(s.threads, int(s.src(0, TYPES["u32"])[0]) if s.n else 0)
