@@ -42,6 +42,9 @@ RUNS: dict[str, tuple[str, tuple, str | None, tuple[float, float]]] = {
     "blackwell.swiglu": ("build_fused_silu_mul", (4, 512), "_pyptx_examples.hopper.swiglu:fused_silu_mul_ref", (1e-5, 0.0001)),
     "blackwell.grouped_gemm": ("build_grouped_gemm", (1, 128, 64, 64), "grouped_nt", (1e-4, 0.001)),
     "blackwell.gemm_highperf_blackwell": ("build_gemm", (128, 256, 64), "nt", (1e-4, 0.001)),
+    # the 2-SM GEMM: a .cta_group::2 TMA load into .shared::cta signalling the
+    # even CTA's mbarrier (shared addresses carry the CTA's cluster rank)
+    "blackwell.gemm_highperf_blackwell/2sm": ("build_gemm_2sm", (256, 256, 64), "nt", (1e-4, 1e-3)),
     "blackwell.gemm_experimental_blackwell/pallas": ("build_gemm_pallas_experimental", (128, 256, 64), "nt",
                                                      (1e-4, 1e-3)),
     "hopper.experimental.flash_attention_hopper": ("build_flash_attention_hopper", (128, 128, 16), "attn",
@@ -55,13 +58,11 @@ RUNS: dict[str, tuple[str, tuple, str | None, tuple[float, float]]] = {
 # The example's own barrier protocol deadlocks on the emulator (it re-inits
 # an mbarrier a tcgen05.commit may still arrive on, and waits on parity 1 of
 # a fresh barrier, which passes at once): traced and assembled, not matched.
-# build_gemm_2sm: the emulator refuses its TMA load (a .shared::cta destination
-# signalling the peer CTA's mbarrier). build_gemm_persistent: warps 4-7 read
-# tensor-memory lanes 128-159 ((tid << 16) & 0x3E00000 with tid >= 128),
-# outside the lane quarter a warp may access.
+# build_gemm_persistent: warps 4-7 read tensor-memory lanes 128-159
+# ((tid << 16) & 0x3E00000 with tid >= 128), outside the lane quarter a warp
+# may access.
 XFAIL = {
     "blackwell.gemm_experimental_blackwell": ("build_gemm_no_tma_debug", (128, 256, 64), "nt", (1e-4, 1e-3)),
-    "blackwell.gemm_highperf_blackwell/2sm": ("build_gemm_2sm", (256, 256, 64), "nt", (1e-4, 1e-3)),
     "blackwell.gemm_highperf_blackwell/persistent": ("build_gemm_persistent", (128, 256, 64), "nt",
                                                      (1e-4, 1e-3)),
 }

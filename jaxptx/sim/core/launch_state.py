@@ -158,6 +158,10 @@ class LaunchState:
         self.check = check
         self.sanitizer = self.observe(Sanitizer(self, check)) if check else None
         memory.cluster_cta = self.cluster_cta
+        size = int(np.prod(self.cluster))
+        # Shared addresses carry the CTA's cluster rank (jaxptx.sim.memory.spaces).
+        memory.set_clusters(self.cluster_register("cluster_ctarank", 0, np.arange(self.nctas)) if size > 1 else None,
+                            size)
         self.cluster_arrivals = np.zeros(self.nctas, dtype=np.int64)   # by rank-0 CTA
         self.cluster_phase = np.zeros(self.nctas, dtype=np.int64)      # completed phases, by rank-0 CTA
         # the phase each thread arrived in and has not waited on yet (-1: none)
@@ -192,6 +196,7 @@ class LaunchState:
         machine and its megabytes of registers live in a reference cycle
         until the cycle collector runs, and every launch maps fresh pages."""
         self.memory.cluster_cta = lambda cta, rank: cta
+        self.memory.set_clusters(None, 1)
         self.memory.on_access = None
         self.memory.elsewhere = self.memory.multicast = self.memory.peer_globals = None     # a node's seams
         self._special = None
@@ -241,7 +246,10 @@ class LaunchState:
         return 1 if dtype == np.bool_ else dtype.itemsize * 8
 
     def variable_address(self, v: Variable) -> int:
-        """A variable's address in its own space."""
+        """A variable's address in its own space (a shared variable's offset
+        in its CTA's window: the executing CTA's cluster rank, which its
+        shared addresses also carry, is :meth:`Memory.rank_bits
+        <jaxptx.sim.memory.spaces.Memory.rank_bits>`)."""
         if v.space == "global":
             return self.global_bases[v.name]
         if v.space == "shared" and v.offset < 0:    # the .extern dynamic array

@@ -106,7 +106,11 @@ class Step:
                 off = op.offset if isinstance(op.offset, int) else int(op.offset.value)
                 value = from_bits(t, self.m.read_register(op.name, self.threads))
                 return value + value.dtype.type(-off if op.minus else off)
-            return constant(t, self.symbol_address(op), self.n)
+            at = self.symbol_address(op)
+            bits = self.rank_bits(op.name)
+            if bits is not None:        # a shared variable in a CTA of a cluster
+                return from_bits(t, bits + np.uint64(at & 0xFFFF_FFFF_FFFF_FFFF))
+            return constant(t, at, self.n)
         if isinstance(op, ir.Pair):
             return self.value(op.first, t)
         raise SimError(f"{self.ins.name}: cannot read operand {op!r}")
@@ -195,8 +199,24 @@ class Step:
                 base.flags.writeable = False
             return space, base
         at = self.variable_in(op.base.name, space) if isinstance(op.base, ir.Symbol) else 0
+        bits = self.rank_bits(op.base.name) if isinstance(op.base, ir.Symbol) else None
+        if bits is not None:            # a shared variable in a CTA of a cluster
+            return space, bits + np.uint64((at + off) & 0xFFFF_FFFF_FFFF_FFFF)
         # One address for every thread: a read-only broadcast.
         return space, np.broadcast_to(np.uint64((at + off) & 0xFFFF_FFFF_FFFF_FFFF), (self.n,))
+
+    def rank_bits(self, name: str) -> np.ndarray | None:
+        """What the address of variable ``name`` adds for each executing
+        thread: a shared variable's address in a CTA of a cluster carries the
+        CTA's cluster rank from bit 24 up, as its shared::cluster address
+        does (PTX ISA, "Shared State Space": the shared::cta window lies in
+        the shared::cluster window; :mod:`jaxptx.sim.memory.spaces`).
+        ``None`` for other variables and outside clusters."""
+        memory = self.m.memory
+        if memory.cta_ranks is None:
+            return None
+        v = self.m.program.variables.get(name)
+        return memory.rank_bits(self.threads) if v is not None and v.space == "shared" else None
 
     def variable_in(self, name: str, space: str) -> int:
         """A variable's address as seen from ``space`` (generic: its window)."""

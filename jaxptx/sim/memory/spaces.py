@@ -4,7 +4,14 @@ local memory, the param and const spaces, and generic addressing.
 Addresses are 64-bit. Global buffer ``k`` lives at ``(k + 1) << 36``; the
 generic window of shared memory starts at ``SHARED_WINDOW`` and that of local
 memory at ``LOCAL_WINDOW`` (each thread sees its own CTA's shared memory and
-its own local memory there). On device ``d`` of a node
+its own local memory there). A shared address holds the cluster rank of the
+CTA whose memory it names from bit ``RANK_SHIFT`` up and the offset in that
+CTA's window below (:data:`SHARED_OFFSET`), as on hardware: a CTA's
+``shared::cta`` addresses are its ``shared::cluster`` addresses (PTX ISA,
+"Shared State Space": the shared::cta window lies inside the shared::cluster
+window), so in CTA rank 1 of a cluster ``mov.u32 %r, smem_var`` has bit 24
+set, and clearing it names the same byte of rank 0. Outside clusters every
+rank is 0 and shared addresses are plain offsets. On device ``d`` of a node
 (:class:`jaxptx.sim.System`) global buffer ``k`` lives at ``(d << DEVICE_SHIFT)
 + ((k + 1) << 36)`` (:attr:`Memory.first_slot`), so that addresses are unique
 across the node, and ``MULTICAST_BASE`` starts the node's multicast objects;
@@ -25,7 +32,7 @@ from ..core.observers import ATOMIC, LOAD, STORE, UPDATE
 from ..errors import SimFault
 
 __all__ = ["Memory", "GLOBAL_SHIFT", "SHARED_WINDOW", "LOCAL_WINDOW", "CONST_WINDOW", "PARAM_WINDOW",
-           "CLUSTER_TAG", "DEVICE_SHIFT", "NODE_BASE", "MULTICAST_BASE"]
+           "RANK_SHIFT", "SHARED_OFFSET", "DEVICE_SHIFT", "NODE_BASE", "MULTICAST_BASE"]
 
 GLOBAL_SHIFT = 36
 # A node's device d has its allocations at d << DEVICE_SHIFT and up (device 0
@@ -38,9 +45,13 @@ LOCAL_WINDOW = 0x7800_0000_0000
 CONST_WINDOW = 0x7C00_0000_0000
 PARAM_WINDOW = 0x7E00_0000_0000
 _WINDOW_SIZE = 1 << 40
-# A shared::cluster address of another CTA (from mapa): this bit, the CTA's
-# rank in the cluster in bits 24-30, the offset in its window below.
-CLUSTER_TAG = 1 << 31
+# A shared address: the cluster rank of the CTA it names from this bit up,
+# the offset in that CTA's window below (a CTA has at most 228 KiB of shared
+# memory, a cluster at most 16 CTAs).
+RANK_SHIFT = 24
+SHARED_OFFSET = (1 << RANK_SHIFT) - 1
+_RANK_SHIFT = np.uint64(RANK_SHIFT)
+_OFFSET = np.uint64(SHARED_OFFSET)
 # Element dtype of each access width; 16-byte accesses (``ld.b128``) move
 # B128 records. Buffers are padded to 16 bytes, so every view fits.
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: B128}
@@ -113,6 +124,52 @@ class Memory:
         self.peer_globals = None
         # (CTA index, rank) -> index of that rank's CTA in its cluster (set by the machine).
         self.cluster_cta = lambda cta, rank: cta
+        # Each CTA's %cluster_ctarank and the cluster size (set_clusters);
+        # None and 1 when every cluster is one CTA.
+        self.cta_ranks: np.ndarray | None = None
+        self.cluster_size = 1
+        self._thread_ranks: np.ndarray | None = None      # per thread, and as address bits
+        self._thread_bits: np.ndarray | None = None
+
+    def set_clusters(self, ranks: np.ndarray | None, size: int) -> None:
+        """Each CTA's ``%cluster_ctarank`` (``None`` when clusters are single
+        CTAs) and the cluster size: shared addresses then carry the rank of
+        the CTA they name (module docstring)."""
+        self.cta_ranks = None if ranks is None else np.asarray(ranks, dtype=np.int64)
+        self.cluster_size = size
+        self._thread_ranks = self._thread_bits = None
+
+    def _ranks_of(self, threads: np.ndarray) -> np.ndarray:
+        """The cluster rank of each thread's CTA (int64; cta_ranks is set)."""
+        if self._thread_ranks is None:
+            self._thread_ranks = np.repeat(self.cta_ranks, self.ntid)
+        return self._thread_ranks if _every_thread(threads, self.nthreads) else self._thread_ranks[threads]
+
+    def rank_bits(self, threads: np.ndarray) -> np.ndarray | None:
+        """``rank << RANK_SHIFT`` (uint64) of each thread's CTA: what its
+        shared addresses carry; ``None`` outside clusters (all zero)."""
+        if self.cta_ranks is None:
+            return None
+        if self._thread_bits is None:
+            self._thread_bits = np.repeat(self.cta_ranks, self.ntid).astype(np.uint64) << _RANK_SHIFT
+        return self._thread_bits if _every_thread(threads, self.nthreads) else self._thread_bits[threads]
+
+    def shared_address(self, offsets: np.ndarray, threads: np.ndarray) -> np.ndarray:
+        """The shared addresses of CTA-relative ``offsets`` in each thread's
+        own CTA (a matrix descriptor's start address holds only the offset:
+        its 14-bit ``>> 4`` field stops at bit 17)."""
+        offsets = np.asarray(offsets, dtype=np.uint64)
+        bits = self.rank_bits(threads)
+        return offsets if bits is None else (offsets & _OFFSET) | bits
+
+    def foreign(self, addr: np.ndarray, threads: np.ndarray) -> int | None:
+        """Position of the first shared address that names another CTA than
+        its thread's (its rank bits differ), ``None`` when none does (always
+        outside clusters)."""
+        if self.cta_ranks is None or not len(addr):
+            return None
+        bad = (np.asarray(addr, dtype=np.uint64) >> _RANK_SHIFT).view(np.int64) != self._ranks_of(threads)
+        return int(np.flatnonzero(bad)[0]) if bad.any() else None
 
     def add_global(self, nbytes: int) -> int:
         """Allocate a zeroed global buffer; returns its base address."""
@@ -131,10 +188,9 @@ class Memory:
         if space == "global":
             return self._global(addr, None, threads, width, what)
         if space == "shared":
-            if len(addr) and _summary(addr)[2] & CLUSTER_TAG:
-                owner, addr = self._remote(threads // self.ntid, addr)
-            else:
-                owner = None
+            owner = None
+            if self.cta_ranks is not None and len(addr):
+                owner, addr = self._ranked(addr, threads, what)
             return [self._window(self.shared, self.shared_size, owner, addr,
                                  None, threads, width, "shared", what, self.shared_limit)]
         if space == "local":
@@ -143,14 +199,22 @@ class Memory:
         buf = self.param if space == "param" else self.const
         return [self._window(buf, len(buf), 0, addr, None, threads, width, space, what)]
 
-    def _remote(self, owner: np.ndarray, addr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Distributed shared memory: an address made by ``mapa`` carries
-        ``CLUSTER_TAG`` and the target CTA's rank in bits 24-30; others are
-        the executing CTA's own."""
-        tagged = (addr & np.uint64(CLUSTER_TAG)) != 0
-        rank = ((addr >> np.uint64(24)) & np.uint64(0x7F)).astype(np.int64)
-        owner = np.where(tagged, self.cluster_cta(owner, rank), owner)
-        return owner, addr & np.uint64(0xFFFFFF)
+    def _ranked(self, addr: np.ndarray, threads: np.ndarray, what: str) -> tuple[np.ndarray | None, np.ndarray]:
+        """Distributed shared memory: ``(owner CTA of each address, None when
+        every one is the accessing thread's own; offsets in its window)``
+        from the rank each shared address carries (module docstring)."""
+        rank = (addr >> _RANK_SHIFT).view(np.int64)
+        own = self._ranks_of(threads)
+        offsets = addr & _OFFSET
+        if (rank == own).all():         # the usual access: each thread's own CTA
+            return None, offsets
+        bad = rank >= self.cluster_size
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise SimFault(f"{what}: shared address {int(addr[k]):#x} names the CTA of cluster rank {int(rank[k])}, "
+                           f"but the cluster has {self.cluster_size} CTAs (bits {RANK_SHIFT} and up of a shared "
+                           f"address hold the rank; {self._who(threads[k])})")
+        return self.cluster_cta(threads // self.ntid, rank), offsets
 
     def _generic(self, addr: np.ndarray, threads: np.ndarray, width: int, what: str, write: bool = False):
         if len(addr):
@@ -168,9 +232,11 @@ class Memory:
                 rest &= ~inside
                 offsets = addr - np.uint64(base) if whole else addr[pos] - np.uint64(base)
                 if space == "shared":
-                    owner = None if whole else threads[pos] // self.ntid
-                    if _summary(offsets)[2] & CLUSTER_TAG:     # generic mapa address
-                        owner, offsets = self._remote(threads // self.ntid if whole else owner, offsets)
+                    owner = None
+                    if self.cta_ranks is not None:
+                        owner, offsets = self._ranked(offsets, threads if whole else threads[pos], what)
+                    elif not whole:
+                        owner = threads[pos] // self.ntid
                     groups.append(self._window(self.shared, self.shared_size, owner,
                                                offsets, pos, threads, width, space, what, self.shared_limit))
                 elif space == "local":

@@ -18,9 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...types import TYPES
-from ..memory.spaces import CLUSTER_TAG
+from ..memory.spaces import RANK_SHIFT, SHARED_OFFSET
 from ..errors import SimError
 from .mbarrier import barrier_index, complete_tx, present
+from .memory import check_cta_window
 from ..core.deferred import deferred_of, later
 from ..core.step import SPACES, Step
 from .registry import semantics
@@ -29,7 +30,8 @@ __all__: list[str] = []
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _U32 = TYPES["u32"]
-_OFFSET = np.uint64(0xFFFFFF)
+_OFFSET = np.uint64(SHARED_OFFSET)
+_SHIFT = np.uint64(RANK_SHIFT)
 
 
 # --- memory helpers ----------------------------------------------------------------------------
@@ -94,34 +96,30 @@ Target = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]
 
 def _ranks(s: Step, addr: np.ndarray) -> np.ndarray:
     """``%cluster_ctarank`` of the CTA whose shared memory holds each
-    shared-space address: the rank a ``mapa`` address carries, else the
-    executing thread's own CTA's."""
-    own = s.m.cluster_register("cluster_ctarank", 0, s.threads // s.m.ntid).astype(np.int64)
-    tagged = (addr & np.uint64(CLUSTER_TAG)) != 0
-    return np.where(tagged, ((addr >> np.uint64(24)) & np.uint64(0x7F)).astype(np.int64), own)
+    shared-space address: the rank it carries (:mod:`..memory.spaces`)."""
+    return (np.asarray(addr, dtype=np.uint64) >> _SHIFT).astype(np.int64)
 
 
 def _at_rank(rank: np.ndarray | int, addr: np.ndarray) -> np.ndarray:
     """The shared::cluster address of ``addr``'s offset in the CTA of ``rank``."""
-    return np.uint64(CLUSTER_TAG) | (np.asarray(rank).astype(np.uint64) << np.uint64(24)) | (addr & _OFFSET)
+    return (np.asarray(rank).astype(np.uint64) << _SHIFT) | (addr & _OFFSET)
 
 
 def _check_pair(s: Step, dst: np.ndarray, mbar: np.ndarray) -> None:
     """The mbarrier of a unicast copy lies in the destination's CTA
     (``.cta_group::1``, the default) or in that CTA or its peer, the CTA
-    whose ``%cluster_ctarank`` differs in bit 0 (``.cta_group::2``); a
-    remote mbarrier needs ``.dst`` = ``.shared::cluster`` (PTX ISA,
-    cp.async.bulk.tensor)."""
+    whose ``%cluster_ctarank`` differs in bit 0 (``.cta_group::2``; a 2-SM
+    kernel clears bit 24 of its own mbarrier's address to name the even
+    CTA's); a ``.shared::cta`` destination is the executing CTA's (PTX
+    ISA, cp.async.bulk.tensor)."""
+    if s.mod("dst") == "shared::cta":
+        check_cta_window(s, dst, "destination")
     d, m = _ranks(s, dst), _ranks(s, mbar)
     pair = s.mod("cta_group") == "cta_group::2"
     bad = (m != d) & ~(pair & (m == (d ^ 1)))
-    if s.mod("dst") == "shared::cta":
-        bad |= m != s.m.cluster_register("cluster_ctarank", 0, s.threads // s.m.ntid)
     if bad.any():
         i = int(np.nonzero(bad)[0][0])
         allowed = "that CTA or its peer (.cta_group::2)" if pair else "that CTA (.cta_group::1)"
-        if s.mod("dst") == "shared::cta":
-            allowed = "the executing CTA (.dst .shared::cta cannot signal a remote mbarrier)"
         raise SimError(f"{s.ins.name}: the mbarrier is in the CTA of cluster rank {int(m[i])} and the "
                        f"destination in rank {int(d[i])}; it must be in {allowed} (PTX: undefined behaviour)")
 
@@ -171,7 +169,7 @@ def _signal(s: Step, pos: np.ndarray, mbar: np.ndarray | None, nbytes: np.ndarra
 
 def _mbar(s: Step) -> np.ndarray | None:
     k = present(s, "mbar")
-    return None if k is None else s.address(k)[1]
+    return None if k is None else s.address(k)[1].copy()   # kept past the step (..core.deferred)
 
 
 def read_bulk_source(s: Step, src: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -198,13 +196,14 @@ def cp_async_bulk(s: Step) -> None:
     bytes on ``[mbar]`` (in each destination CTA when multicast); the
     bulk_group form completes at once. ``.cp_mask``: byte j of each 16-byte
     chunk is written only when bit j of ``byte_mask`` is set."""
-    _, dst = s.address(0)
-    _, src = s.address(1)
+    dst, src = s.address(0)[1].copy(), s.address(1)[1].copy()     # kept past the step (..core.deferred)
     size = s.src(2, _U32).astype(np.int64)
     if (size % 16).any():
         raise SimError(f"{s.ins.name}: size {int(size[size % 16 != 0][0])} is not a multiple of 16")
     _aligned(s, dst, 16, "destination")
     _aligned(s, src, 16, "source")
+    if s.mod("src") == "shared::cta":
+        check_cta_window(s, src, "source")
     total = int(size.sum())
     rep = np.repeat(np.arange(s.n), size)
     off = (np.arange(total) - np.repeat(np.cumsum(size) - size, size)).astype(np.uint64)

@@ -48,6 +48,7 @@ from ...isa import fragments as layouts
 from ..core.step import Step
 from ..errors import SimError
 from .fragments import groups
+from .memory import check_cta_window
 from .mma import registers, write_registers
 from .registry import semantics
 
@@ -72,10 +73,13 @@ def _setup(s: Step, k: int) -> tuple[str, np.ndarray, np.ndarray, np.ndarray, in
     space, addr = s.address(k)
     nmat = _NUM[s.mod("num")]
     rows = layouts.LDMATRIX_SHAPES[s.mod("shape")]
-    bad = (rank < rows * nmat) & ((addr % np.uint64(16)) != 0)
+    used = rank < rows * nmat
+    bad = used & ((addr % np.uint64(16)) != 0)
     if bad.any():
         raise SimError(f"{s.ins.name}: row address {int(addr[bad][0]):#x} of lane {int(rank[bad][0])} "
                        "is not 16-byte aligned")
+    if space == "shared" and s.m.memory.cta_ranks is not None:     # .shared{::cta}: the executing CTA's rows
+        check_cta_window(s, addr, "row address", used)
     return space, addr, slot, rank, count, nmat, rows
 
 

@@ -50,7 +50,7 @@ import numpy as np
 
 from ...types import TYPES
 from ..errors import SimError
-from .memory import operand_index
+from .memory import check_cta_window, operand_index
 from ..core.deferred import deferred_of
 from ..core.forensics import Waiting
 from ..core.step import Step
@@ -110,13 +110,16 @@ def barrier_index(s: Step, k: int, addr: np.ndarray | None = None, check: bool =
     """Index (in shared memory viewed as uint64) of the mbarrier each thread
     names with operand ``k`` (or the shared-space addresses ``addr``).
 
-    The address is in the instruction's space: ``.shared::cta``, or
-    ``.shared::cluster`` (a ``mapa`` address reaches another CTA), or
-    generic. ``check``: the barrier must be initialised."""
+    The address is in the instruction's space: ``.shared::cta`` (the
+    executing CTA's), or ``.shared::cluster`` (an address carrying another
+    CTA's rank reaches it), or generic. ``check``: the barrier must be
+    initialised."""
     space = "shared"
     if addr is None:
         space, addr = s.address(k)
         space = "shared" if space == "shared" else "generic"
+        if space == "shared" and "shared::cluster" not in s.ins.modifiers:
+            check_cta_window(s, addr, "mbarrier address")
     idx = np.empty(len(addr), dtype=np.int64)
     for view, ix, pos in s.m.memory.locations(space, addr, s.threads, 8, s.ins.name):
         if view.base is not s.m.memory.shared:

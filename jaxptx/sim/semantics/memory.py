@@ -20,11 +20,12 @@ import numpy as np
 from ... import ir, isa
 from ...types import TYPES
 from ..errors import SimError, SimFault
+from ..memory.spaces import RANK_SHIFT
 from ..core.deferred import deferred_of, later
 from ..core.step import Step
 from .registry import semantics
 
-__all__ = ["operand_index", "check_alignment"]
+__all__ = ["operand_index", "check_alignment", "check_cta_window"]
 
 
 def operand_index(s: Step, name: str) -> int | None:
@@ -51,6 +52,30 @@ def check_alignment(s: Step, addr: np.ndarray, size: int, what: str) -> None:
                        f"({tid % bx}, {tid // bx % by}, {tid // (bx * by)})")
 
 
+def check_cta_window(s: Step, addr: np.ndarray, what: str, used: np.ndarray | None = None) -> None:
+    """A ``.shared::cta`` operand (and ``.shared``, which means it) must name
+    the executing CTA's shared memory; an address carrying another CTA's
+    cluster rank is undefined behaviour (PTX ISA, cvta and "Shared State
+    Space": the address must belong to the ``::cta`` window), so it raises.
+    ``used``: which threads' addresses count (default all). Nothing to check
+    outside clusters."""
+    threads = s.threads
+    if used is not None:
+        addr, threads = addr[used], threads[used]
+    k = s.m.memory.foreign(addr, threads)
+    if k is not None:
+        rank = int(np.asarray(addr, dtype=np.uint64)[k] >> np.uint64(RANK_SHIFT))
+        own = int(s.m.cluster_register("cluster_ctarank", 0, threads[k:k + 1] // s.m.ntid)[0])
+        raise SimError(f"{s.ins.name}: the {what} {int(addr[k]):#x} names the shared memory of cluster rank {rank}, "
+                       f"not the executing CTA's (rank {own}); a .shared::cta operand must be in the executing "
+                       "CTA, another CTA's needs .shared::cluster (PTX: undefined behaviour)")
+
+
+def _cta_only(s: Step, space: str) -> bool:
+    """A ``.shared`` / ``.shared::cta`` access in a launch with clusters."""
+    return space == "shared" and s.m.memory.cta_ranks is not None and "shared::cluster" not in s.ins.modifiers
+
+
 def _elements(op: ir.Operand) -> int:
     return len(op.items) if isinstance(op, ir.Vector) else 1
 
@@ -67,6 +92,8 @@ def ld(s: Step) -> None:
     the same memory)."""
     t = s.type(0)
     space, addr = s.address(1)
+    if _cta_only(s, space):
+        check_cta_window(s, addr, "address")
     count = _elements(s.ins.operands[0])
     if count == 1:
         s.dst(0, s.load(space, addr, t))
@@ -85,6 +112,8 @@ def st(s: Step) -> None:
     store to one address the highest thread index wins (some serial order)."""
     t = s.type(1)
     space, addr = s.address(0)
+    if _cta_only(s, space):
+        check_cta_window(s, addr, "address")
     count = _elements(s.ins.operands[1])
     values = s.src(1)
     if count == 1:
@@ -128,8 +157,8 @@ def cp_async(s: Step) -> None:
     cp_size = int(s.src(2, TYPES["u32"])[0]) if s.n else 0
     if cp_size not in (4, 8, 16):
         raise SimError(f"{s.ins.name}: cp-size must be 4, 8 or 16, got {cp_size}")
-    _, dst = s.address(0)
-    _, src = s.address(1)
+    dst, src = s.address(0)[1].copy(), s.address(1)[1].copy()     # kept past the step (..core.deferred)
+    check_cta_window(s, dst, "destination")
     check_alignment(s, dst, cp_size, "cp.async destination")
     check_alignment(s, src, cp_size, "cp.async source")
     size = _src_size(s, cp_size)

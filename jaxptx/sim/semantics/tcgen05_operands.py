@@ -95,10 +95,11 @@ def smem_operand(s: Step, desc_word: int, cta: int, mn: int, d: InstrDesc, type_
     if not mn_major and sd.swizzle == "128B_base32B":
         raise SimError(f"{what}: 128B swizzling with 32B atomicity is for MN-major operands only; this "
                        "operand is K-major (PTX ISA Table 55)")
-    thread = np.array([cta * s.m.ntid])        # resolves addresses in CTA ``cta``'s window
+    thread = np.array([cta * s.m.ntid])        # descriptor offsets are in CTA ``cta``'s window
 
     def load(addr: np.ndarray) -> np.ndarray:
-        chunks = s.m.memory.load("shared", addr.astype(np.uint64), np.repeat(thread, len(addr)), 16, what)
+        threads = np.repeat(thread, len(addr))
+        chunks = s.m.memory.load("shared", s.m.memory.shared_address(addr, threads), threads, 16, what)
         return chunks.view(np.uint8)
     with on_behalf_of(s, issuer):
         raw = read_matrix(load, sd, mn, d.k, bits, per_chunk, mn_major)

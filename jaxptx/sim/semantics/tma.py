@@ -31,6 +31,7 @@ from ..core.deferred import later
 from ..core.step import SPACES, Step
 from ..memory.spaces import GLOBAL_SHIFT
 from .bulk_copy import _U32, _UINT, _aligned, _mbar, _read, _signal, _targets, _write
+from .memory import check_cta_window
 from .mbarrier import present
 from .registry import semantics
 
@@ -53,6 +54,8 @@ def _tensor_maps(s: Step, k: int) -> np.ndarray:
         if base.name in s.m.program.thread_params:
             space = "local"           # a .func's own .param: per-thread storage
         addr = np.full(s.n, s.symbol_address(base), dtype=np.uint64)
+        if space == "shared":      # a tensor map in the executing CTA's shared memory
+            addr = s.m.memory.shared_address(addr, s.threads)
     elif isinstance(base, ir.Register):
         addr = s.m.read_register(base.name, s.threads).astype(np.uint64)
         space = "generic"
@@ -209,6 +212,8 @@ def cp_async_bulk_tensor(s: Step) -> None:
     raw = _tensor_maps(s, k)
     _, smem = s.address(0 if load else present(s, "src"))
     _aligned(s, smem, 128, "shared-memory address")
+    if not load and s.mod("src") == "shared::cta":
+        check_cta_window(s, smem, "source")
     mbar = _mbar(s)
     maps, inverse = np.unique(raw, axis=0, return_inverse=True)
     for g in range(len(maps)):

@@ -106,7 +106,8 @@ def _smem_matrix(s: Step, desc: np.ndarray, leader: np.ndarray, mn: int, k: int,
     raw = _load_chunks(s, addr, leader, bits // 8, np.asarray(mn_major, dtype=bool))
     if raw is None:
         threads = np.broadcast_to(leader[:, None, None], addr.shape).reshape(-1)
-        raw = s.m.memory.load("shared", addr.reshape(-1).astype(np.uint64), threads, bits // 8, s.ins.name)
+        raw = s.m.memory.load("shared", s.m.memory.shared_address(addr.reshape(-1), threads), threads, bits // 8,
+                               s.ins.name)
     return decode(raw.reshape(-1), type_name).reshape(addr.shape)
 
 
@@ -124,7 +125,7 @@ def _load_chunks(s: Step, addr: np.ndarray, leader: np.ndarray, size: int, mn_ma
         return None
     starts = addr[:, ::per, :] if mn_major[0] else addr[:, :, ::per]
     threads = np.broadcast_to(leader[:, None, None], starts.shape).reshape(-1)
-    chunks = s.m.memory.load("shared", starts.reshape(-1).astype(np.uint64), threads, 16, s.ins.name)
+    chunks = s.m.memory.load("shared", s.m.memory.shared_address(starts.reshape(-1), threads), threads, 16, s.ins.name)
     elements = chunks.view(f"<u{size}").reshape(starts.shape + (per,))
     if mn_major[0]:                     # (count, mn / per, k, per) -> (count, mn, k)
         elements = elements.transpose(0, 1, 3, 2)
