@@ -86,6 +86,17 @@ def _peer_axis(kernel: Kernel, kwargs: dict) -> tuple[tuple, dict]:
                         f"jax.shard_map, or inside one whose mesh has no axis {name!r}); a "
                         f"kernel with peers runs inside jax.shard_map over a mesh with that "
                         f"axis") from None
+    mesh = jax.sharding.get_abstract_mesh()
+    others = {a: int(n) for a, n in zip(getattr(mesh, "axis_names", ()), getattr(mesh, "axis_sizes", ()))
+              if a != name and int(n) > 1}
+    if others:
+        # Each group of devices along the axis would have to meet on its own; the
+        # handlers key their meeting by the call and the axis only, so they would
+        # mix the groups' buffers: refused rather than a wrong answer.
+        shown = ", ".join(f"{a!r} of size {n}" for a, n in others.items())
+        raise SpecError(f"{where}: axis_name={name!r} on a mesh with other axes of more than one device "
+                        f"({shown}): kernels with peers run on a mesh whose other axes have size 1 for now "
+                        f"(shard_map over a one-axis mesh, or reshape the mesh)")
     return (name, int(size)), rest
 
 

@@ -104,6 +104,17 @@ def main(n: int) -> None:
                               out_specs=P(None, "d")))
     np.testing.assert_array_equal(g(put(batch, None, "d")), np.roll(batch, SHARD, axis=1))
 
+    # Meshes with a second axis: size 1 runs as the one-axis mesh; more than one device on
+    # it is refused (the devices of different groups along the axis would meet as one).
+    wide = jax.make_mesh((1, n), ("x", "d"), axis_types=(AxisType.Explicit, AxisType.Explicit))
+    two_d = jax.jit(jax.shard_map(shift, mesh=wide, in_specs=P("d"), out_specs=P("d")))
+    np.testing.assert_array_equal(two_d(jax.device_put(x, NamedSharding(wide, P("d")))), np.roll(x, SHARD))
+    tall = jax.make_mesh((n, 1), ("x", "d"), axis_types=(AxisType.Explicit, AxisType.Explicit))
+    with pytest.raises(jaxptx.errors.SpecError, match=r"axis_name='d' on a mesh with other axes of more than "
+                                                      rf"one device \('x' of size {n}\)"):
+        jax.jit(jax.shard_map(shift, mesh=tall, in_specs=P("x"), out_specs=P("x")))(
+            jax.device_put(x, NamedSharding(tall, P("x"))))
+
     # One-shot multimem all-reduce against psum (integers in f32: exact in any order).
     data = np.random.default_rng(n).integers(-50, 50, (n, 512)).astype(np.float32)
     h = jax.jit(jax.shard_map(
