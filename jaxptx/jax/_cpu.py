@@ -104,14 +104,14 @@ def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryvi
         name = registered.kernel.name if registered is not None else entry
         if peers is not None:
             call = _peers.decode(peers)
-            rank, inputs, input_types = _peer_cpu.split_rank(call, inputs, input_types)
+            rank, group, inputs, input_types = _peer_cpu.split_rank(call, inputs, input_types)
         module = _parsed(kernel_id, bytes(ptx))
         function = _entry_function(module, entry)
         values = _scalar_values(function, len(inputs) + len(outputs), scalars)
         launch = _Launch(module, entry, shape, values, _tma.sim_maps(tma))
         if peers is not None:
             launch = _peer_cpu.PeerLaunch(module, entry, shape, values, launch.maps, call, rank,
-                                          kernel_id, name, _LAUNCH_LOCK)
+                                          kernel_id, name, _LAUNCH_LOCK, group)
         names = _output_names(registered, len(outputs))
         ran = _run_checked(launch, inputs, outputs, output_types, allow_unwritten, name, names)
         if capture.directory() is not None and peers is None:   # a node's launch is not one device's

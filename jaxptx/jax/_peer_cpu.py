@@ -5,8 +5,9 @@ XLA runs the shards of a ``jax.shard_map`` concurrently, one host thread per
 CPU device (checked on jax 0.10.2 with 2, 4 and 8 devices). The CPU handler
 of each shard calls ``_cpu.run``, which hands this module the shard's fresh
 buffers (:class:`PeerLaunch`). The shards of one call meet in a
-:class:`_Meeting` keyed by the kernel id, the call site, the axis and its
-size; a rank joins the oldest meeting of that key it is not yet part of, so a
+:class:`_Meeting` keyed by the kernel id, the call site, the axis, its
+size and the device's group along it (its position on the mesh's other
+axes); a rank joins the oldest meeting of that key it is not yet part of, so a
 call repeated (in a loop, or in the next execution of the program) meets
 its own repetitions on the other devices. The last shard to arrive runs the
 meeting: one :class:`jaxptx.sim.System` of ``axis_size`` devices with peer
@@ -68,19 +69,20 @@ def timeout() -> float:
 
 
 def split_rank(call: PeerCall, inputs: Sequence[memoryview],
-               input_types: Sequence[Any]) -> tuple[int, list[memoryview], list[Any]]:
-    """The rank operand (the call's last input) read, and the other inputs.
+               input_types: Sequence[Any]) -> tuple[int, int, list[memoryview], list[Any]]:
+    """The rank operand (the call's last input) read — this device's rank on
+    the axis plus the axis size times its group, the devices that meet
+    (one per position on the mesh's other axes) — and the other inputs:
+    ``(rank, group, inputs, input types)``.
 
     Raises:
-        ValueError: no 4-byte rank operand, or a rank outside the axis.
+        ValueError: no 4-byte rank operand.
     """
     if not inputs or inputs[-1].nbytes != 4:
         raise ValueError(f"a call over mesh axis {call.axis_name!r} has its rank as a last "
                          f"4-byte input; got {len(inputs)} inputs")
-    rank = int(np.frombuffer(inputs[-1], np.uint32)[0])
-    if rank >= call.axis_size:
-        raise ValueError(f"rank {rank} is outside mesh axis {call.axis_name!r} of size {call.axis_size}")
-    return rank, list(inputs[:-1]), list(input_types[:-1])
+    group, rank = divmod(int(np.frombuffer(inputs[-1], np.uint32)[0]), call.axis_size)
+    return rank, group, list(inputs[:-1]), list(input_types[:-1])
 
 
 class _Shard:
@@ -117,10 +119,11 @@ class PeerLaunch:
 
     def __init__(self, module: ir.Module, entry: str, shape: Launch, scalars: list[bytes],
                  maps: Sequence[Any], call: PeerCall, rank: int, kernel_id: int, name: str,
-                 lock: AbstractContextManager) -> None:
+                 lock: AbstractContextManager, group: int = 0) -> None:
         self.module, self.entry, self.shape = module, entry, shape
         self.scalars, self.maps = scalars, maps
         self.call, self.rank, self.kernel_id, self.name, self.lock = call, rank, kernel_id, name, lock
+        self.group = group
 
     def run(self, buffers: list[np.ndarray], params: list[int]) -> tuple[list[bytes], list[np.ndarray]]:
         """Meet the other ranks, run (or wait for) the node, and return this
@@ -148,7 +151,7 @@ class PeerLaunch:
 
     def _join(self, shard: _Shard) -> tuple[_Meeting, bool]:
         c = self.call
-        key = (self.kernel_id, c.site, c.axis_name, c.axis_size)
+        key = self._key()
         with _CONDITION:
             meetings = _OPEN.setdefault(key, [])
             meeting = next((m for m in meetings if m.shards[self.rank] is None), None)
@@ -162,6 +165,12 @@ class PeerLaunch:
             _close(key, meeting)
             return meeting, True
 
+    def _key(self) -> tuple:
+        """The meetings this launch may join: the kernel, its call site, the
+        axis and this device's group along it."""
+        c = self.call
+        return (self.kernel_id, c.site, c.axis_name, c.axis_size, self.group)
+
     def _wait(self, meeting: _Meeting) -> None:
         """Wait (without the GIL) for every rank to arrive, then for the run."""
         c, limit = self.call, timeout()
@@ -171,7 +180,7 @@ class PeerLaunch:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     meeting.failed = True
-                    _close((self.kernel_id, c.site, c.axis_name, c.axis_size), meeting)
+                    _close(self._key(), meeting)
                     _CONDITION.notify_all()
                     break
                 _CONDITION.wait(left)

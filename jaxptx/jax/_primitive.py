@@ -52,17 +52,31 @@ def call(kernel: Kernel, args: tuple, kwargs: dict) -> Any:
     template, dims = _bind_arguments(kernel, args, kwargs)
     world = {"world_size": axis[1]} if axis else {}
     launch = kernel.specialize(**dict(template), **dict(dims), **world).launch
-    rank = (jax.lax.axis_index(axis[0]).astype(jnp.uint32),) if axis else ()
+    rank = (_rank_operand(axis),) if axis else ()
     peers = {"axis": axis} if axis else {}      # other kernels' jaxprs show no axis
     outs = primitive(kernel).bind(*args, *rank, template=template, sizes=dims, launch=launch,
                                   batch=0, shared=(), scalars=scalars, **peers)
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
+def _rank_operand(axis: tuple) -> Any:
+    """The u32 the handler reads: this device's rank on the axis, plus the
+    axis size times its group (its linear index over the mesh's other axes
+    of more than one device, ``axis[2]``), so that only the devices of one
+    group meet."""
+    code = jax.lax.axis_index(axis[0]).astype(jnp.uint32)
+    stride = axis[1]
+    for other, n in (axis[2] if len(axis) > 2 else ()):
+        code = code + jax.lax.axis_index(other).astype(jnp.uint32) * jnp.uint32(stride)
+        stride *= n
+    return code
+
+
 def _peer_axis(kernel: Kernel, kwargs: dict) -> tuple[tuple, dict]:
     """``(axis name, axis size)`` of a call of a kernel with peers (its
-    ``axis_name=`` keyword, an axis of the enclosing ``jax.shard_map``), or
-    ``()`` for any other kernel; and the other keywords.
+    ``axis_name=`` keyword, an axis of the enclosing ``jax.shard_map``), with
+    a third item ``((other axis, size), ...)`` when the mesh has other axes of
+    more than one device; ``()`` for any other kernel; and the other keywords.
 
     The call binds one more operand than the kernel has inputs: its rank on
     the axis (``lax.axis_index``, a u32 scalar), which the handler passes as
@@ -87,16 +101,12 @@ def _peer_axis(kernel: Kernel, kwargs: dict) -> tuple[tuple, dict]:
                         f"kernel with peers runs inside jax.shard_map over a mesh with that "
                         f"axis") from None
     mesh = jax.sharding.get_abstract_mesh()
-    others = {a: int(n) for a, n in zip(getattr(mesh, "axis_names", ()), getattr(mesh, "axis_sizes", ()))
-              if a != name and int(n) > 1}
+    others = tuple((a, int(n)) for a, n in zip(getattr(mesh, "axis_names", ()), getattr(mesh, "axis_sizes", ()))
+                   if a != name and int(n) > 1)
     if others:
-        # Each group of devices along the axis would have to meet on its own; the
-        # handlers key their meeting by the call and the axis only, so they would
-        # mix the groups' buffers: refused rather than a wrong answer.
-        shown = ", ".join(f"{a!r} of size {n}" for a, n in others.items())
-        raise SpecError(f"{where}: axis_name={name!r} on a mesh with other axes of more than one device "
-                        f"({shown}): kernels with peers run on a mesh whose other axes have size 1 for now "
-                        f"(shard_map over a one-axis mesh, or reshape the mesh)")
+        # The devices along the axis form one group per position on the other
+        # axes; each group meets on its own (the rank operand carries the group).
+        return (name, int(size), others), rest
     return (name, int(size)), rest
 
 

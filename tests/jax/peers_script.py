@@ -104,16 +104,7 @@ def main(n: int) -> None:
                               out_specs=P(None, "d")))
     np.testing.assert_array_equal(g(put(batch, None, "d")), np.roll(batch, SHARD, axis=1))
 
-    # Meshes with a second axis: size 1 runs as the one-axis mesh; more than one device on
-    # it is refused (the devices of different groups along the axis would meet as one).
-    wide = jax.make_mesh((1, n), ("x", "d"), axis_types=(AxisType.Explicit, AxisType.Explicit))
-    two_d = jax.jit(jax.shard_map(shift, mesh=wide, in_specs=P("d"), out_specs=P("d")))
-    np.testing.assert_array_equal(two_d(jax.device_put(x, NamedSharding(wide, P("d")))), np.roll(x, SHARD))
-    tall = jax.make_mesh((n, 1), ("x", "d"), axis_types=(AxisType.Explicit, AxisType.Explicit))
-    with pytest.raises(jaxptx.errors.SpecError, match=r"axis_name='d' on a mesh with other axes of more than "
-                                                      rf"one device \('x' of size {n}\)"):
-        jax.jit(jax.shard_map(shift, mesh=tall, in_specs=P("x"), out_specs=P("x")))(
-            jax.device_put(x, NamedSharding(tall, P("x"))))
+    two_axis(n)
 
     # One-shot multimem all-reduce against psum (integers in f32: exact in any order).
     data = np.random.default_rng(n).integers(-50, 50, (n, 512)).astype(np.float32)
@@ -166,5 +157,33 @@ def main(n: int) -> None:
     print("OK")
 
 
+def two_axis(n: int) -> None:
+    """A ring shift over axis "d" of a mesh with a second axis "x": each
+    position on "x" is a group of its own along "d" (on the CPU path); the CUDA
+    lowering refuses a second axis of more than one device."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import pytest
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+    import jaxptx
+
+    rows = 2 if n % 2 == 0 else 1
+    mesh = jax.make_mesh((rows, n // rows), ("x", "d"), axis_types=(AxisType.Explicit, AxisType.Explicit))
+    x = np.arange(n * SHARD, dtype=np.float32).reshape(rows, -1)
+    f = jax.jit(jax.shard_map(lambda a: ring_shift(a[0], jnp.zeros(1, jnp.uint32), axis_name="d")[None],
+                              mesh=mesh, in_specs=P("x", "d"), out_specs=P("x", "d")))
+    xs = jax.device_put(x, NamedSharding(mesh, P("x", "d")))
+    np.testing.assert_array_equal(f(xs), np.roll(x, SHARD, axis=1))     # each row shifts on its own
+    if rows > 1:
+        with pytest.raises(jaxptx.errors.SpecError, match=r"axis_name='d' on a mesh with other axes of more "
+                                                          r"than one device \('x' of size 2\): on GPUs"):
+            f.trace(xs).lower(lowering_platforms=("cuda",))
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    if sys.argv[2:] == ["two-axis"]:
+        two_axis(int(sys.argv[1]))
+    else:
+        main(int(sys.argv[1]))

@@ -41,6 +41,16 @@ def test_peer_kernels_on_cpu_devices(devices):
     assert result.stdout.strip().endswith("OK")
 
 
+def test_a_two_axis_mesh_runs_each_group_along_the_axis_on_its_own():
+    """A 2 x 2 mesh: the ring shift over "d" stays within each row of "x" (the
+    devices of different rows never meet), and the CUDA lowering refuses it."""
+    script = pathlib.Path(__file__).with_name("peers_script.py")
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run([sys.executable, str(script), "4", "two-axis"], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+
+
 def test_hidden_parameters_follow_the_kernels_own():
     text = ring_shift.ptx(N=256, world_size=4)
     params = re.findall(r"\.param \.(\w+) (\w+)", text)
