@@ -125,7 +125,9 @@ struct Meeting {
 // the oldest it is not part of, so a call repeated (in a loop, or the next
 // execution) meets its own repetitions on the other devices. Process-wide by
 // nature: XLA's threads meet here.
-using Key = std::tuple<int64_t, int64_t, std::string, int64_t>;
+// (kernel id, call site, axis name, axis size, group): the group is the
+// device's position on the mesh's other axes; only its devices meet.
+using Key = std::tuple<int64_t, int64_t, std::string, int64_t, int64_t>;
 std::mutex g_mutex;
 std::condition_variable g_changed;
 std::map<Key, std::vector<std::shared_ptr<Meeting>>> g_open;
@@ -480,10 +482,6 @@ ffi::Error read_rank(const Driver& d, const PeerCall& c, const PeerRank& me, uin
     return ffi::Error::Internal(where(me) + ": reading its rank on " + axis(c) + " failed: " +
                                 describe(d, rc));
   }
-  if (*rank >= c.axis_size) {
-    return ffi::Error::InvalidArgument(where(me) + ": the rank operand holds " +
-                                       std::to_string(*rank) + ", outside " + axis(c));
-  }
   return ffi::Error::Success();
 }
 
@@ -553,7 +551,12 @@ ffi::Error meet_peers(const Driver& d, const PeerCall& c, const PeerRank& me, Pe
   std::string bad;
   std::optional<double> limit = peer_timeout(&bad);
   if (!limit) return ffi::Error::InvalidArgument(where(me) + ": " + bad);
-  if (ffi::Error e = read_rank(d, c, me, &out->rank); e.failure()) return e;
+  // The rank operand holds the rank on the axis plus the axis size times the
+  // group (jaxptx.jax._primitive._rank_operand).
+  uint32_t code = 0;
+  if (ffi::Error e = read_rank(d, c, me, &code); e.failure()) return e;
+  out->rank = static_cast<uint32_t>(code % static_cast<uint64_t>(c.axis_size));
+  const int64_t group = static_cast<int64_t>(code / static_cast<uint64_t>(c.axis_size));
   Arrival arrival{me.ctx, 0, {}, {}};
   CUresult rc = d.cuCtxGetDevice(&arrival.device);
   if (rc != CUDA_SUCCESS) {
@@ -563,7 +566,7 @@ ffi::Error meet_peers(const Driver& d, const PeerCall& c, const PeerRank& me, Pe
     arrival.peers.push_back(reinterpret_cast<uint64_t>(me.tensors[static_cast<size_t>(t)]));
     arrival.nbytes.push_back(me.nbytes[static_cast<size_t>(t)]);
   }
-  const Key key{me.kernel_id, c.site, c.axis_name, c.axis_size};
+  const Key key{me.kernel_id, c.site, c.axis_name, c.axis_size, group};
   const uint32_t rank = out->rank;
   std::shared_ptr<Meeting> m =
       join(key, static_cast<size_t>(c.axis_size), rank, std::move(arrival));

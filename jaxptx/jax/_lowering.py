@@ -206,17 +206,7 @@ def kernel_lowering_cpu(kernel: Kernel, ctx: Any, *args: Any, template: tuple, s
 def kernel_lowering_cuda(kernel: Kernel, ctx: Any, *args: Any, template: tuple, sizes: tuple,
                          launch: Launch, batch: int, shared: tuple, scalars: tuple,
                          axis: tuple = ()) -> Any:
-    """The GPU launch's custom call.
-
-    Raises:
-        SpecError: a kernel with peers on a mesh whose other axes have more
-            than one device (the CUDA handler's meeting knows one group).
-    """
-    if len(axis) > 2:
-        shown = ", ".join(f"{a!r} of size {n}" for a, n in axis[2])
-        raise SpecError(f"kernel {kernel.name}: axis_name={axis[0]!r} on a mesh with other axes of more than "
-                        f"one device ({shown}): on GPUs, kernels with peers run on a mesh whose other axes "
-                        f"have size 1 for now (the CPU path runs each group on its own)")
+    """The GPU launch's custom call."""
     entry = _entry(kernel, ctx, cuda_target(kernel, ctx), template, sizes, launch, shared, axis)
     _register_cubin(kernel, ctx, entry)
     return _call(CUDA_TARGET, kernel, ctx, args, _attributes(entry, scalars, ctx, axis))

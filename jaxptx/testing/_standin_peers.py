@@ -456,15 +456,26 @@ class StandInNode(StandInDriver):
             items, self._pending = self._pending, []
         devices = [i["device"] for i in items]
         self.node_launches.append(devices)
-        # Peer access as the handlers left it: a kernel reaching a peer
-        # without it faults, as on a GPU.
-        self.system.peer_access = all((a, b) in self.peer_access
-                                      for a, b in itertools.permutations(devices, 2))
         try:
-            self.system.launch(items)
+            # The devices whose handlers enabled access between them run together
+            # (each group of a mesh's axis is one); with access as the handlers
+            # left it: a kernel reaching a peer without it faults, as on a GPU.
+            for group in self._groups(devices):
+                self.system.peer_access = all((a, b) in self.peer_access
+                                              for a, b in itertools.permutations(group, 2))
+                self.system.launch([i for i in items if i["device"] in group])
         finally:
             self._release(items)
         return None
+
+    def _groups(self, devices: list[int]) -> list[list[int]]:
+        """``devices`` split into the sets linked by enabled peer access."""
+        groups: list[set[int]] = []
+        for d in devices:
+            linked = [g for g in groups if any((d, e) in self.peer_access or (e, d) in self.peer_access for e in g)]
+            merged = {d}.union(*linked)
+            groups = [g for g in groups if g not in linked] + [merged]
+        return [sorted(g) for g in groups]
 
     # running a call on every rank ------------------------------------------------------
     def run(self, call: CudaCall, *arrays: np.ndarray, **kwargs: Any) -> Ran:

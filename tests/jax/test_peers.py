@@ -43,7 +43,7 @@ def test_peer_kernels_on_cpu_devices(devices):
 
 def test_a_two_axis_mesh_runs_each_group_along_the_axis_on_its_own():
     """A 2 x 2 mesh: the ring shift over "d" stays within each row of "x" (the
-    devices of different rows never meet), and the CUDA lowering refuses it."""
+    devices of different rows never meet), and lowers for CUDA as a one-axis call."""
     script = pathlib.Path(__file__).with_name("peers_script.py")
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
     result = subprocess.run([sys.executable, str(script), "4", "two-axis"], env=env,

@@ -116,6 +116,24 @@ def test_the_ring_shift_runs_on_every_rank_and_matches_numpy(calls, n):
     assert all(np.array_equal(t, tables[0]) for t in tables)      # one table, on every device
 
 
+def test_groups_along_the_axis_meet_on_their_own(calls):
+    """Four devices calling the ring shift of a 2-device axis, as a 2 x 2 mesh
+    does: the rank operand carries each device's group (rank + 2 * group), and
+    each group of two shifts within itself."""
+    call = calls["ring", 2]
+    node = StandInNode(4)
+    data = shards(4)
+    results = ok(node.run_ranks(call, data))
+    for code, ran in enumerate(results):
+        group, rank = divmod(code, 2)
+        (y,) = ran.outputs
+        np.testing.assert_array_equal(y, data[2 * group + (rank - 1) % 2][0])
+    tables = table_writes(node)
+    assert len(tables) == 4
+    owners = sorted(tuple(int(a) >> 48 for a in t[:2]) for t in tables)
+    assert owners == [(0, 1), (0, 1), (2, 3), (2, 3)]      # each table names its own group's devices
+
+
 def test_a_second_call_reuses_peer_access_and_the_tables(calls):
     call, n = calls["ring", 2], 2
     node = StandInNode(n)
