@@ -199,7 +199,7 @@ def test_three_grids_each_waiting_on_the_ones_before() -> None:
 def test_a_dependent_waiting_on_a_primary_that_waits_on_it_is_a_deadlock_naming_both() -> None:
     dev = sim.Device()
     flag = dev.alloc(4)
-    with pytest.raises(sim.SimDeadlock) as e:
+    with pytest.raises(sim.SimDeadlock, match=r"grid 0 \(spin\)") as e:
         dev.launch_sequence([dict(source=spin("1"), params=[flag], block=THREADS),
                              dict(source=SET, params=[flag], block=THREADS)])
     text = str(e.value)
