@@ -258,24 +258,8 @@ def attention_kernel(dtype: str) -> Kernel:
 
 def attention_sm100(q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool,
                     scale: float) -> tuple[jax.Array, jax.Array]:
-    """Flash-attention forward on Blackwell in one kernel launch.
-
-    The same contract as :func:`jaxptx.kernels._attention_sm90.attention_sm90`.
-
-    Args:
-        q: (B, Sq, H, D) bf16 or f16, D 64 or 128.
-        k, v: (B, Skv, Hkv, D), same dtype and D; ``Hkv`` divides ``H``
-            (query head ``h`` reads KV head ``h // (H // Hkv)``).
-        causal: mask keys after the query (``jax.nn.dot_product_attention``'s
-            ``is_causal``, top-left aligned).
-        scale: the factor on ``q @ k.T`` (must be positive).
-
-    Returns:
-        ``o`` (B, Sq, H, D) in the input dtype and ``lse`` (B, H, Sq) float32,
-        the natural-log log-sum-exp of each row of scaled scores.
-
-    Raises:
-        SpecError: unsupported dtype, head dim, shapes or scale.
-    """
+    """Flash-attention forward on Blackwell in one kernel launch: the
+    arguments, outputs (``o`` and the natural-log ``lse``) and errors of
+    :func:`jaxptx.kernels._attention_sm90.attention_sm90`."""
     dtype = forward_dtype("attention_sm100", q, k, v, scale)
     return attention_kernel(dtype)(q, k, v, causal=bool(causal), scale_log2=float(scale) * LOG2E)
