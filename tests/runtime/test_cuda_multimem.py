@@ -14,10 +14,7 @@ all-reduce and jaxptx.kernels.all_reduce(method="multimem")."""
 
 from __future__ import annotations
 
-import os
 import pathlib
-import pickle
-import subprocess
 import sys
 
 import numpy as np
@@ -27,51 +24,27 @@ from jaxptx.testing._standin_peers import MULTICAST_GRANULARITY, StandInNode
 from jaxptx.testing.standin import HandlerError, Ran
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from peer_calls import lowered_calls
 INVALID_ARGUMENT, FAILED_PRECONDITION = 3, 9
 
-_LOWER = r"""
-import pickle, sys
-sys.path.insert(0, sys.argv[2])
-import jax, jax.numpy as jnp, numpy as np
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+_CALLS = """
 from jaxptx.kernels import all_reduce
-from jaxptx.runtime import cuda_calls
 from peers_script import oneshot_allreduce
 
-def lower(f, n, shape):
-    mesh = Mesh(np.array(jax.devices()[:n]), ("d",), axis_types=(AxisType.Explicit,))
-    a = jax.device_put(np.zeros(shape, np.float32), NamedSharding(mesh, P("d")))
-    g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("d"), out_specs=P("d")))
-    (call,) = cuda_calls(g.trace(a).lower(lowering_platforms=("cuda",)))
-    return call
-
-calls = {}
 for n in (2, 4):
     calls["oneshot", n] = lower(
         lambda a: oneshot_allreduce(a[0], jnp.zeros(1, jnp.uint32), axis_name="d")[None], n, (n, 512))
     calls["library", n] = lower(
         lambda a: all_reduce(a[0], "d", method="multimem", arch="sm_90a")[None], n, (n, 1024))
-with open(sys.argv[1], "wb") as f:
-    pickle.dump(calls, f)
 """
 
 
 @pytest.fixture(scope="module")
 def calls(tmp_path_factory):
     """The CUDA custom calls of the two multimem all-reduces on 2 and 4
-    devices, each with its own kernel id (a comment added to its PTX: a GPU
-    test in this process may have registered a cubin under the kernel's own
-    id, and the stand-in runs PTX only)."""
-    out = tmp_path_factory.mktemp("multimem") / "calls.pkl"
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-           "JAX_PLATFORMS": "cpu"}
-    result = subprocess.run([sys.executable, "-c", _LOWER, str(out), str(HERE.parent / "jax")],
-                            env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-4000:]
-    with open(out, "rb") as f:
-        lowered = pickle.load(f)
-    return {key: c.replace(ptx=c["ptx"] + b"// run by test_cuda_multimem\n")
-            for key, c in lowered.items()}
+    devices, each with its own kernel id."""
+    return lowered_calls(_CALLS, tmp_path_factory.mktemp("multimem") / "calls.pkl", "test_cuda_multimem")
 
 
 def shards(call, n: int, seed: int = 0) -> list[list[np.ndarray]]:

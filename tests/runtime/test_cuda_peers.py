@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 import pathlib
-import pickle
 import re
-import subprocess
 import sys
 
 import numpy as np
@@ -27,51 +24,27 @@ from jaxptx.testing._standin_peers import StandInNode
 from jaxptx.testing.standin import HandlerError, Ran
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from peer_calls import lowered_calls
 SHARD = 256
 DEADLINE_EXCEEDED, INVALID_ARGUMENT, FAILED_PRECONDITION = 4, 3, 9
 
-_LOWER = r"""
-import pickle, sys
-sys.path.insert(0, sys.argv[2])
-import jax, jax.numpy as jnp, numpy as np
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
-from jaxptx.runtime import cuda_calls
+_CALLS = """
 from peers_script import SHARD, oneshot_allreduce, ring_shift
 
-def lower(f, n, shape):
-    mesh = Mesh(np.array(jax.devices()[:n]), ("d",), axis_types=(AxisType.Explicit,))
-    a = jax.device_put(np.zeros(shape, np.float32), NamedSharding(mesh, P("d")))
-    g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("d"), out_specs=P("d")))
-    (call,) = cuda_calls(g.trace(a).lower(lowering_platforms=("cuda",)))
-    return call
-
-calls = {}
 for n in (2, 4):
     calls["ring", n] = lower(lambda a: ring_shift(a, jnp.zeros(1, jnp.uint32), axis_name="d"),
                              n, n * SHARD)
 calls["allreduce", 2] = lower(
     lambda a: oneshot_allreduce(a[0], jnp.zeros(1, jnp.uint32), axis_name="d")[None], 2, (2, 512))
-with open(sys.argv[1], "wb") as f:
-    pickle.dump(calls, f)
 """
 
 
 @pytest.fixture(scope="module")
 def calls(tmp_path_factory):
     """The CUDA custom calls of the ring shift on 2 and 4 devices and of the
-    multimem all-reduce on 2, each with its own kernel id (a comment added
-    to its PTX: a GPU test in this process may have registered a cubin under
-    the kernel's own id, and the stand-in runs PTX only)."""
-    out = tmp_path_factory.mktemp("peers") / "calls.pkl"
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-           "JAX_PLATFORMS": "cpu"}
-    result = subprocess.run([sys.executable, "-c", _LOWER, str(out), str(HERE.parent / "jax")],
-                            env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-4000:]
-    with open(out, "rb") as f:
-        lowered = pickle.load(f)
-    return {key: c.replace(ptx=c["ptx"] + b"// run by test_cuda_peers\n")
-            for key, c in lowered.items()}
+    multimem all-reduce on 2, each with its own kernel id."""
+    return lowered_calls(_CALLS, tmp_path_factory.mktemp("peers") / "calls.pkl", "test_cuda_peers")
 
 
 def shards(n: int) -> list[list[np.ndarray]]:
