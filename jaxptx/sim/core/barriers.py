@@ -11,6 +11,14 @@ releases, and the machine schedules them again.
 Thread states: ``RUNNING``, ``WAITING`` (at a barrier), ``EXITED``,
 ``PARKED`` (on an mbarrier whose phase it waits for) and ``SPINNING`` (in
 a loop proven to change nothing; :mod:`.hangs`).
+
+A warp reconverges at an ``.aligned`` barrier (:func:`reconverge`): lanes
+that reach it while other live lanes of their warp are still behind it (at
+a smaller PC: in a branch, parked on an mbarrier, held back by a random
+schedule) wait for them, as a warp does on hardware, where the compiler
+reconverges a divergent warp before the barrier that post-dominates the
+branch. Only lanes that went past it or elsewhere make the barrier
+divergent (:func:`whole_warps` faults).
 """
 
 from __future__ import annotations
@@ -26,12 +34,13 @@ from .step import Step
 if TYPE_CHECKING:
     from ..core.view import MachineView
 
-__all__ = ["RUNNING", "WAITING", "EXITED", "PARKED", "SPINNING", "CLUSTER_BARRIER", "WARP_SYNC", "everyone",
-           "arrive", "warp_sync", "whole_warps", "lanes_among", "live_lanes", "release"]
+__all__ = ["RUNNING", "WAITING", "EXITED", "PARKED", "SPINNING", "CLUSTER_BARRIER", "WARP_SYNC", "RECONVERGE",
+           "everyone", "arrive", "reconverge", "warp_sync", "whole_warps", "lanes_among", "live_lanes", "release"]
 
 RUNNING, WAITING, EXITED, PARKED, SPINNING = 0, 1, 2, 3, 4
 CLUSTER_BARRIER = 99          # the barrier id of a thread in barrier.cluster.wait
 WARP_SYNC = 98                # ... of a thread in bar.warp.sync waiting for its mask's lanes
+RECONVERGE = 97               # ... of a lane at an .aligned barrier waiting for its warp's lanes behind it
 
 
 def everyone(m: "MachineView", taken: np.ndarray) -> bool:
@@ -47,13 +56,20 @@ def arrive(m: "MachineView", s: Step, pc: int) -> None:
     (PTX ISA, bar). bar.red's d is the reduction of its predicate over the
     threads of the barrier, written when the barrier completes (``_reduce``)."""
     sim = s.r.inst.sim
+    aligned = s.ins.opcode == "bar" or "aligned" in s.ins.modifiers
+    if aligned:
+        go = reconverge(m, s.threads, pc)
+        if len(go) == 0:
+            return
+        if len(go) != s.n:
+            s = Step(m, s.ins, s.r, go)
     red = sim == "bar_red"
     ops = s.ins.operands[1:-1] if red else s.ins.operands   # bar.red d, a{, b}, c
     ident = s.value(ops[0], TYPES["u32"]).astype(np.int64)
     count = s.value(ops[1], TYPES["u32"]).astype(np.int64) if len(ops) > 1 else np.zeros(s.n, np.int64)
     _check_operands(m, s, ident, count, len(ops) > 1)
     obs = m.observers
-    if s.ins.opcode == "bar" or "aligned" in s.ins.modifiers:
+    if aligned:
         if m.check:
             obs.aligned_barrier(s.threads)      # the sanitizer's finding (check="all" goes on)
         else:
@@ -89,10 +105,46 @@ def _check_operands(m: "MachineView", s: Step, ident: np.ndarray, count: np.ndar
                            f"({_who(m, int(s.threads[k]))})")
 
 
+def reconverge(m: "MachineView", threads: np.ndarray, pc: int) -> np.ndarray:
+    """Lanes ``threads`` reach the ``.aligned`` barrier at ``pc``: those whose
+    warp has live lanes still behind it (a smaller or equal next PC, or
+    already waiting here to reconverge) and none past it wait (``WAITING``,
+    ``RECONVERGE``) until every live lane of the warp is here; returns the
+    lanes that go on. A warp with a lane past the barrier, or waiting to
+    reconverge at another one, goes on as it is, for :func:`whole_warps` (or
+    the sanitizer) to report. Cheap when every warp is whole."""
+    lane0 = threads - threads % m.ntid % 32
+    first, counts = np.unique(lane0, return_counts=True)
+    partial = first[counts < 32]
+    if len(partial) == 0:
+        return threads
+    lanes = partial[:, None] + np.arange(32)
+    real = lanes < (partial // m.ntid * m.ntid + m.ntid)[:, None]
+    lanes = np.where(real, lanes, partial[:, None])
+    away = real & (m.state[lanes] != EXITED) & ~np.isin(lanes, threads)
+    if not away.any():
+        return threads
+    m.sync_pcs()
+    nxt = m.pc[lanes]                       # the next instruction of each lane
+    waits = (m.state[lanes] == WAITING) & (m.barrier[lanes] == RECONVERGE)
+    here = away & waits & (nxt == pc + 1)
+    behind = away & ~waits & (nxt <= pc)
+    hold = (here | behind).any(axis=1) & ~(away & ~here & ~behind).any(axis=1)
+    if not hold.any():
+        return threads
+    held = np.isin(lane0, partial[hold])
+    wait = threads[held]
+    m.state[wait] = WAITING
+    m.barrier[wait] = RECONVERGE
+    m.pc[wait] = pc + 1
+    return threads[~held]
+
+
 def whole_warps(m: "MachineView", s: Step) -> None:
     """Fault when part of a warp executes an ``.aligned`` barrier (``bar``
     is ``barrier.aligned``) while other non-exited lanes of that warp do
-    not: PTX ISA, bar: with ``.aligned`` "all threads in CTA will execute
+    not (after :func:`reconverge` held back the lanes whose warp-mates are
+    only behind): PTX ISA, bar: with ``.aligned`` "all threads in CTA will execute
     the same barrier instruction", and barriers are executed per warp.
     Cheap when every warp is whole (one ``np.unique``); a checked launch
     (``check``) reports it as the sanitizer's finding instead."""
@@ -156,6 +208,23 @@ def live_lanes(m: "MachineView", threads: np.ndarray) -> np.ndarray:
     return (live * (1 << np.arange(32, dtype=np.int64))).sum(axis=1)
 
 
+def _release_reconverged(m: "MachineView", waiting: np.ndarray, released: list[np.ndarray]) -> np.ndarray:
+    """Lanes waiting to reconverge (:func:`reconverge`) whose warp's live
+    lanes are all waiting with them run the barrier again, together
+    (appended to ``released``, their PC back on it); returns the rest."""
+    at = waiting[m.barrier[waiting] == RECONVERGE]
+    if len(at) == 0:
+        return waiting
+    done = lanes_among(m, at) == live_lanes(m, at)
+    if done.any():
+        go = at[done]
+        m.state[go] = RUNNING
+        m.barrier[go] = -1
+        m.pc[go] -= 1
+        released.append(go)
+    return waiting[(m.barrier[waiting] != RECONVERGE) & (m.state[waiting] == WAITING)]
+
+
 def _release_warp_syncs(m: "MachineView", waiting: np.ndarray, released: list[np.ndarray]) -> np.ndarray:
     """Release the threads in bar.warp.sync whose mask's live lanes have all
     arrived (appended to ``released``); returns the rest."""
@@ -211,6 +280,8 @@ def release(m: "MachineView") -> np.ndarray:
     returns the released threads (ascending)."""
     waiting = np.nonzero(m.state == WAITING)[0]
     released: list[np.ndarray] = []
+    if len(waiting):
+        waiting = _release_reconverged(m, waiting, released)
     if len(waiting):
         waiting = _release_warp_syncs(m, waiting, released)
     if len(waiting):

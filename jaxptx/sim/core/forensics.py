@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ... import ir
-from .barriers import CLUSTER_BARRIER, EXITED, PARKED, SPINNING, WAITING, WARP_SYNC
+from .barriers import CLUSTER_BARRIER, EXITED, PARKED, RECONVERGE, SPINNING, WAITING, WARP_SYNC
 from .naming import ranges
 from .step import Step
 
@@ -52,7 +52,8 @@ class StuckWarp:
         instruction: its PTX text; ptx_line, python_line: where it came
             from (``None`` when unknown).
         state: ``"barrier"``, ``"cluster barrier"``, ``"warp sync"``,
-            ``"mbarrier"``, ``"griddepcontrol.wait"`` or ``"spinning"``.
+            ``"reconverge"`` (lanes at an ``.aligned`` barrier waiting for
+            the rest of their warp), ``"mbarrier"``, ``"griddepcontrol.wait"`` or ``"spinning"``.
         waits_on: what it waits on, in words.
         detail: the same as fields: ``barrier``/``arrived``/``expected`` for
             a CTA barrier, the mbarrier's fields, or ``reads``: the
@@ -87,6 +88,8 @@ def stuck_warps(m: "MachineView", device: int | None = None) -> list[StuckWarp]:
             detail: dict[str, Any] = {"arrived": int(m.cluster_arrivals[head])}
         elif ident == WARP_SYNC:
             state, words, detail = "warp sync", "the other lanes its member mask names", {}
+        elif ident == RECONVERGE:
+            state, words, detail = "reconverge", "the other live lanes of its warp to reach this .aligned barrier", {}
         else:
             cta = t // m.ntid
             count = int(m.barrier_count[t]) or int(alive[cta])

@@ -68,7 +68,7 @@ import numpy as np
 
 from .forensics import loop_reads
 from .naming import instruction_at, ranges, source_lines, thread_ranges, where
-from .barriers import CLUSTER_BARRIER, EXITED, PARKED, RUNNING, SPINNING, WAITING, WARP_SYNC
+from .barriers import CLUSTER_BARRIER, EXITED, PARKED, RECONVERGE, RUNNING, SPINNING, WAITING, WARP_SYNC
 from ..errors import SimError
 
 if TYPE_CHECKING:
@@ -296,7 +296,13 @@ def _barrier_groups(m: "MachineView", waiting: np.ndarray) -> list[str]:
     if len(warp):
         out.append(f"bar.warp.sync at {instruction_at(m, int(m.pc[warp[0]]) - 1)} reached by {thread_ranges(m, warp)}, "
                    f"which wait for the other lanes their member masks name")
-    rest = waiting[(m.barrier[waiting] != CLUSTER_BARRIER) & (m.barrier[waiting] != WARP_SYNC)]
+    held = waiting[m.barrier[waiting] == RECONVERGE]
+    if len(held):
+        out.append(f".aligned barrier at {instruction_at(m, int(m.pc[held[0]]) - 1)} reached by "
+                   f"{thread_ranges(m, held)}, which wait for the other live lanes of their warps to reach it "
+                   f"(a warp executes an .aligned barrier together)")
+    rest = waiting[(m.barrier[waiting] != CLUSTER_BARRIER) & (m.barrier[waiting] != WARP_SYNC)
+                   & (m.barrier[waiting] != RECONVERGE)]
     key = (rest // m.ntid) * 16 + m.barrier[rest]
     for k in np.unique(key):
         ts = rest[key == k]
