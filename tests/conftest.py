@@ -40,3 +40,15 @@ def _cubin_cache_in_a_temporary_directory(tmp_path_factory: pytest.TempPathFacto
         os.environ.pop("JAXPTX_CACHE_DIR", None)
     else:
         os.environ["JAXPTX_CACHE_DIR"] = old
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--sim-differential", action="store_true",
+                     help="run every emulator launch on the general and the fast paths and compare "
+                          "(tests/differential.py)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--sim-differential"):
+        import differential
+        differential.install()
