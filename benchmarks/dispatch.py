@@ -15,6 +15,10 @@ Then ``jax.vmap`` over a batch of problems: the same kernel declared
 without ``batch`` (a loop of launches) and with ``batch="z"`` (one launch,
 the batch as grid z).
 
+Then a bare launch of a one-CTA kernel (32 threads, six instructions)
+through ``sim.launch`` on PTX text and through ``Device.launch`` on a
+loaded module of a prepared device: the emulator's fixed cost a launch.
+
 Last, the per-call cost of TMA descriptors on the CPU path: the emulator
 building the maps a call's ``tma`` attribute describes (a 2-d load and a
 2-d store), which the handler does on every call before the launch.
@@ -83,6 +87,40 @@ def vmap_table(repeat: int, batches: tuple[int, ...] = (4, 16, 64)) -> None:
         t_fold = median_us(lambda: folded(xs).block_until_ready(), repeat)
         print(f"{b:>8} {t_loop:>10.1f} {t_fold:>10.1f} {t_loop / t_fold:>7.1f}x")
     print(f"self-check: vmap loop and grid-z launches equal x * 2 + 1 (B = {', '.join(map(str, batches))})")
+
+
+ONE_CTA = """.version 8.5
+.target sm_90a
+.address_size 64
+.visible .entry ones(.param .u64 x)
+{
+    .reg .b32 %r<3>; .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [x];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd2, %r1, 4;
+    add.u64 %rd3, %rd1, %rd2;
+    st.global.f32 [%rd3], 0f3F800000;
+    ret;
+}"""
+
+
+def one_cta_table(repeat: int) -> None:
+    """A bare launch of :data:`ONE_CTA` (one CTA of 32 threads): through
+    ``sim.launch`` and through ``Device.launch`` of a loaded module, each
+    checked."""
+    from jaxptx import sim
+
+    x = np.zeros(32, np.float32)
+    dev = sim.Device()
+    address = dev.to_device(x)
+    module = dev.load(ONE_CTA)
+    t_launch = median_us(lambda: sim.launch(ONE_CTA, x, block=32), repeat)
+    t_device = median_us(lambda: dev.launch(module, [address], block=32), repeat)
+    np.testing.assert_array_equal(x, 1)
+    np.testing.assert_array_equal(dev.from_device(address, like=x), 1)
+    print(f"\none CTA, 32 threads, 6 instructions, median of {repeat}: sim.launch {t_launch:.1f}, "
+          f"Device.launch {t_device:.1f} microseconds")
+    print("self-check: both launches wrote 1.0 to every element")
 
 
 def tma_copy_kernel() -> Any:
@@ -192,6 +230,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{n:>8} {t_jnp:>9.1f} {t_kernel:>10.1f} {t_noop:>10.1f} {t_sim:>10.1f}")
     print(f"self-check: kernel under jax.jit equals the jnp op, emulator output equals numpy "
           f"(N = {', '.join(map(str, sizes))})")
+    one_cta_table(repeat)
     vmap_table(max(repeat // 10, 5) if not args.smoke else 1, (2,) if args.smoke else (4, 16, 64))
     tma_table(repeat, 64 if args.smoke else 256)
 

@@ -33,6 +33,7 @@ in this process the message adds the kernel's Python line.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
 import threading
@@ -97,30 +98,88 @@ def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryvi
     FFI error, starting with the original error class's name.
     """
     try:
-        shape = launch if isinstance(launch, Launch) else Launch.from_attributes(*launch)
         registered = _registry.find(kernel_id)
+        if peers is None:
+            call = _call(kernel_id, registered, inputs, outputs, ptx, entry, launch, scalars, tma)
+            launch = _Launch(call.module, entry, call.shape, call.values, call.maps)
+            ran = _run_checked(launch, inputs, outputs, output_types, allow_unwritten, call.name, call.names)
+            if capture.directory() is not None:
+                _record(kernel_id, bytes(ptx).decode(), launch, ran, len(inputs), tma,
+                        [*input_types, *output_types])
+            return None
+        shape = launch if isinstance(launch, Launch) else Launch.from_attributes(*launch)
         if registered is not None:
             _check_sizes(registered, inputs, outputs)
         name = registered.kernel.name if registered is not None else entry
-        if peers is not None:
-            call = _peers.decode(peers)
-            rank, group, inputs, input_types = _peer_cpu.split_rank(call, inputs, input_types)
+        peer_call = _peers.decode(peers)
+        rank, group, inputs, input_types = _peer_cpu.split_rank(peer_call, inputs, input_types)
         module = _parsed(kernel_id, bytes(ptx))
-        function = _entry_function(module, entry)
-        values = _scalar_values(function, len(inputs) + len(outputs), scalars)
-        launch = _Launch(module, entry, shape, values, _tma.sim_maps(tma))
-        if peers is not None:
-            launch = _peer_cpu.PeerLaunch(module, entry, shape, values, launch.maps, call, rank,
-                                          kernel_id, name, _LAUNCH_LOCK, group)
-        names = _output_names(registered, len(outputs))
-        ran = _run_checked(launch, inputs, outputs, output_types, allow_unwritten, name, names)
-        if capture.directory() is not None and peers is None:   # a node's launch is not one device's
-            _record(kernel_id, bytes(ptx).decode(), launch, ran, len(inputs), tma,
-                    [*input_types, *output_types])
+        values = _scalar_values(_entry_function(module, entry), len(inputs) + len(outputs), scalars)
+        peer = _peer_cpu.PeerLaunch(module, entry, shape, values, _tma.sim_maps(tma), peer_call, rank,
+                                    kernel_id, name, _LAUNCH_LOCK, group)
+        _run_checked(peer, inputs, outputs, output_types, allow_unwritten, name,
+                     _output_names(registered, len(outputs)))
         return None
     except BaseException as e:  # noqa: BLE001 - every failure becomes an FFI error
         return _message(e, kernel_id, entry, registered=_registry.find(kernel_id),
                         ptx=bytes(ptx).decode(errors="replace"))
+
+
+class _Call(NamedTuple):
+    """What every call of one kernel with one signature (its launch, raw
+    scalars, TMA records and buffer sizes) shares: all :func:`run` derives
+    before the launch, worked out and checked once (:func:`_call`)."""
+
+    ptx: bytes
+    registered: _registry.Entry | None
+    module: ir.Module
+    shape: Launch
+    values: list[bytes]
+    maps: tuple
+    name: str
+    names: list[str | None]
+
+
+# (kernel id, entry, launch, scalars, tma, input sizes, output sizes) -> its
+# _Call; at most _CALLS_KEPT, the oldest dropped first.
+_CALLS: "collections.OrderedDict[tuple, _Call]" = collections.OrderedDict()
+_CALLS_KEPT = 64
+
+
+def _call(kernel_id: int, registered: _registry.Entry | None, inputs: Sequence[memoryview],
+          outputs: Sequence[memoryview], ptx: memoryview, entry: str, launch: Launch | tuple,
+          scalars: Sequence[int], tma: Sequence[int]) -> _Call:
+    """The :class:`_Call` of a call: found again when the kernel was called
+    before with the same signature, the same PTX and the same registry entry;
+    else checked (buffer sizes against the kernel, the launch against its
+    limits, the raw scalars against the entry's parameters) and kept.
+
+    Raises:
+        ValueError, LaunchError, ParseError: as the checks find.
+    """
+    key = (kernel_id, entry, launch if isinstance(launch, Launch) else tuple(launch), tuple(scalars),
+           tuple(tma), tuple(mv.nbytes for mv in inputs), tuple(mv.nbytes for mv in outputs))
+    try:
+        hit = _CALLS.get(key)
+    except TypeError:           # a direct call with lists for tuples: checked, not kept
+        hit, key = None, None
+    if hit is not None and hit.registered is registered and hit.ptx == ptx:
+        return hit
+    shape = launch if isinstance(launch, Launch) else Launch.from_attributes(*launch)
+    if registered is not None:
+        _check_sizes(registered, inputs, outputs)
+    text = bytes(ptx)
+    module = _parsed(kernel_id, text)
+    values = _scalar_values(_entry_function(module, entry), len(inputs) + len(outputs), scalars)
+    name = registered.kernel.name if registered is not None else entry
+    made = _Call(text, registered, module, shape, values, _tma.sim_maps(tma), name,
+                 _output_names(registered, len(outputs)))
+    if key is not None:
+        _CALLS[key] = made
+        _CALLS.move_to_end(key)
+        if len(_CALLS) > _CALLS_KEPT:
+            _CALLS.popitem(last=False)
+    return made
 
 
 def _parsed(kernel_id: int, text: bytes) -> ir.Module:
@@ -178,7 +237,7 @@ def _run_checked(launch: _Launch | _peer_cpu.PeerLaunch, inputs: Sequence[memory
     buffers, params, aliased = _buffers(inputs, outputs)
     checked = [j for j in range(len(outputs))
                if not (allow_unwritten >> j) & 1 and j not in aliased and outputs[j].nbytes]
-    fresh = _fill([np.frombuffer(b, np.uint8).copy() for b in buffers], params, len(inputs), len(outputs),
+    fresh = _fill([np.frombuffer(b, np.uint8) for b in buffers], params, len(inputs), len(outputs),
                   aliased, allow_unwritten, SENTINEL)
     result, written = launch.run(fresh, params)
     for j, mv in enumerate(outputs):

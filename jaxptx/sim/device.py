@@ -463,7 +463,45 @@ def _resident_ctas(value: Any, launch: Launch) -> int:
 
 def launch_of(program: Program, grid: Any, block: Any, cluster: Any, smem: Any) -> Launch:
     """The launch of ``program``, checked once against CUDA's limits for the
-    program's target (:func:`jaxptx.launch.validate_launch`) and its ``.reqntid``."""
+    program's target (:func:`jaxptx.launch.validate_launch`) and its ``.reqntid``.
+
+    A shape given as plain ints (an int, or a tuple or list of them) is
+    checked once per prepared program: later launches of that shape get the
+    same :class:`Launch` from the program's :attr:`~.core.program.Program.derived`
+    (at most :data:`_SHAPES_KEPT` shapes a program)."""
+    key = _shape_key(grid, block, cluster, smem)
+    if key is None:
+        return _checked_launch(program, grid, block, cluster, smem)
+    shapes = program.derive("launch shapes", dict)
+    hit = shapes.get(key)
+    if hit is None:
+        hit = _checked_launch(program, grid, block, cluster, smem)
+        if len(shapes) >= _SHAPES_KEPT:
+            shapes.clear()
+        shapes[key] = hit
+    return hit
+
+
+_SHAPES_KEPT = 64
+
+
+def _shape_key(*dims: Any) -> tuple | None:
+    """A launch shape as a key: each dim an int or a tuple of ints (a list
+    becomes a tuple); ``None`` when any part is something else (a numpy
+    int, a bool), which is checked afresh every time."""
+    key = []
+    for d in dims:
+        if type(d) is int:
+            key.append(d)
+        elif type(d) in (tuple, list) and all(type(x) is int for x in d):
+            key.append(tuple(d))
+        else:
+            return None
+    return tuple(key)
+
+
+def _checked_launch(program: Program, grid: Any, block: Any, cluster: Any, smem: Any) -> Launch:
+    """:func:`launch_of` without the cache."""
     try:
         launch = validate_launch(grid, block, cluster, smem, program.shared_size, program.target,
                                  where=f"launch of {program.name}")

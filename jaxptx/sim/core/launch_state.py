@@ -25,12 +25,19 @@ from .program import Program, Variable
 from ..errors import SimError
 from .observers import Observer, Observers
 from .sanitizer import Sanitizer
-from .registers import RegisterFile, SpecialRegisters
+from .registers import RegisterFile, SpecialRegisters, register_dtypes
 
 if TYPE_CHECKING:
     from .view import MachineView
 
 __all__ = ["LaunchState", "Residency"]
+
+
+def _minus_ones(n: int) -> np.ndarray:
+    """``n`` int64 -1s (``np.full`` costs several times more on a small launch)."""
+    a = np.empty(n, dtype=np.int64)
+    a.fill(-1)
+    return a
 
 
 class Residency:
@@ -139,18 +146,20 @@ class LaunchState:
         self.nctas = launch.blocks
         self.nthreads = self.ntid * self.nctas
         self.warps_per_cta = -(-self.ntid // 32)
-        self.regs = RegisterFile(program.registers, self.nthreads)
-        self.pc = np.zeros(self.nthreads, dtype=np.int64)
-        self.state = np.zeros(self.nthreads, dtype=np.int8)
-        self.barrier = np.full(self.nthreads, -1, dtype=np.int64)
-        self.barrier_count = np.zeros(self.nthreads, dtype=np.int64)
-        self.warp_mask = np.zeros(self.nthreads, dtype=np.int64)      # bar.warp.sync members awaited
+        n = self.nthreads
+        self.regs = RegisterFile(program.registers, n,
+                                 program.derive("register dtypes", lambda: register_dtypes(program.registers)))
+        self.pc = np.zeros(n, dtype=np.int64)
+        self.state = np.zeros(n, dtype=np.int8)
+        self.barrier = _minus_ones(n)
+        self.barrier_count = np.zeros(n, dtype=np.int64)
+        self.warp_mask = np.zeros(n, dtype=np.int64)      # bar.warp.sync members awaited
         # bar.red: each waiting thread's predicate and the PC of its bar.red
         # (-1 for bar.sync); bar.arrive: arrivals without waiting per (CTA, barrier).
-        self.barrier_pred = np.zeros(self.nthreads, dtype=bool)
-        self.barrier_pc = np.full(self.nthreads, -1, dtype=np.int64)
+        self.barrier_pred = np.zeros(n, dtype=bool)
+        self.barrier_pc = _minus_ones(n)
         self.arrived = np.zeros(self.nctas * 16, dtype=np.int64)
-        self.all_threads = np.arange(self.nthreads, dtype=np.int64)
+        self.all_threads = np.arange(n, dtype=np.int64)
         self.frames: dict[str, np.ndarray] = {}   # function -> calling PC per thread (-1: not in it)
         self.current_pc: int | None = None
         self.observers = Observers()
@@ -158,14 +167,14 @@ class LaunchState:
         self.check = check
         self.sanitizer = self.observe(Sanitizer(self, check)) if check else None
         memory.cluster_cta = self.cluster_cta
-        size = int(np.prod(self.cluster))
+        size = self.cluster[0] * self.cluster[1] * self.cluster[2]
         # Shared addresses carry the CTA's cluster rank (jaxptx.sim.memory.spaces).
         memory.set_clusters(self.cluster_register("cluster_ctarank", 0, np.arange(self.nctas)) if size > 1 else None,
                             size)
         self.cluster_arrivals = np.zeros(self.nctas, dtype=np.int64)   # by rank-0 CTA
         self.cluster_phase = np.zeros(self.nctas, dtype=np.int64)      # completed phases, by rank-0 CTA
         # the phase each thread arrived in and has not waited on yet (-1: none)
-        self.arrived_phase = np.full(self.nthreads, -1, dtype=np.int64)
+        self.arrived_phase = _minus_ones(n)
         self.groups: dict[int, np.ndarray] = {0: self.all_threads} if self.nthreads else {}
         # max_resident_ctas: the CTAs not resident yet wait as EXITED (no
         # barrier, schedule or hang counts them) until Machine starts them.
@@ -176,8 +185,8 @@ class LaunchState:
             first = self.residency.initial()
             self.state[first] = RUNNING
             self.groups = {0: first}
-        self.park_word = np.full(self.nthreads, -1, dtype=np.int64)
-        self.park_again = np.zeros(self.nthreads, dtype=bool)     # parked to run their instruction again (park(again=))
+        self.park_word = _minus_ones(n)
+        self.park_again = np.zeros(n, dtype=bool)     # parked to run their instruction again (park(again=))
         # Programmatic dependent launch: this grid's place in a launch sequence
         # (jaxptx.sim.sequence), which griddepcontrol asks; None for a launch of its own.
         self.grid_dependency: Any = None
@@ -201,7 +210,8 @@ class LaunchState:
         self.memory.elsewhere = self.memory.multicast = self.memory.peer_globals = None     # a node's seams
         self._special = None
         self.sanitizer = None
-        self.observers = Observers()
+        if len(self.observers):         # an empty hub holds no references to drop
+            self.observers = Observers()
         self.on_register_read = self.on_register_write = None
         self.regs = None
         self.frames = {}

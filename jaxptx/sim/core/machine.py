@@ -50,6 +50,7 @@ from .schedules import RandomSchedule
 from ..errors import SimDeadlock, SimError, SimFault
 from .forensics import stuck_warps, table
 from .step import Step
+from . import fastpaths
 
 __all__ = ["Machine", "MACHINE", "NO_OPS", "MAX_STEPS_ENV"]
 
@@ -105,9 +106,10 @@ class Machine(LaunchState):
         # the others back sooner: look for spins sooner too.
         self.watch = CycleWatch(self, first=None if self.schedule is None else RANDOM_FIRST_SAMPLE)
         # Per PC: the semantics function of an instruction that only computes
-        # (the machine's own control-flow and barrier names excluded), else None.
-        self._plain = [semantics.get(r.inst.sim) if r is not None and r.inst.sim not in _NOT_PLAIN
-                       else None for r in program.resolved]
+        # (the machine's own control-flow and barrier names excluded), else
+        # None; and the end of the straight run of unguarded such
+        # instructions from there (_straight).
+        self._plain, self._runs = _plain_table(program, semantics)
 
     def close(self) -> None:
         """Drop the launch's state (:meth:`.launch_state.LaunchState.close`)
@@ -174,6 +176,11 @@ class Machine(LaunchState):
         before = self.observers.hook("before_step")
         self._on_begin = self.observers.hook("begin")
         self._on_after = self.observers.hook("after")
+        runs = self._runs
+        # Straight runs of plain instructions go back to back (_straight)
+        # when no tool hears per-step events and the schedule is the default.
+        straight = (schedule is None and before is None and self._on_begin is None and self._on_after is None
+                    and fastpaths.on())
         while True:
             if not groups:
                 self.steps, self.thread_steps = steps, thread_steps
@@ -213,14 +220,53 @@ class Machine(LaunchState):
             if before is not None:
                 before(pc, threads)
             fn = plain[pc]
-            if fn is not None:
-                self._execute_plain(fn, pc, threads)
-            else:
+            if fn is None:
                 self._execute(pc, threads)
+            elif straight and not groups and runs[pc] > pc + 1 and not watch.active:
+                steps, thread_steps = self._straight(pc, threads, steps, thread_steps, min(stop, watch.next))
+            else:
+                self._execute_plain(fn, pc, threads)
             if watch.active:
                 watch.after(steps, pc, threads)
             elif steps >= watch.next:
                 watch.start(steps)
+
+    def _straight(self, pc: int, threads: np.ndarray, steps: int, thread_steps: int,
+                  bound: int) -> tuple[int, int]:
+        """The fast path of :meth:`_run` (:mod:`.fastpaths`): run the straight
+        run of plain unguarded instructions from ``pc`` back to back, without
+        putting ``threads`` (every running thread: the only group) back into
+        :attr:`groups` between them. Each instruction is a step as the
+        scheduler counts it (``%clock``, ``max_steps``); the run stops before
+        the step numbered ``bound`` (the scheduler's next look, or the cycle
+        watch's next sample), which the scheduler then takes itself, and
+        after an instruction that parks threads or wakes others. Called with
+        step ``steps`` (the first instruction's) already counted; returns
+        the step and thread-step counts after the run, the threads placed
+        at the PC where it stopped; the scheduler then ends the last step
+        as it ends any other (the cycle watch's look)."""
+        code, resolved, plain = self.program.code, self.program.resolved, self._plain
+        end = self._runs[pc]
+        n = len(threads)
+        groups = self.groups
+        while True:
+            ins = code[pc]
+            try:
+                plain[pc](Step(self, ins, resolved[pc], threads))
+            except SimError as e:
+                raise located(e, ins) from None
+            pc += 1
+            if self._parking:
+                threads = self._park(threads, pc)
+                break
+            if groups or pc >= end or steps + 1 >= bound:
+                break
+            steps += 1
+            thread_steps += n
+            self.steps = steps
+            self.current_pc = pc
+        self._place(pc, threads)
+        return steps, thread_steps
 
     def _take(self, pc: int, threads: np.ndarray) -> None:
         """Take running ``threads`` (ascending) out of the group at ``pc``."""
@@ -451,3 +497,26 @@ class Machine(LaunchState):
         if not isinstance(op, ir.Symbol) or op.name not in self.program.labels:
             raise SimError(f"{self.program.name}: branch to unknown label {op!r}")
         return self.program.labels[op.name]
+
+
+def _plain_table(program: Program, semantics: Mapping[str, Callable]) -> tuple[list, list[int]]:
+    """Per PC of ``program``: the semantics function of an instruction that
+    only computes, else ``None``; and the PC after the straight run of
+    unguarded such instructions that starts there (the PC itself when the
+    instruction is none of them). Kept on the program across launches."""
+    def make() -> tuple[Mapping, list, list[int]]:
+        plain = [semantics.get(r.inst.sim) if r is not None and r.inst.sim not in _NOT_PLAIN else None
+                 for r in program.resolved]
+        runs = [0] * len(plain)
+        end = len(plain)
+        for pc in range(len(plain) - 1, -1, -1):
+            if plain[pc] is None or program.code[pc].guard is not None:
+                end = pc
+                runs[pc] = pc
+            else:
+                runs[pc] = end
+        return semantics, plain, runs
+    held = program.derive(("plain", id(semantics)), make)
+    if held[0] is not semantics:            # another mapping at a reused id
+        held = program.derived[("plain", id(semantics))] = make()
+    return held[1], held[2]

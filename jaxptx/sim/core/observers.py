@@ -199,8 +199,8 @@ class Observers:
 
     def __init__(self) -> None:
         self._members: list[Observer] = []
-        self._hooks: dict[str, Callable[..., None] | None] = {}
-        self._rebuild()
+        # Shared and never written: an empty hub costs nothing to build; add() makes its own.
+        self._hooks: dict[str, Callable[..., None] | None] = _NO_HOOKS
 
     def add(self, observer: Observer) -> Observer:
         """Join ``observer`` to the launch; returns it."""
@@ -225,9 +225,16 @@ class Observers:
         return len(self._members)
 
     def _rebuild(self) -> None:
+        self._hooks = {}
         for event in EVENTS:
             base = getattr(Observer, event)
             fns = [getattr(o, event) for o in self._members if getattr(type(o), event) is not base]
             hook = None if not fns else fns[0] if len(fns) == 1 else _fan_out(fns)
             self._hooks[event] = hook
             setattr(self, event, _ignore if hook is None else hook)
+
+
+_NO_HOOKS: dict[str, Callable[..., None] | None] = dict.fromkeys(EVENTS)
+# An empty hub's events are these class attributes (no-ops), so building one sets none.
+for _event in EVENTS:
+    setattr(Observers, _event, staticmethod(_ignore))

@@ -6,6 +6,8 @@ const, global and param variables (:mod:`.prepare` builds it).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 from ... import ir, isa
 from ...check import OPAQUE_FIELDS
@@ -68,6 +70,11 @@ class Program:
             variables, name → type: not laid out (the emulator has no
             texture, sampler or surface units); the precheck refuses an
             instruction that names one.
+        derived: what launches derive from the program alone (the
+            register file's dtypes, the scheduler's per-PC table, checked
+            launch shapes), kept here so that the next launch of the same
+            prepared program finds them (:meth:`derive`). A prepared program
+            is never changed, so nothing in it goes stale.
     """
 
     name: str
@@ -90,6 +97,17 @@ class Program:
     branch_tables: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     target: isa.Target | None = None
     opaque: dict[str, str] = dataclasses.field(default_factory=dict)
+    derived: dict[Any, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    def derive(self, key: Any, make: Callable[[], Any]) -> Any:
+        """The value cached under ``key`` in :attr:`derived`, made by
+        ``make()`` on first use. ``key`` must name everything besides the
+        program that the value depends on."""
+        try:
+            return self.derived[key]
+        except KeyError:
+            value = self.derived[key] = make()
+            return value
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,7 +3,8 @@ the special registers computed from thread indices."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -14,15 +15,27 @@ from ..numerics.values import bits_dtype
 if TYPE_CHECKING:
     from ..core.view import MachineView
 
-__all__ = ["RegisterFile", "SpecialRegisters"]
+__all__ = ["RegisterFile", "SpecialRegisters", "register_dtypes"]
+
+
+def register_dtypes(types: Mapping[str, Any]) -> dict[str, np.dtype]:
+    """The storage dtype of each declared register (``types``: name → PTX type)."""
+    return {name: bits_dtype(t) for name, t in types.items()}
 
 
 class RegisterFile:
     """The register file: one bits array per declared register, allocated on
-    first use (a register first written by every thread never needs zeroing)."""
+    first use (a register first written by every thread never needs zeroing).
 
-    def __init__(self, types: dict, n: int) -> None:
-        self.dtypes = {name: bits_dtype(t) for name, t in types.items()}
+    Args:
+        types: register name → PTX type.
+        n: threads.
+        dtypes: :func:`register_dtypes` of ``types``, when the caller keeps
+            it across launches (read, never changed, here).
+    """
+
+    def __init__(self, types: Mapping[str, Any], n: int, dtypes: dict[str, np.dtype] | None = None) -> None:
+        self.dtypes = register_dtypes(types) if dtypes is None else dtypes
         self.n = n
         self.arrays: dict[str, np.ndarray] = {}
         # id of the memory each register array lives in: an array is adopted

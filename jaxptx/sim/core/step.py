@@ -202,8 +202,15 @@ class Step:
         bits = self.rank_bits(op.base.name) if isinstance(op.base, ir.Symbol) else None
         if bits is not None:            # a shared variable in a CTA of a cluster
             return space, bits + np.uint64((at + off) & 0xFFFF_FFFF_FFFF_FFFF)
-        # One address for every thread: a read-only broadcast.
-        return space, np.broadcast_to(np.uint64((at + off) & 0xFFFF_FFFF_FFFF_FFFF), (self.n,))
+        # One address for every thread: a read-only broadcast, kept for the
+        # next step or launch that names it.
+        key = ("address", (at + off) & 0xFFFF_FFFF_FFFF_FFFF, self.n)
+        hit = _BROADCASTS.get(key)
+        if hit is None:
+            if len(_BROADCASTS) >= 4096:
+                _BROADCASTS.clear()
+            hit = _BROADCASTS[key] = np.broadcast_to(np.uint64(key[1]), (self.n,))
+        return space, hit
 
     def rank_bits(self, name: str) -> np.ndarray | None:
         """What the address of variable ``name`` adds for each executing
@@ -251,7 +258,8 @@ class Step:
         return (self.threads // self.m.ntid) * self.m.warps_per_cta + (self.threads % self.m.ntid) // 32
 
 
-# (immediate, type name, thread count) -> its read-only broadcast
+# (immediate, type name, thread count) or ("address", address, thread count) -> its
+# read-only broadcast
 _BROADCASTS: dict[tuple, np.ndarray] = {}
 
 
