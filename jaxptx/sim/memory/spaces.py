@@ -29,6 +29,7 @@ import numpy as np
 
 from ..numerics.b128 import B128
 from ..core.observers import ATOMIC, LOAD, STORE, UPDATE
+from ..core import fastpaths
 from ..errors import SimFault
 
 __all__ = ["Memory", "GLOBAL_SHIFT", "SHARED_WINDOW", "LOCAL_WINDOW", "CONST_WINDOW", "PARAM_WINDOW",
@@ -130,6 +131,7 @@ class Memory:
         self.cluster_size = 1
         self._thread_ranks: np.ndarray | None = None      # per thread, and as address bits
         self._thread_bits: np.ndarray | None = None
+        self._owners: tuple | None = None       # (cluster_cta, size, table) of _owner_table
 
     def set_clusters(self, ranks: np.ndarray | None, size: int) -> None:
         """Each CTA's ``%cluster_ctarank`` (``None`` when clusters are single
@@ -138,6 +140,7 @@ class Memory:
         self.cta_ranks = None if ranks is None else np.asarray(ranks, dtype=np.int64)
         self.cluster_size = size
         self._thread_ranks = self._thread_bits = None
+        self._owners = None
 
     def _ranks_of(self, threads: np.ndarray) -> np.ndarray:
         """The cluster rank of each thread's CTA (int64; cta_ranks is set)."""
@@ -214,7 +217,22 @@ class Memory:
             raise SimFault(f"{what}: shared address {int(addr[k]):#x} names the CTA of cluster rank {int(rank[k])}, "
                            f"but the cluster has {self.cluster_size} CTAs (bits {RANK_SHIFT} and up of a shared "
                            f"address hold the rank; {self._who(threads[k])})")
+        if fastpaths.on() and len(addr) > 4 * self.cluster_size * (self.nthreads // self.ntid):
+            # A wide access (a bulk or tensor copy): look each (CTA, rank) up
+            # in a table of every pair, computed once per cluster layout.
+            return self._owner_table()[(threads // self.ntid) * self.cluster_size + rank], offsets
         return self.cluster_cta(threads // self.ntid, rank), offsets
+
+    def _owner_table(self) -> np.ndarray:
+        """``cluster_cta(cta, rank)`` for every CTA and rank, at ``cta *
+        cluster_size + rank`` (rebuilt when the cluster layout changes)."""
+        fn, size = self.cluster_cta, self.cluster_size
+        cached = self._owners
+        if cached is None or cached[0] is not fn or cached[1] != size:
+            nctas = self.nthreads // self.ntid
+            cta, rank = np.divmod(np.arange(nctas * size, dtype=np.int64), size)
+            cached = self._owners = (fn, size, np.asarray(fn(cta, rank), dtype=np.int64))
+        return cached[2]
 
     def _generic(self, addr: np.ndarray, threads: np.ndarray, width: int, what: str, write: bool = False):
         if len(addr):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..core import fastpaths
 from ..errors import SimError
 
 if TYPE_CHECKING:
@@ -91,6 +92,12 @@ def _cells(s: "Step", cta: int, lanes: np.ndarray, cols: np.ndarray, what: str) 
     c = _cta(s.m, cta)
     if lanes.size == 0:
         return c, lanes, cols
+    if fastpaths.on():
+        # The usual access: in range, every column in [lo, hi] held.
+        lo, hi = int(cols.min()), int(cols.max())
+        if 0 <= lo and hi < COLUMNS and 0 <= int(lanes.min()) and int(lanes.max()) < LANES and \
+                c.held[lo:hi + 1].all():
+            return c, lanes, cols
     bad = (lanes < 0) | (lanes >= LANES)
     if bad.any():
         at = np.flatnonzero(bad.ravel())[0]

@@ -15,6 +15,7 @@ import numpy as np
 
 from ...isa import fragments as layouts
 from ...isa.fragments import ELEMENT_BITS, shape_dims as dims_of
+from ..core import fastpaths
 from ..core.host import ShapeCache
 from ..errors import SimError
 from ..core.step import Step
@@ -120,6 +121,8 @@ def gather(frag: np.ndarray, slot: np.ndarray, rank: np.ndarray, count: int,
         return np.take(per, perm[1], axis=1).reshape((count,) + dims)
     per = np.zeros((count, lanes, frag.shape[1]), dtype=frag.dtype)
     per[slot, rank] = frag
+    if perm is not None and fastpaths.on():     # each element once: the same permutation per group
+        return np.take(per.reshape(count, -1), perm[1], axis=1).reshape((count,) + dims)
     out = np.zeros((count,) + dims, dtype=frag.dtype)
     out[:, grp, row, col] = per
     return out
@@ -133,4 +136,7 @@ def scatter(mats: np.ndarray, slot: np.ndarray, rank: np.ndarray,
     if perm is not None and _ordered(slot, rank, len(mats), grp.shape[0]):
         flat = np.ascontiguousarray(mats).reshape(len(mats), -1)
         return np.take(flat, perm[0], axis=1).reshape(len(slot), -1)
+    if perm is not None and fastpaths.on():
+        flat = np.ascontiguousarray(mats).reshape(len(mats), -1)
+        return np.take(flat, perm[0], axis=1).reshape((len(mats),) + grp.shape)[slot, rank]
     return mats[:, grp, row, col][slot, rank]

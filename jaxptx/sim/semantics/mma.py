@@ -21,6 +21,7 @@ import numpy as np
 
 from ... import ir
 from ...types import TYPES
+from ..core import fastpaths
 from .fragments import ELEMENT_BITS as _BITS
 from .fragments import dims_of as _dims
 from .fragments import gather, groups, mma_layout, scatter
@@ -149,15 +150,47 @@ def fma_f64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 def registers(s: Step, k: int, wide: bool = False) -> np.ndarray:
     """Raw bits ``(n, count)`` of vector operand ``k`` (``{r}`` may arrive as
     a plain register): uint32, or uint64 when ``wide``."""
+    arrays = _plain_vector(s, k, np.uint64 if wide else np.uint32, s.m.on_register_read)
+    if arrays is not None:              # one stack, one gather of the executing threads
+        whole = np.stack(arrays)
+        return (whole if s.n == s.m.nthreads else whole[:, s.threads]).T
     return s.src(k, B64 if wide else B32).reshape(s.n, -1)
 
 
 def write_registers(s: Step, k: int, values: np.ndarray, t=B32) -> None:
     """Write ``(n, count)`` values to vector operand ``k`` (or to the plain
     register a one-element vector arrives as)."""
+    if t in (B32, B64) and values.dtype == (np.uint32 if t is B32 else np.uint64) and \
+            _plain_vector(s, k, values.dtype, s.m.on_register_write) is not None:
+        rows = np.ascontiguousarray(values.T)       # one transpose; each register a contiguous row
+        regs = s.m.regs
+        for name, row in zip((r.name for r in s.ins.operands[k].items), rows):
+            if s.n == s.m.nthreads:
+                regs.replace(name, row)
+            else:
+                regs.get(name)[s.threads] = row
+        return
     if not isinstance(s.ins.operands[k], ir.Vector):
         values = values[:, 0]
     s.dst(k, values, t)
+
+
+def _plain_vector(s: Step, k: int, dtype: type, hook: object) -> list[np.ndarray] | None:
+    """The register arrays of vector operand ``k`` when the fast path may
+    move them whole: every item a declared register of ``dtype`` bits, no
+    observer watching register events. ``None`` otherwise."""
+    op = s.ins.operands[k]
+    if hook is not None or not fastpaths.on() or type(op) is not ir.Vector:
+        return None
+    arrays = []
+    for item in op.items:
+        if type(item) is not ir.Register:
+            return None
+        arr = s.m.regs.get(item.name)
+        if arr is None or arr.dtype != dtype:
+            return None
+        arrays.append(arr)
+    return arrays
 
 
 def _fragment(s: Step, k: int, type_name: str) -> np.ndarray:

@@ -109,6 +109,7 @@ import numpy as np
 
 from ... import ir
 from ...types import TYPES
+from ..core import fastpaths
 from ..core.deferred import later
 from ..core.step import Step
 from ..errors import SimError
@@ -219,7 +220,7 @@ def _issue(s: Step, thread: int, args: dict, enable: bool, lanes_off: np.ndarray
     """One MMA issued by ``thread``: checks its descriptors now and returns
     the MMA (then, with ``.ashift``, A's rows shifted) to perform."""
     name = s.ins.name
-    d = decode_idesc(args["idesc"], kind, cta_group=cta_group, ws=ws, what=name)
+    d = _idesc(args["idesc"], kind, cta_group, ws, name)
     if ashift:
         _check_ashift(name, d, a_in_tmem, ws, kind)
     if d.sparse != sparse:
@@ -247,6 +248,23 @@ def _issue(s: Step, thread: int, args: dict, enable: bool, lanes_off: np.ndarray
         raise SimError(f"{name}: zero-column mask shift {shift} exceeds {16 if d.m == 32 else 32} for M = {d.m}")
     return functools.partial(_perform, s, _Checked(thread, args, enable, lanes_off, scale_d, kind, ws, ashift, d,
                                                    da, ctas, mask, shift))
+
+
+_IDESCS: dict[tuple, InstrDesc] = {}
+
+
+def _idesc(word: int, kind: str, cta_group: int, ws: bool, what: str) -> InstrDesc:
+    """:func:`decode_idesc`, remembered per descriptor on the fast path (a
+    descriptor that decoded and passed its checks once passes them again)."""
+    if not fastpaths.on():
+        return decode_idesc(word, kind, cta_group=cta_group, ws=ws, what=what)
+    key = (int(word), kind, cta_group, ws)
+    hit = _IDESCS.get(key)
+    if hit is None:
+        if len(_IDESCS) > 4096:
+            _IDESCS.clear()
+        hit = _IDESCS[key] = decode_idesc(word, kind, cta_group=cta_group, ws=ws, what=what)
+    return hit
 
 
 class _Checked(NamedTuple):

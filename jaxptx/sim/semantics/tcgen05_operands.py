@@ -12,6 +12,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..core import fastpaths
+from ..core.host import ShapeCache
 from ..core.step import Step
 from ..errors import SimError
 from ..memory import tmem
@@ -31,8 +33,22 @@ def d_layout(m: int, n: int, cta_group: int, ws: bool) -> tuple[str, int, np.nda
     """PTX ISA "Data Path Layout Organization" for one CTA's part of D.
 
     Returns ``(layout name, rows R of this CTA, lane offsets (R, N), column
-    offsets (R, N))``, relative to the ``d-tmem`` address.
+    offsets (R, N))``, relative to the ``d-tmem`` address (read-only arrays,
+    computed once per shape on the fast path).
     """
+    if not fastpaths.on():
+        return _d_layout(m, n, cta_group, ws)
+    key = (m, n, cta_group, ws)
+    hit = _LAYOUTS.get(key)
+    if hit is None:
+        hit = _LAYOUTS.put(key, _d_layout(m, n, cta_group, ws))
+    return hit
+
+
+_LAYOUTS = ShapeCache(16 << 20)
+
+
+def _d_layout(m: int, n: int, cta_group: int, ws: bool) -> tuple[str, int, np.ndarray, np.ndarray]:
     rows = m // cta_group
     i = np.arange(rows)[:, None]
     j = np.arange(n)[None, :]
@@ -43,7 +59,7 @@ def d_layout(m: int, n: int, cta_group: int, ws: bool) -> tuple[str, int, np.nda
         ("ws" if ws else cta_group, m)]
     name = {True: {4: "G", 2: "E", 1: "D"}, False: {2: "B", 1: "A" if cta_group == 2 else "D"}}[ws][fold]
     width = n // fold
-    return name, rows, i + rows * (j // width), j % width + 0 * i
+    return name, rows, np.ascontiguousarray(i + rows * (j // width)), np.ascontiguousarray(j % width + 0 * i)
 
 
 # --- operand values --------------------------------------------------------------------------

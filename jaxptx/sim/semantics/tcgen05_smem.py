@@ -29,6 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...isa.encodings import EncodingError, SmemDescriptor
+from ..core import fastpaths
+from ..core.host import ShapeCache
 from ..errors import SimError
 
 __all__ = ["SmemDesc", "decode_smem_desc", "chunk_addresses", "read_matrix"]
@@ -47,6 +49,10 @@ def decode_smem_desc(word: int, what: str) -> SmemDescriptor:
             leading-dimension address mode (sm_103a only).
     """
     word = int(word) & 0xFFFF_FFFF_FFFF_FFFF
+    if fastpaths.on():
+        hit = _TABLES.get(("desc", word))
+        if hit is not None:             # decoded and checked before: the checks passed
+            return hit
     try:
         d = SmemDescriptor.decode(word)
     except EncodingError as e:
@@ -54,13 +60,28 @@ def decode_smem_desc(word: int, what: str) -> SmemDescriptor:
     if d.lbo_mode:
         raise SimError(f"{what}: shared memory descriptor {word:#018x}: bit 52 selects the absolute "
                        "leading-dimension address mode, which only sm_103a runs (K of 48 bytes)")
+    if fastpaths.on():
+        _TABLES.put(("desc", word), d)
     return d
+
+
+_TABLES = ShapeCache(32 << 20)
 
 
 def chunk_addresses(d: SmemDesc, mn: int, k: int, per_chunk: int, mn_major: bool) -> np.ndarray:
     """Byte address ``(mn, k)`` of the 16-byte chunk holding each element
     ``[x, y]`` (x along M or N, y along K), ``per_chunk`` elements a chunk
-    (module docstring)."""
+    (module docstring); read-only and cached per descriptor on the fast path."""
+    if not fastpaths.on():
+        return _chunk_addresses(d, mn, k, per_chunk, mn_major)
+    key = ("chunks", d, mn, k, per_chunk, mn_major)
+    hit = _TABLES.get(key)
+    if hit is None:
+        hit = _TABLES.put(key, _chunk_addresses(d, mn, k, per_chunk, mn_major))
+    return hit
+
+
+def _chunk_addresses(d: SmemDesc, mn: int, k: int, per_chunk: int, mn_major: bool) -> np.ndarray:
     mode = d.mode
     width, granule, b = mode.atom_bytes, mode.granule, mode.xor_bits
     swizzled = mode.span != 0
@@ -99,6 +120,14 @@ def read_matrix(load, d: SmemDesc, mn: int, k: int, bits: int, per_chunk: int, m
     else:
         chunks, cx, cy, t = base[:, ::per_chunk], x, y // per_chunk, y % per_chunk
     data = load(chunks.reshape(-1))
+    if fastpaths.on() and bits in (8, 16, 32) and per_chunk * bits == 128:
+        # Whole-byte elements filling their chunks: element t of a chunk is
+        # little-endian word t of it, so one view and one take (cached index).
+        key = ("words", mn, k, bits, mn_major)
+        index = _TABLES.get(key)
+        if index is None:
+            index = _TABLES.put(key, (cx * chunks.shape[1] + cy) * (128 // bits) + t)
+        return np.ascontiguousarray(data).view(f"<u{bits // 8}").take(index).astype(np.int64)
     at = (cx * chunks.shape[1] + cy) * 16          # each element's chunk in ``data``
     first = (t * bits) // 8
     shift = (t * bits) % 8

@@ -27,7 +27,9 @@ from ... import ir
 from ...types import TYPES
 from ..errors import SimError
 from ..memory.tensormap import FIELDS, IM2COL, MAGIC, SIZE, VERSION, TensorMap, decode, im2col_elements
+from ..core import fastpaths
 from ..core.deferred import later
+from ..core.host import ShapeCache
 from ..core.step import SPACES, Step
 from ..memory.spaces import GLOBAL_SHIFT
 from .bulk_copy import _U32, _UINT, _aligned, _mbar, _read, _signal, _targets, _write
@@ -67,9 +69,24 @@ def _tensor_maps(s: Step, k: int) -> np.ndarray:
         off = op.offset if isinstance(op.offset, int) else int(op.offset.value)
         addr = addr + np.uint64((-off if op.minus else off) & 0xFFFF_FFFF_FFFF_FFFF)
     _aligned(s, addr, 64, "tensor map address")
-    words = np.stack([s.m.memory.load(space, addr + np.uint64(8 * j), s.threads, 8, s.ins.name)
-                      for j in range(SIZE // 8)], axis=1)
+    if fastpaths.on() and s.m.memory.on_access is None:     # one access for the 16 words (nobody hears it)
+        every = (addr[:, None] + np.arange(0, SIZE, 8, dtype=np.uint64)).reshape(-1)
+        words = s.m.memory.load(space, every, np.repeat(s.threads, SIZE // 8), 8, s.ins.name).reshape(s.n, -1)
+    else:
+        words = np.stack([s.m.memory.load(space, addr + np.uint64(8 * j), s.threads, 8, s.ins.name)
+                          for j in range(SIZE // 8)], axis=1)
     return np.ascontiguousarray(words).view(np.uint8).reshape(s.n, SIZE)
+
+
+def _decoded(raw: np.ndarray) -> TensorMap:
+    """:func:`decode` of a map's 128 bytes, remembered per bytes on the fast path."""
+    if not fastpaths.on():
+        return decode(raw)
+    key = ("map", raw.tobytes())
+    hit = _TABLES.get(key)
+    if hit is None:
+        hit = _TABLES.put(key, decode(raw))
+    return hit
 
 
 def _coords(s: Step, k: int, rank: int) -> np.ndarray:
@@ -85,6 +102,12 @@ def tma_box_addresses(tm: TensorMap, coords: np.ndarray, offsets: np.ndarray | N
     """Global byte addresses ``(n, E)`` and in-bounds mask of each box
     element, box elements in shared-memory order (innermost fastest); an
     im2col map walks its pixels instead (:func:`im2col_elements`)."""
+    if fastpaths.on() and tm.mode != IM2COL and _inside(tm, coords):
+        # Every box wholly inside the tensor: a fixed offset per box element
+        # (the same sums as below, regrouped exactly in int64).
+        steps = np.asarray((tm.elem_bytes, *tm.strides), dtype=np.int64)
+        first = np.uint64(tm.address) + (coords * steps).sum(axis=-1).astype(np.uint64)
+        return first[:, None] + _box_offsets(tm)[None, :], np.ones((len(coords), len(_box_offsets(tm))), bool)
     if tm.mode == IM2COL:
         g = im2col_elements(tm, coords, offsets if offsets is not None else np.zeros_like(coords[:, 2:]))
     else:
@@ -95,6 +118,46 @@ def tma_box_addresses(tm: TensorMap, coords: np.ndarray, offsets: np.ndarray | N
     g = np.where(inb[..., None], g, 0)
     steps = np.asarray((tm.elem_bytes, *tm.strides), dtype=np.int64)
     return (np.uint64(tm.address) + (g * steps).sum(axis=-1).astype(np.uint64)), inb
+
+
+_TABLES = ShapeCache(16 << 20)
+
+
+def _inside(tm: TensorMap, coords: np.ndarray) -> bool:
+    """Whether every box at ``coords`` ``(n, rank)`` lies wholly in the tensor."""
+    last = coords + (np.asarray(tm.counts, dtype=np.int64) - 1) * np.asarray(tm.element_strides, dtype=np.int64)
+    return bool((coords >= 0).all() and (last < np.asarray(tm.dims, dtype=np.int64)).all())
+
+
+def _box_offsets(tm: TensorMap) -> np.ndarray:
+    """Byte offset (uint64) of each box element from the box's first, in
+    shared-memory order (a tiled map; cached per box shape and strides)."""
+    key = ("box", tm.counts, tm.element_strides, tm.elem_bytes, tm.strides)
+    hit = _TABLES.get(key)
+    if hit is None:
+        counts = tm.counts
+        pos = np.stack(np.unravel_index(np.arange(int(np.prod(counts))), counts[::-1])[::-1], axis=1)
+        steps = np.asarray((tm.elem_bytes, *tm.strides), dtype=np.int64)
+        hit = _TABLES.put(key, ((pos * np.asarray(tm.element_strides, dtype=np.int64)) * steps).sum(axis=-1)
+                          .astype(np.uint64))
+    return hit
+
+
+def swizzled_box(starts: np.ndarray, e: int, w: int, span: int, atomicity: int) -> np.ndarray:
+    """``swizzle(starts[:, None] + arange(e) * w, span, atomicity)`` for
+    128-byte aligned ``starts``: the swizzle reads address bits 7-9 and
+    changes bits 3-6 only, so each start's bits from 10 up pass through and
+    the rest is one of eight cached rows."""
+    if not fastpaths.on() or not span:
+        return swizzle(starts[:, None] + np.arange(e, dtype=np.uint64) * np.uint64(w), span, atomicity)
+    key = ("swizzle", e, w, span, atomicity)
+    table = _TABLES.get(key)
+    if table is None:
+        lin = np.arange(e, dtype=np.uint64) * np.uint64(w)
+        table = _TABLES.put(key, swizzle((np.arange(8, dtype=np.uint64) * np.uint64(128))[:, None] + lin,
+                                         span, atomicity))
+    starts = np.asarray(starts, dtype=np.uint64)
+    return (starts & ~np.uint64(1023))[:, None] + table[((starts >> np.uint64(7)) & np.uint64(7)).astype(np.intp)]
 
 
 def swizzle(addr: np.ndarray, span: int, atomicity: int = 0) -> np.ndarray:
@@ -151,18 +214,21 @@ def _tensor_load(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, ds
     gaddr, inb = tma_box_addresses(tm, coords, offsets)
     n, e = gaddr.shape
     threads = np.repeat(s.threads[sel], e)
-    lin = np.arange(e, dtype=np.uint64) * np.uint64(w)          # dense box, innermost first
+    whole = fastpaths.on() and tm.mode != IM2COL and _inside(tm, coords)
     sub = Step(s.m, s.ins, s.r, s.threads[sel])
     targets = _targets(sub, dst, mbar)          # operands are read at issue (..core.deferred)
 
     def copy() -> None:
-        values = np.full(n * e, _NAN[w] if tm.fill else 0, dtype=_UINT[w])
-        flat = inb.ravel()
-        if flat.any():
-            values[flat] = s.m.memory.load("global", gaddr.ravel()[flat], threads[flat], w, s.ins.name)
+        if whole:                       # every element in bounds (a fast path's answer)
+            values = s.m.memory.load("global", gaddr.ravel(), threads, w, s.ins.name).astype(_UINT[w], copy=False)
+        else:
+            values = np.full(n * e, _NAN[w] if tm.fill else 0, dtype=_UINT[w])
+            flat = inb.ravel()
+            if flat.any():
+                values[flat] = s.m.memory.load("global", gaddr.ravel()[flat], threads[flat], w, s.ins.name)
         values = _convert(tm, values).reshape(n, e)
         for pos, d, mb in targets:
-            addr = swizzle(d[pos][:, None] + lin, tm.swizzle, tm.atomicity).ravel()
+            addr = swizzled_box(d[pos], e, w, tm.swizzle, tm.atomicity).ravel()
             _write(sub, "shared", addr, np.repeat(sub.threads[pos], e), values[pos].ravel(), w,
                    _run(tm, d[pos], e))
             _signal(sub, pos, mb, np.full(len(pos), tm.box_bytes))
@@ -174,10 +240,9 @@ def _tensor_store(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, s
     gaddr, inb = tma_box_addresses(tm, coords)
     n, e = gaddr.shape
     threads = np.repeat(s.threads[sel], e)
-    lin = np.arange(e, dtype=np.uint64) * np.uint64(w)
 
     def copy() -> None:
-        values = _read(s, "shared", swizzle(src[:, None] + lin, tm.swizzle, tm.atomicity).ravel(), threads, w,
+        values = _read(s, "shared", swizzled_box(src, e, w, tm.swizzle, tm.atomicity).ravel(), threads, w,
                        _run(tm, src, e))
         flat = inb.ravel()
         if flat.any():
@@ -215,9 +280,12 @@ def cp_async_bulk_tensor(s: Step) -> None:
     if not load and s.mod("src") == "shared::cta":
         check_cta_window(s, smem, "source")
     mbar = _mbar(s)
-    maps, inverse = np.unique(raw, axis=0, return_inverse=True)
+    if fastpaths.on() and (raw == raw[:1]).all():       # one map for every thread (the usual case)
+        maps, inverse = raw[:1], np.zeros(s.n, dtype=np.intp)
+    else:
+        maps, inverse = np.unique(raw, axis=0, return_inverse=True)
     for g in range(len(maps)):
-        tm = decode(maps[g])
+        tm = _decoded(maps[g])
         if tm.rank != rank:
             raise SimError(f"{s.ins.name}: a {rank}-d copy with a rank-{tm.rank} tensor map")
         if (tm.mode == IM2COL) != (mode != "tile"):

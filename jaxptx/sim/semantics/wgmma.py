@@ -34,7 +34,9 @@ from .fragments import ELEMENT_BITS as _BITS
 from .fragments import dims_of as _dims
 from .fragments import gather, groups, scatter
 from .mma import decode, registers, unpack, write_accumulator
+from ..core import fastpaths
 from ..core.deferred import deferred_of, later
+from ..core.host import ShapeCache
 from ..core.step import Step
 from .registry import semantics
 
@@ -102,13 +104,38 @@ def _smem_matrix(s: Step, desc: np.ndarray, leader: np.ndarray, mn: int, k: int,
     if bits == 1:       # .b1: 8 elements a byte, the lowest K index in the lowest bit
         raw = _smem_matrix(s, desc, leader, mn, k // 8, "u8", mn_major).astype(np.uint8)
         return np.unpackbits(raw[..., None], axis=-1, bitorder="little").reshape(raw.shape[:2] + (k,))
-    addr = smem_matrix_addresses(desc, mn, k, bits, mn_major)
+    addr = _addresses(desc, mn, k, bits, mn_major)
     raw = _load_chunks(s, addr, leader, bits // 8, np.asarray(mn_major, dtype=bool))
     if raw is None:
         threads = np.broadcast_to(leader[:, None, None], addr.shape).reshape(-1)
         raw = s.m.memory.load("shared", s.m.memory.shared_address(addr.reshape(-1), threads), threads, bits // 8,
                                s.ins.name)
     return decode(raw.reshape(-1), type_name).reshape(addr.shape)
+
+
+_ADDRESSES = ShapeCache(32 << 20)
+
+
+def _addresses(desc: np.ndarray, mn: int, k: int, bits: int, mn_major: np.ndarray) -> np.ndarray:
+    """:func:`smem_matrix_addresses`; on the fast path computed once per
+    distinct descriptor (a GEMM cycles through a few: descriptors hold
+    CTA-relative offsets, so every CTA's are the same) and cached."""
+    if not fastpaths.on():
+        return smem_matrix_addresses(desc, mn, k, bits, mn_major)
+    major = np.asarray(mn_major, dtype=bool).reshape(-1)
+    if (major != major[0]).any():
+        return smem_matrix_addresses(desc, mn, k, bits, mn_major)
+    mj = bool(major[0])
+    uniq, inverse = np.unique(desc.astype(np.uint64), return_inverse=True)
+    rows = []
+    for word in uniq:
+        key = (int(word), mj, mn, k, bits)
+        hit = _ADDRESSES.get(key)
+        if hit is None:
+            hit = _ADDRESSES.put(key, smem_matrix_addresses(np.array([word], dtype=np.uint64), mn, k, bits,
+                                                            np.array([bool(mj)]))[0])
+        rows.append(hit)
+    return np.stack(rows)[inverse.reshape(-1)]
 
 
 def _load_chunks(s: Step, addr: np.ndarray, leader: np.ndarray, size: int, mn_major: np.ndarray) -> np.ndarray | None:
@@ -199,9 +226,10 @@ def wgmma_mma_async(s: Step) -> None:
         else:
             A = _smem_matrix(s, adesc, leader, 64, k, atype, np.full(count, trans_a == 1))
         B = _smem_matrix(s, bdesc, leader, n, k, btype, np.full(count, trans_b == 1)).transpose(0, 2, 1)
-        if floats:
-            A = A * scales[0]
-            B = B * scales[1]
+        fast = fastpaths.on()
+        if floats:                      # (x * 1 is x, bit for bit: the fast path skips it)
+            A = A if fast and scales[0] == 1 else A * scales[0]
+            B = B if fast and scales[1] == 1 else B * scales[1]
         dl = wgmma_d_layout(n)
         if floats:
             with np.errstate(over="ignore", invalid="ignore"):
@@ -216,10 +244,20 @@ def wgmma_mma_async(s: Step) -> None:
         finally:
             if ignored:
                 s.m.observers.ignore_reads(False)
-        C = gather(old, slot, rank, count, dl, (1, 64, n))[:, 0]
-        with np.errstate(over="ignore", invalid="ignore"):
-            D = np.where(scale_d[:, None, None], AB + C, AB)
-        d = scatter(D[:, None], slot, rank, dl)
+        if fast:
+            # The same element-wise sums in the threads' fragment layout:
+            # scatter A*B once instead of gathering D and scattering it back.
+            d = scatter(AB[:, None], slot, rank, dl)
+            with np.errstate(over="ignore", invalid="ignore"):
+                if scale_d.all():
+                    d = d + old
+                elif not ignored:
+                    d = np.where(scale_d[slot][:, None], d + old, d)
+        else:
+            C = gather(old, slot, rank, count, dl, (1, 64, n))[:, 0]
+            with np.errstate(over="ignore", invalid="ignore"):
+                D = np.where(scale_d[:, None, None], AB + C, AB)
+            d = scatter(D[:, None], slot, rank, dl)
         write_accumulator(s, 0, d, dtype, s.mod("satfinite") is not None)
     later(s, multiply, "wgmma")
 
