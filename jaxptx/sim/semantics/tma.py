@@ -227,10 +227,10 @@ def _tensor_load(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, ds
             if flat.any():
                 values[flat] = s.m.memory.load("global", gaddr.ravel()[flat], threads[flat], w, s.ins.name)
         values = _convert(tm, values).reshape(n, e)
-        for pos, d, mb in targets:
-            addr = swizzled_box(d[pos], e, w, tm.swizzle, tm.atomicity).ravel()
+        for pos, d, mb in targets:          # d, mb: already those of the threads at pos
+            addr = swizzled_box(d, e, w, tm.swizzle, tm.atomicity).ravel()
             _write(sub, "shared", addr, np.repeat(sub.threads[pos], e), values[pos].ravel(), w,
-                   _run(tm, d[pos], e))
+                   _run(tm, d, e))
             _signal(sub, pos, mb, np.full(len(pos), tm.box_bytes))
     later(sub, copy, "mbarrier")
 
