@@ -12,7 +12,7 @@ module, not a script: ``emulator_speed.py`` and ``profile_kernels.py`` launch
 both of its kernels. ``gpu_sanitize_driver.py`` has its own CPU test in
 ``tests/test_gpu_check.py``.
 
-The whole file takes about a minute on a 2-core machine.
+The whole file takes about two minutes on a 2-core machine (peers.py alone about one).
 """
 
 from __future__ import annotations
@@ -48,6 +48,14 @@ SMOKE: list[tuple[str, list[str], list[str]]] = [
     ("gpu_check.py", ["--dry-run"], ["\npassed; results:"]),
     ("memory.py", [], ["self-check: every estimate is within ±30% of its measured peak",
                        "self-check: a launch over JAXPTX_SIM_MAX_MEMORY is refused before it runs"]),
+    ("peers.py", [], ["self-check: gemm: every variant and Pallas match numpy",
+                      "self-check: triton: ", "self-check: warp: softmax, sum and naive matmul match numpy",
+                      "self-check: softmax: jaxptx and Pallas match numpy",
+                      "self-check: trace: every emitted kernel holds its adds and fmas",
+                      "self-check: parse: jaxptx parsed",
+                      "self-check: dispatch: the jitted kernel and the bare launch equal x * 2 + 1",
+                      "self-check: transformer: the jaxptx block matches the jnp block"]),
+    ("transformer_block.py", [], ["self-check: the jaxptx block matches the jnp block"]),
 ]
 
 
