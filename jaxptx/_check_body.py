@@ -32,17 +32,20 @@ def check_function(f: ir.Function, globals_: set[str], target: isa.Target,
         names.add(p.name)
     instructions = []
     out: list[Diagnostic] = []
-    for s, labels in _scoped(f.body or [], frozenset(), out):
-        if isinstance(s, ir.RegDecl):
-            t = TYPES.get(s.type)
-            for n in s.names:
-                regs.declare(n.name, t, n.count)
-                if s.vector:
-                    vectors.declare(n.name, s.vector, n.count)
-        elif isinstance(s, ir.VarDecl):
-            names.add(s.name)
-        elif isinstance(s, ir.Instruction):
-            instructions.append((s, labels))
+    for run, labels in _scoped(f.body or [], frozenset(), out):
+        for s in run:
+            if type(s) is ir.Instruction:       # the common case first
+                instructions.append((s, labels))
+            elif isinstance(s, ir.RegDecl):
+                t = TYPES.get(s.type)
+                for n in s.names:
+                    regs.declare(n.name, t, n.count)
+                    if s.vector:
+                        vectors.declare(n.name, s.vector, n.count)
+            elif isinstance(s, ir.VarDecl):
+                names.add(s.name)
+            elif isinstance(s, ir.Instruction):
+                instructions.append((s, labels))
 
     def type_of(name: str) -> PtxType | None:
         t = regs.get(name) or regs.get(name.rsplit(".", 1)[0])
@@ -51,7 +54,10 @@ def check_function(f: ir.Function, globals_: set[str], target: isa.Target,
         special = isa.SPECIAL_REGS.get(name[1:].split(".")[0]) if name.startswith("%") else None
         return TYPES[special.type] if special is not None else None
 
+    known: set[str] = set()
     for ins, labels in instructions:
+        if not validate and _declared_registers_only(ins, regs, known):
+            continue        # nothing to find: no names, no literals
         written = ins
         if validate:
             ins = normalize(ins, regs, vectors)
@@ -71,6 +77,29 @@ def check_function(f: ir.Function, globals_: set[str], target: isa.Target,
             out.extend(Diagnostic(line, col, p, "warning") for p in warnings)
             out.extend(Diagnostic(line, col, p) for p in problems)
     return out
+
+
+def _declared_registers_only(ins: ir.Instruction, regs: ir.Registers, known: set[str]) -> bool:
+    """Whether every operand of ``ins``, and its guard, is a plain register
+    that is declared (``known``: names found declared before, added to)."""
+    for op in ins.operands:
+        if type(op) is not ir.Register:
+            return False
+        name = op.name
+        if name not in known:
+            if name not in regs:
+                return False
+            known.add(name)
+    guard = ins.guard
+    if guard is not None:
+        if type(guard.register) is not ir.Register:
+            return False
+        name = guard.register.name
+        if name not in known:
+            if name not in regs:
+                return False
+            known.add(name)
+    return True
 
 
 def _immediates(ins: ir.Instruction) -> Iterator[tuple[int, ir.Immediate]]:
@@ -116,16 +145,24 @@ def _truncated_literals(ins: ir.Instruction, r: isa.Resolved) -> list[str]:
 
 
 def _scoped(body: list[ir.Statement], outer: frozenset[str],
-            out: list[Diagnostic]) -> Iterator[tuple[ir.Statement, frozenset[str]]]:
-    """Each statement with the labels it can branch to: a label belongs to the
+            out: list[Diagnostic]) -> Iterator[tuple[list[ir.Statement], frozenset[str]]]:
+    """Runs of consecutive statements, in order, nested blocks flattened,
+    each with the labels its statements can branch to: a label belongs to the
     ``{ }`` block that declares it and the blocks inside it (PTX ISA "Scope";
     ptxas: "Unknown symbol" for a label of a sibling block). A label or
     register declared twice in one block is a duplicate."""
-    here = [s.name for s in body if isinstance(s, ir.Label)]
+    here: list[str] = []
     first: dict[tuple[str, str], ir.Statement] = {}
     for s in body:
-        named = [("label", s.name)] if isinstance(s, ir.Label) else \
-            [("register", n.name) for n in s.names] if isinstance(s, ir.RegDecl) else []
+        if type(s) is ir.Instruction:       # the common case: neither a label nor registers
+            continue
+        if isinstance(s, ir.Label):
+            here.append(s.name)
+            named = [("label", s.name)]
+        elif isinstance(s, ir.RegDecl):
+            named = [("register", n.name) for n in s.names]
+        else:
+            continue
         for kind, name in named:
             before = first.get((kind, name))
             if before is None:
@@ -135,11 +172,20 @@ def _scoped(body: list[ir.Statement], outer: frozenset[str],
                 out.append(Diagnostic(*at(s), f"duplicate definition of {kind} {name} in one block"
                                       + (f" (first defined on line {line})" if line else "")))
     visible = outer | frozenset(here)
+    if not any(issubclass(t, ir.Block) for t in set(map(type, body))):
+        yield body, visible                 # no nested block: the whole body is one run
+        return
+    run: list[ir.Statement] = []
     for s in body:
         if isinstance(s, ir.Block):
+            if run:
+                yield run, visible
+                run = []
             yield from _scoped(s.body, visible, out)
         else:
-            yield s, visible
+            run.append(s)
+    if run:
+        yield run, visible
 
 
 def _bare_vectors(ins: ir.Instruction, r: isa.Resolved, vectors: ir.Registers[int]) -> list[str]:

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from . import ir
 
@@ -148,16 +149,31 @@ def statement_tokens(s: ir.Statement) -> list[str]:
 
 def _canonical_statement(s: ir.Statement, indent: str) -> str:
     if isinstance(s, ir.Instruction):
-        guard = ""
-        if s.guard is not None:
-            guard = f"@{'!' if s.guard.negated else ''}{s.guard.register.name} "
-        ops = ", ".join(operand_text(o) for o in s.operands)
-        return f"{indent}{guard}{s.name}{' ' + ops if ops else ''};\n"
+        return _canonical_instruction(s, indent)
     if isinstance(s, ir.Label):
         return f"{s.name}:\n"
     if isinstance(s, ir.VarDecl):
         return f"{indent}{_canonical_join(_vardecl_tokens(s, semicolon=True, fold=True))}\n"
     return f"{indent}{_canonical_join(statement_tokens(s))}\n"
+
+
+def _canonical_instruction(s: ir.Instruction, indent: str) -> str:
+    guard = s.guard
+    head = indent if guard is None else f"{indent}@{'!' if guard.negated else ''}{guard.register.name} "
+    ops = ", ".join([o.name if type(o) is ir.Register else operand_text(o) for o in s.operands])
+    key = (s.opcode, s.modifiers)
+    name = _NAMES.get(key)
+    if name is None:
+        name = s.name
+        if len(_NAMES) < _NAMES_MAX:
+            _NAMES[key] = name
+    return f"{head}{name} {ops};\n" if ops else f"{head}{name};\n"
+
+
+# Each (opcode, modifiers) written so far and its dotted name: emit writes
+# one instruction per line, and a kernel repeats few names many times.
+_NAMES: dict[tuple[str, tuple[str, ...]], str] = {}
+_NAMES_MAX = 1 << 16
 
 
 _NO_SPACE_BEFORE = frozenset([",", ";", "]", "}", ")", "<", ">", "["])
@@ -195,27 +211,37 @@ class _At:
         return len(self.indent) + len(guard)
 
 
-def _statement(s: ir.Statement, style: str, depth: int) -> Iterator[Any]:
+def _statement(s: ir.Statement, style: str, depth: int, marks: bool = True) -> Iterator[Any]:
+    """The parts of statement ``s``; with ``marks``, an instruction's part
+    comes after an :class:`_At` (for :func:`source_map`)."""
     if isinstance(s, ir.Block):
-        yield from _block(s.body, s.trivia, style, depth + 1)
+        yield from _block(s.body, s.trivia, style, depth + 1, marks)
         return
     if style == "source" and s.trivia is not None:
-        if isinstance(s, ir.Instruction):
+        if marks and isinstance(s, ir.Instruction):
             yield _At(s, True, "")
         yield _join(statement_tokens(s), s.trivia)
     else:
-        if isinstance(s, ir.Instruction):
+        if marks and isinstance(s, ir.Instruction):
             yield _At(s, False, INDENT * depth)
         yield _canonical_statement(s, INDENT * depth)
 
 
-def _block(body: list[ir.Statement], braces: ir.Trivia, style: str, depth: int) -> Iterator[Any]:
+def _block(body: list[ir.Statement], braces: ir.Trivia, style: str, depth: int,
+           marks: bool = True) -> Iterator[Any]:
     # braces trivia: (before "{", after "{", before "}", after "}")
     src = style == "source" and braces is not None
     pad = INDENT * (depth - 1)
+    indent = INDENT * depth
     yield (braces[0] + "{" + braces[1]) if src else f"{pad}{{\n"
     for s in body:
-        yield from _statement(s, style, depth)
+        if type(s) is ir.Instruction and (s.trivia is None or style != "source"):
+            # the common case written here: a traced instruction, spaced canonically
+            if marks:
+                yield _At(s, False, indent)
+            yield _canonical_instruction(s, indent)
+        else:
+            yield from _statement(s, style, depth, marks)
     yield (braces[2] + "}" + braces[3]) if src else f"{pad}}}\n"
 
 
@@ -264,27 +290,27 @@ def _decl_text(d: ir.VarDecl) -> str:
     return _canonical_join(_vardecl_tokens(d, semicolon=False, fold=True))
 
 
-def _function(f: ir.Function, style: str) -> Iterator[Any]:
+def _function(f: ir.Function, style: str, marks: bool = True) -> Iterator[Any]:
     src = style == "source"
     if src and f.trivia is not None:
         yield _join(function_header_tokens(f), f.trivia)
     else:
         yield _canonical_header(f)
     for d in f.directives:
-        yield from _statement(d, style, 0)
+        yield from _statement(d, style, 0, marks)
     if f.body is None:
         yield (f.brace_trivia[0] + ";" + f.brace_trivia[1]) if src and f.brace_trivia else ";\n"
         return
-    yield from _block(f.body, f.brace_trivia, style, 1)
+    yield from _block(f.body, f.brace_trivia, style, 1, marks)
 
 
-def _section(sec: ir.Section, style: str) -> Iterator[Any]:
+def _section(sec: ir.Section, style: str, marks: bool = True) -> Iterator[Any]:
     tokens = [".section", sec.name]
     if style == "source" and sec.trivia is not None:
         yield _join(tokens, sec.trivia)
     else:
         yield f"\t.section\t{sec.name}\n"
-    yield from _block(sec.body, sec.brace_trivia, style, 1)
+    yield from _block(sec.body, sec.brace_trivia, style, 1, marks)
 
 
 def emit(module: ir.Module, style: str = "source") -> str:
@@ -301,11 +327,12 @@ def emit(module: ir.Module, style: str = "source") -> str:
     Raises:
         ValueError: unknown style, or trivia that does not fit its node.
     """
-    return "".join(p for p in _parts(module, style) if type(p) is str)
+    return "".join(_parts(module, style, marks=False))
 
 
-def _parts(module: ir.Module, style: str) -> list:
-    """The module's text in parts, each instruction's part after an :class:`_At`."""
+def _parts(module: ir.Module, style: str, marks: bool = True) -> list:
+    """The module's text in parts; with ``marks``, each instruction's part
+    after an :class:`_At`."""
     if style not in ("source", "canonical"):
         raise ValueError(f"style must be 'source' or 'canonical', got {style!r}")
     parts: list = []
@@ -313,11 +340,11 @@ def _parts(module: ir.Module, style: str) -> list:
         if isinstance(item, ir.Function):
             if style == "canonical" or item.trivia is None:
                 parts.append("\n")
-            parts.extend(_function(item, style))
+            parts.extend(_function(item, style, marks))
         elif isinstance(item, ir.Section):
-            parts.extend(_section(item, style))
+            parts.extend(_section(item, style, marks))
         else:
-            parts.extend(_statement(item, style, 0))
+            parts.extend(_statement(item, style, 0, marks))
     if style == "source" and module.trailing is not None:
         parts.append(module.trailing)
     return parts

@@ -16,7 +16,7 @@ from ..errors import PtxError, PtxOperandError, PtxTypeError, TraceError
 from ..types import TYPES, PtxType, pred
 from ._immediates import INTEGER_DIVISION, check_divisor
 from ._immediates import to_immediate as to_immediate
-from ._trace import current, user_location, with_location
+from ._trace import REGISTER_FORMS_MAX, current, user_location, with_location
 from ._values import SINK, Addr, Label, NegPred, RegArray
 
 __all__ = ["Reg", "emit_instruction", "new_reg", "to_operand", "to_immediate"]
@@ -274,17 +274,15 @@ def emit_instruction(opcode: str, mods: tuple[str, ...], args: tuple[Any, ...],
     """
     loc = user_location()
     trace = current()
-    key = _register_signature(trace, opcode, mods, args, pred)
-    if key is not None:
-        returns = _REGISTER_FORMS.get(key)
-        if returns is not None:             # this signature was resolved and checked before
-            trace.require_function()
-            try:
-                guard = _guard(pred)
-            except PtxError as e:
-                raise with_location(e, loc) from None
-            trace.append(ir.Instruction(opcode, mods, tuple([ir.Register(a.name) for a in args]), guard, loc=loc))
-            return args[0] if returns else None
+    forms = trace.register_forms
+    key = None
+    if forms is not None:
+        call = _register_call(trace, opcode, mods, args, pred)
+        if call is not None:
+            key, registers = call
+            returns = forms.get(key)
+            if returns is not None:         # this signature was resolved and checked before
+                return _append_registers(trace, opcode, mods, registers, args, pred, loc, returns)
     args, mods = _split_type(args, mods)
     if not trace.validate:
         return _emit_unchecked(trace, opcode, mods, args, pred, loc)
@@ -305,39 +303,54 @@ def emit_instruction(opcode: str, mods: tuple[str, ...], args: tuple[Any, ...],
         guard = _guard(pred)
     except PtxError as e:
         raise with_location(e, loc) from None
-    ins = ir.Instruction(opcode, mods, tuple(converted), guard, loc=loc)
+    ins = ir.Instruction(opcode, mods, tuple(converted), guard, None, loc)
     trace.emit(ins)
     returns = bool(operands and operands[0].out)
-    if key is not None and len(converted) == len(key[2]) and len(_REGISTER_FORMS) < _REGISTER_FORMS_MAX \
+    if key is not None and len(converted) == len(key) - 3 and len(forms) < REGISTER_FORMS_MAX \
             and all(type(c) is ir.Register for c in converted):
-        _REGISTER_FORMS[key] = returns
+        forms[key] = returns
     return args[0] if returns else None
 
 
-# Signatures of instructions whose operands are all plain registers, checked
-# in full once (resolved, converted to plain registers, validated): the same
-# opcode, modifiers, register types, guard and target resolve, convert and
-# validate alike, so later ones go straight to the trace. Value: whether the
-# first operand is the destination the call returns.
-_REGISTER_FORMS: dict[tuple, bool] = {}
-_REGISTER_FORMS_MAX = 1 << 16
-
-
-def _register_signature(trace: Any, opcode: str, mods: tuple[str, ...], args: tuple[Any, ...],
-                        pred: Any) -> tuple | None:
-    """The key of :data:`_REGISTER_FORMS` when every argument is a register of
-    this trace (not a vector register) of the type the trace declared it
-    with, else None."""
-    if not trace.validate:
-        return None
-    scope, vectors, declared = trace.scope, trace.vectors, trace.reg_types
-    types = []
+def _register_call(trace: Any, opcode: str, mods: tuple[str, ...], args: tuple[Any, ...],
+                   pred: Any) -> tuple[tuple, list[ir.Register]] | None:
+    """When every argument is a register of this trace (not a vector
+    register) of the type the trace declared it with: the key of
+    :attr:`Trace.register_forms` and the arguments as operands; else None."""
+    scope, declared, operands = trace.scope, trace.reg_types, trace.operands
+    key = [opcode, mods, pred is None]
+    ops = []
     for a in args:
-        if type(a) is not Reg or (a.owner is not None and a.owner is not scope) or a.name in vectors \
-                or declared.get(a.name) is not a.type:
+        if type(a) is not Reg:
             return None
-        types.append(a.type.name)
-    return (opcode, mods, tuple(types), pred is None, trace.target, trace.version)
+        t, name = a.type, a.name
+        if declared.get(name) is not t or (a.owner is not scope and a.owner is not None):
+            return None
+        key.append(t.name)
+        op = operands.get(name)
+        if op is None:
+            op = operands[name] = ir.Register(name)
+        ops.append(op)
+    vectors = trace.vectors
+    if vectors and any(a.name in vectors for a in args):
+        return None
+    return tuple(key), ops
+
+
+def _append_registers(trace: Any, opcode: str, mods: tuple[str, ...], operands: list[ir.Register],
+                      args: tuple[Reg, ...], pred: Any, loc: Any, returns: bool) -> Reg | None:
+    """Append an instruction of a signature checked before (``operands``:
+    the registers ``args``, as :func:`_register_call` found them)."""
+    if trace.module_mode and trace.function is None:
+        trace.require_function()            # raises
+    guard = None
+    if pred is not None:
+        try:
+            guard = _guard(pred)
+        except PtxError as e:
+            raise with_location(e, loc) from None
+    trace.append(ir.Instruction(opcode, mods, tuple(operands), guard, None, loc))
+    return args[0] if returns else None
 
 
 def _kind(value: Any) -> str:

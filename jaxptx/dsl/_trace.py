@@ -22,7 +22,7 @@ from ..validate import check_instruction, normalize
 from ._tma import TmaDescriptor
 
 __all__ = ["Trace", "OpenConstruct", "current", "is_tracing", "active", "user_location",
-           "with_location"]
+           "with_location", "REGISTER_FORMS_MAX"]
 
 _ACTIVE: contextvars.ContextVar["Trace | None"] = contextvars.ContextVar("jaxptx_trace", default=None)
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,10 +46,27 @@ def user_location() -> ir.PythonLocation | None:
     frame = sys._getframe(1)
     while frame is not None:
         path = frame.f_code.co_filename
-        if not path.startswith(PACKAGE_DIR) and path not in PASSED_THROUGH:
-            return ir.PythonLocation(path, frame.f_lineno)
+        user = _USER_FILE.get(path)
+        if user is None:
+            user = _USER_FILE[path] = not path.startswith(PACKAGE_DIR) and path not in PASSED_THROUGH
+        if user:
+            line = frame.f_lineno
+            loc = _LOCATIONS.get((path, line))
+            if loc is None:
+                loc = ir.PythonLocation(path, line)
+                if len(_LOCATIONS) < _LOCATIONS_MAX:
+                    _LOCATIONS[path, line] = loc
+            return loc
         frame = frame.f_back
     return None
+
+
+# user_location runs once per instruction: whether each source file is the
+# user's, and each (file, line) location (immutable, so shared by every
+# instruction traced from that line), are kept.
+_USER_FILE: dict[str, bool] = {}
+_LOCATIONS: dict[tuple[str, int], ir.PythonLocation] = {}
+_LOCATIONS_MAX = 1 << 16
 
 
 def with_location(err: PtxError, loc: tuple[str, int] | None) -> PtxError:
@@ -103,6 +120,14 @@ class Trace:
         extern_smem: name of the dynamic shared-memory symbol, or ``None``.
         smem_offset: bytes of dynamic shared memory carved so far.
         tma: the TMA descriptors the body asked for, in parameter order.
+        verdicts: the table's verdicts on instructions of plain registers,
+            by signature, shared by every trace for this target and version
+            (``None`` when not validating).
+        register_forms: the same for the DSL's all-register calls (see
+            :mod:`jaxptx.dsl._core`).
+        operands: register name → its :class:`jaxptx.ir.Register`, made on
+            first use (operands are immutable: every instruction of the trace
+            shares one per register).
     """
 
     def __init__(self, name: str, target: isa.Target, version: tuple[int, int],
@@ -141,6 +166,11 @@ class Trace:
         # kernel the function being built (registers are per function).
         self.scope: Any = self
         self.open: list[OpenConstruct] = []
+        # What this target and PTX version learnt in earlier traces (see
+        # _VALIDATED, _REGISTER_FORMS); None when instructions are not validated.
+        self.verdicts = _known(_VALIDATED, target, version) if validate else None
+        self.register_forms = _known(_REGISTER_FORMS, target, version) if validate else None
+        self.operands: dict[str, ir.Register] = {}
 
     # lazily materialised values ----------------------------------------------
     def materialise(self, key: Any, build: Callable[[], Any]) -> Any:
@@ -305,33 +335,36 @@ class Trace:
             PtxError: the validation error, with the user's line appended.
         """
         self.require_function()
+        verdicts = self.verdicts if self.verdicts is not None else {}
         key = self._signature(ins)
-        r = _VALIDATED.get(key) if key is not None else None
+        r = verdicts.get(key) if key is not None else None
         if r is None:
             try:
                 checked = normalize(ins, self.reg_types, self.vectors)
                 r = check_instruction(checked, target=self.target, version=self.version, type_of=self.type_of)
             except PtxError as e:
                 raise with_location(e, ins.loc) from None
-            if key is not None and len(_VALIDATED) < _VALIDATED_MAX:
-                _VALIDATED[key] = r
+            if key is not None and len(verdicts) < _VALIDATED_MAX:
+                verdicts[key] = r
         self.append(ins)
         return r
 
     def _signature(self, ins: ir.Instruction) -> tuple | None:
-        """What :func:`check_instruction`'s verdict on ``ins`` depends on,
-        when every operand is a plain register of this trace: the opcode,
-        modifiers, guard, each register's type, target and version (register
-        names and vector registers are left to the full check: None)."""
-        types = []
+        """What :func:`check_instruction`'s verdict on ``ins`` depends on
+        besides the target and version, when every operand is a plain
+        register of this trace: the opcode, modifiers, guard and each
+        register's type (register names and vector registers are left to
+        the full check: None)."""
+        key = [ins.opcode, ins.modifiers, ins.guard is not None]
+        reg_types, vectors = self.reg_types, self.vectors
         for op in ins.operands:
             if type(op) is not ir.Register:
                 return None
-            t = self.reg_types.get(op.name)
-            if t is None or op.name in self.vectors:
+            t = reg_types.get(op.name)
+            if t is None or op.name in vectors:
                 return None
-            types.append(t.name)
-        return (ins.opcode, ins.modifiers, ins.guard is not None, tuple(types), self.target, self.version)
+            key.append(t.name)
+        return tuple(key)
 
     @contextmanager
     def block(self, body: list[ir.Statement]) -> Iterator[None]:
@@ -343,11 +376,30 @@ class Trace:
             self.body = saved
 
 
-# Verdicts of check_instruction by signature (_Trace._signature): the same
-# opcode, modifiers, guard and register types on the same target pass or fail
-# alike, so each signature is checked in full once per process.
-_VALIDATED: dict[tuple, isa.Resolved] = {}
+# Verdicts of check_instruction by target and PTX version, then by signature
+# (Trace._signature): the same opcode, modifiers, guard and register types on
+# the same target pass or fail alike, so each signature is checked in full
+# once per process.
+_VALIDATED: dict[tuple[isa.Target, tuple[int, int]], dict[tuple, isa.Resolved]] = {}
 _VALIDATED_MAX = 1 << 16
+
+# The DSL's calls whose arguments are all registers (jaxptx.dsl._core), by
+# target and PTX version, then by (opcode, modifiers, unguarded, *register
+# types): resolved, converted to plain registers and validated in full once,
+# they resolve, convert and validate alike ever after, so later calls go
+# straight to the trace. Value: whether the first operand is the destination
+# the call returns.
+_REGISTER_FORMS: dict[tuple[isa.Target, tuple[int, int]], dict[tuple, bool]] = {}
+REGISTER_FORMS_MAX = 1 << 16
+
+
+def _known(cache: dict[tuple[isa.Target, tuple[int, int]], dict], target: isa.Target,
+           version: tuple[int, int]) -> dict:
+    """``cache``'s dict for ``target`` and ``version`` (made empty if new)."""
+    known = cache.get((target, version))
+    if known is None:
+        known = cache[target, version] = {}
+    return known
 
 
 class OpenConstruct:

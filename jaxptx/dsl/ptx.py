@@ -57,30 +57,33 @@ class Instr:
     pointing at the user's line.
     """
 
-    __slots__ = ("_parts", "_children")
+    # Each child spelled is kept in the instance dict, where the next
+    # `ptx.add.f32` finds it without calling __getattr__ (which Python calls
+    # only after a failed lookup, at the cost of an AttributeError).
+    __slots__ = ("_parts", "_split", "__dict__")
 
     def __init__(self, parts: tuple[str, ...]) -> None:
         self._parts = parts
-        self._children: dict[str, Instr] = {}
+        self._split: tuple[str, tuple[str, ...]] | None = None    # the table's split, once found
 
     def __getattr__(self, name: str) -> "Instr":
-        child = self._children.get(name)
-        if child is None:
-            if name.startswith("__"):
-                raise AttributeError(name)
-            child = self._children[name] = Instr(self._parts + (isa.to_ptx(name),))
+        if name.startswith("__"):
+            raise AttributeError(name)
+        child = self.__dict__[name] = Instr(self._parts + (isa.to_ptx(name),))
         return child
 
     def __call__(self, *args: Any, pred: Reg | NegPred | None = None) -> Any:
-        split = isa.split_name(self._parts)
+        split = self._split
         if split is None:
-            if not current().validate:    # an instruction the table lacks, unchecked
+            split = isa.split_name(self._parts)
+            if split is not None:
+                self._split = split
+            elif not current().validate:    # an instruction the table lacks, unchecked
                 split = (self._parts[0], self._parts[1:])
             else:
                 err = PtxModifierError(f"{'.'.join(self._parts)}: no instruction of that name")
                 raise with_location(err, user_location())
-        opcode, mods = split
-        return emit_instruction(opcode, mods, args, pred)
+        return emit_instruction(split[0], split[1], args, pred)
 
     def __repr__(self) -> str:
         return f"ptx.{'.'.join(self._parts)}"
@@ -105,15 +108,11 @@ class Instr:
 class _Inst:
     """``ptx.inst.<opcode>.<modifier>...`` — the generic spelling."""
 
-    def __init__(self) -> None:
-        self._roots: dict[str, Instr] = {}
-
     def __getattr__(self, name: str) -> Instr:
-        root = self._roots.get(name)
-        if root is None:
-            if name.startswith("__"):
-                raise AttributeError(name)
-            root = self._roots[name] = Instr((isa.to_ptx(name),))
+        # Kept in the instance dict: later lookups do not come here.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        root = self.__dict__[name] = Instr((isa.to_ptx(name),))
         return root
 
 

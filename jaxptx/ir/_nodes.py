@@ -247,6 +247,14 @@ Item = Union[Directive, VarDecl, Function, Comment, Section, Unknown]
 
 def walk(body: list[Statement]) -> Iterator[Statement]:
     """The statements of ``body`` in order, with nested blocks flattened."""
+    # A list without blocks (most bodies) is iterated as it is: the
+    # end-of-trace checks walk every function several times.
+    if not isinstance(body, list) or any(issubclass(t, Block) for t in set(map(type, body))):
+        return _walk_blocks(body)
+    return iter(body)
+
+
+def _walk_blocks(body: list[Statement]) -> Iterator[Statement]:
     for s in body:
         if isinstance(s, Block):
             yield from walk(s.body)
