@@ -16,9 +16,18 @@
    result checked against numpy.
 3. The sanitizer's cost on the kernel library: every op and variant
    through ``jax.jit`` with and without ``sim.checking()``, best of N.
+4. Both checkers' cost against issue 29's bounds (checked / plain at most
+   3, profiled / plain at most 1.5) on every case the issue names: every
+   library op and variant at the small shapes of part 1, ``examples/softmax.py``
+   at ``--softmax-rows`` rows and Triton's tutorial softmax compiled for
+   sm_80, sm_90a and sm_100a at ``--triton-rows`` rows (skipped, saying so,
+   without triton). CPU time (``time.process_time``: every thread of the
+   process, less sensitive to other jobs on the machine than wall time),
+   plain, profiled and checked interleaved, best of N, every result checked.
 
     python benchmarks/profile_kernels.py [--repeat 3] [--shapes 256x256x512 512x512x512]
-        [--softmax-rows 64 4096] [--rows 64] [--only OP] [--skip-library] [--skip-overhead] [--skip-library-check]
+        [--softmax-rows 64 4096] [--triton-rows 64 1024] [--rows 64] [--only OP] [--skip-library]
+        [--skip-overhead] [--skip-library-check] [--skip-ratios]
 
     python benchmarks/profile_kernels.py --smoke   # CI: softmax only, one 128x128x64 GEMM, one repeat
 
@@ -26,9 +35,10 @@
 (parts 1 and 3).
 
 Every result is checked (``self-check:`` lines): the GEMMs of part 2
-against numpy, each library call of parts 1 and 3 against its jnp formula
-(within ``benchmarks/kernels.py``'s tolerance), and part 3's checked
-result against its unchecked one, bit for bit.
+against numpy, each library call of parts 1, 3 and 4 against its jnp formula
+(within ``benchmarks/kernels.py``'s tolerance), parts 3 and 4's checked
+results against their unchecked ones, bit for bit, and part 4's softmaxes
+against numpy.
 """
 
 from __future__ import annotations
@@ -283,6 +293,148 @@ def check_cost_library(repeat: int, only: str | None = None, rows: int = 64) -> 
     print(f"self-check: part 3: {len(cases)} library calls match their jnp formulas, checked equal to plain")
 
 
+CHECK_BOUND, PROFILE_BOUND = 3.0, 1.5
+"""Issue 29's bounds: checked / plain and profiled / plain launch time."""
+
+
+def triton_softmax(capability: int) -> tuple[str, int]:
+    """Triton's tutorial fused softmax (one program a row, ``BLOCK`` 1024,
+    4 warps) compiled to PTX for ``sm_<capability>`` on this CPU-only
+    machine, as ``tests/sim/triton_compile.py`` does: ``(ptx, shared bytes)``."""
+    import os
+
+    import triton  # optional (pip install -e '.[triton]'): imported only for part 4
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from jaxptx.runtime._toolchain import find_tool
+
+    @triton.jit
+    def softmax_kernel(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=-float("inf"))
+        x = x - tl.max(x, axis=0)
+        e = tl.exp(x)
+        tl.store(y_ptr + row * n_cols + cols, e / tl.sum(e, axis=0), mask=mask)
+
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    os.environ.setdefault("TRITON_PTXAS_BLACKWELL_PATH", find_tool("ptxas"))   # else .version 9.4
+    source = ASTSource(fn=softmax_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "n_cols": "i32",
+                                                     "BLOCK": "constexpr"}, constexprs={"BLOCK": 1024})
+    k = triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": 4})
+    return k.asm["ptx"], k.metadata.shared
+
+
+def _best_ratios(runs: dict[str, Any], repeat: int) -> dict[str, float]:
+    """Best-of-``repeat`` CPU seconds of each of ``runs`` (name -> call),
+    interleaved so that load on the machine hits all alike."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeat):
+        for name, run in runs.items():
+            t = time.process_time()
+            run()
+            times[name].append(time.process_time() - t)
+    return {name: min(v) for name, v in times.items()}
+
+
+def _ratio_row(case: str, shape: str, best: dict[str, float], missed: list[str]) -> None:
+    """One row of part 4's table; ``missed`` collects the bounds missed."""
+    p, q, c = best["plain"], best["profiled"], best["checked"]
+    pr, cr = q / p, c / p
+    marks = []
+    for name, ratio, bound in (("profiled", pr, PROFILE_BOUND), ("checked", cr, CHECK_BOUND)):
+        ok = ratio <= bound
+        marks.append("yes" if ok else "**no**")
+        if not ok:
+            missed.append(f"{case} {shape} {name} {ratio:.2f}")
+    print(f"| {case} | {shape} | {p:.4f} | {pr:.2f} | {marks[0]} | {cr:.2f} | {marks[1]} |")
+
+
+def checker_ratios(repeat: int, only: str | None, rows: int, softmax_rows: list[int], triton_rows: list[int],
+                   capabilities: list[int], library: bool = True) -> None:
+    """Part 4: profiled / plain and checked / plain CPU time of every
+    library op and variant (unless not ``library``), ``examples/softmax.py``
+    at ``softmax_rows`` and Triton's softmax at ``triton_rows`` for
+    ``capabilities``, against issue 29's bounds."""
+    import jax
+
+    from jaxptx import profile, sim
+    print(f"\n| case | shape | plain CPU s | profiled / plain | <= {PROFILE_BOUND} | checked / plain "
+          f"| <= {CHECK_BOUND:g} |")
+    print("|---|---|---:|---:|---|---:|---|")
+    missed: list[str] = []
+    cases = library_cases(only, rows) if library else []
+    for op, arch, fn, inputs, ref in cases:
+        plain_out = jax.block_until_ready(fn(*inputs))
+        check_result(op, arch, plain_out, ref, inputs)
+        with sim.checking():
+            checked_out = jax.block_until_ready(fn(*inputs))
+        with profile.profiling():
+            profiled_out = jax.block_until_ready(fn(*inputs))
+        for other in (checked_out, profiled_out):
+            for x, y in zip(jax.tree_util.tree_leaves(plain_out), jax.tree_util.tree_leaves(other)):
+                np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=f"{op} {arch}: != plain")
+
+        def plain(fn: Any = fn, inputs: tuple = inputs) -> None:
+            jax.block_until_ready(fn(*inputs))
+
+        def checked(fn: Any = fn, inputs: tuple = inputs) -> None:
+            with sim.checking():
+                jax.block_until_ready(fn(*inputs))
+
+        def profiled(fn: Any = fn, inputs: tuple = inputs) -> None:
+            with profile.profiling():
+                jax.block_until_ready(fn(*inputs))
+        name, _, shape = op.partition(" ")
+        if shape.startswith("vjp"):
+            name, shape = f"{name} vjp", shape[4:]
+        _ratio_row(f"{name} ({arch})", shape,
+                   _best_ratios({"plain": plain, "profiled": profiled, "checked": checked}, repeat), missed)
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    from softmax import reference, softmax
+
+    def launcher(kernel: Any, x: np.ndarray, want: np.ndarray, *extra: Any, **shape: Any) -> dict[str, Any]:
+        """plain / profiled / checked launches of ``kernel`` on ``x``, each result checked."""
+        def run(**how: Any) -> None:
+            y = np.zeros_like(x)
+            sim.launch(kernel, x, y, *extra, **shape, **how)
+            np.testing.assert_allclose(y, want, rtol=2e-6, atol=1e-6)
+        return {"plain": run, "profiled": lambda: run(profile=True), "checked": lambda: run(check=True)}
+
+    for r in softmax_rows:
+        x = np.random.default_rng(0).standard_normal((r, 1024)).astype(np.float32)
+        runs = launcher(softmax, x, reference(x))
+        for run in runs.values():
+            run()
+        _ratio_row("examples/softmax.py", f"{r}x1024", _best_ratios(runs, repeat), missed)
+    if capabilities:
+        try:
+            import triton  # noqa: F401 - optional
+        except ImportError:
+            print("| Triton softmax | | not run: triton is not installed (pip install -e '.[triton]') | | | | |")
+            capabilities = []
+    from jaxptx import parse
+    for cap in capabilities:
+        ptx, shared = triton_softmax(cap)
+        scratch = [np.zeros(16, np.uint8) for _ in range(len(parse(ptx).functions[0].params) - 3)]
+        for r in triton_rows:
+            x = np.random.default_rng(1).standard_normal((r, 1000)).astype(np.float32)
+            want = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+            want = (want / want.sum(1, keepdims=True)).astype(np.float32)
+            runs = launcher(ptx, x, want, np.int32(1000), *scratch, grid=(r, 1, 1), block=(128, 1, 1), smem=shared)
+            for run in runs.values():
+                run()
+            _ratio_row(f"Triton softmax (sm_{cap}{'a' if cap >= 90 else ''})", f"{r}x1000",
+                       _best_ratios(runs, repeat), missed)
+    print(f"bounds missed: {', '.join(missed) if missed else 'none'}")
+    print(f"self-check: part 4: {len(cases)} library calls match their jnp formulas, profiled and checked equal "
+          "to plain; every softmax matches numpy")
+
+
 def _shape(text: str) -> tuple[int, int, int]:
     """``"MxNxK"`` as ``(M, N, K)``."""
     m, n, k = (int(v) for v in text.lower().split("x"))
@@ -290,7 +442,7 @@ def _shape(text: str) -> tuple[int, int, int]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the three parts (``--smoke``: softmax only, one small GEMM, one repeat)."""
+    """Run the four parts (``--smoke``: softmax only, one small GEMM, one repeat)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=None, help="launches per figure, the best counts (default 3)")
     ap.add_argument("--shapes", type=_shape, nargs="*", default=None,
@@ -299,13 +451,19 @@ def main(argv: list[str] | None = None) -> None:
                     help="rows (of 1024) of the library's norms, softmax and SwiGLU in parts 1 and 3 (default 64)")
     ap.add_argument("--softmax-rows", type=int, nargs="*", default=None,
                     help="rows of examples/softmax.py for part 2 (default 64 4096; --smoke: 8)")
+    ap.add_argument("--triton-rows", type=int, nargs="*", default=None,
+                    help="rows of Triton's softmax for part 4 (default 64 1024; --smoke: 8, sm_80 only)")
     ap.add_argument("--smoke", action="store_true",
-                    help="CI smoke run: --only softmax, --shapes 128x128x64, --softmax-rows 8, --repeat 1")
+                    help="CI smoke run: --only softmax, --shapes 128x128x64, --softmax-rows 8, --triton-rows 8, "
+                         "--repeat 1")
     ap.add_argument("--only", default=None, metavar="OP",
                     help="library ops whose name contains OP (parts 1 and 3), e.g. rms_norm")
     ap.add_argument("--skip-overhead", action="store_true")
     ap.add_argument("--skip-library", action="store_true")
     ap.add_argument("--skip-library-check", action="store_true")
+    ap.add_argument("--skip-ratios", action="store_true",
+                    help="skip part 4 (its library rows also go with --skip-library-check, its softmax launches "
+                         "with --skip-overhead)")
     args = ap.parse_args(argv)
     if args.smoke:
         args.only = args.only or "softmax"
@@ -319,8 +477,16 @@ def main(argv: list[str] | None = None) -> None:
     if not args.skip_overhead:
         overhead(args.shapes, args.repeat)
         overhead_softmax(args.softmax_rows, args.repeat)
+    if args.triton_rows is None:
+        args.triton_rows = [8] if args.smoke else [64, 1024]
     if not args.skip_library_check:
         check_cost_library(args.repeat, args.only, args.rows)
+    if not args.skip_ratios and not (args.skip_library_check and args.skip_overhead):
+        # the library rows go with part 3, the softmax launches with part 2
+        checker_ratios(args.repeat, args.only, args.rows, [] if args.skip_overhead else args.softmax_rows,
+                       [] if args.skip_overhead else args.triton_rows,
+                       [] if args.skip_overhead else [80] if args.smoke else [80, 90, 100],
+                       library=not args.skip_library_check)
 
 
 if __name__ == "__main__":

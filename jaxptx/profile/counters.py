@@ -14,6 +14,8 @@ which does not import the layers above it.
 
 from __future__ import annotations
 
+import weakref
+
 from typing import Any
 
 import numpy as np
@@ -28,6 +30,24 @@ from . import mix, requests
 from .requests import LineCounts
 
 __all__ = ["Counter", "attach"]
+
+# Per prepared program (by id, held weakly), the Kind of each instruction: a
+# program launched again (the device caches them) needs no second pass over
+# its code.
+_KINDS: dict[int, tuple[Any, list[mix.Kind]]] = {}
+
+
+def _kinds(program: Any) -> list[mix.Kind]:
+    """The :class:`.mix.Kind` of each instruction of ``program``, cached."""
+    hit = _KINDS.get(id(program))
+    if hit is not None and hit[0]() is program:
+        return hit[1]
+    kinds = [mix.kind_of(r, ins) for r, ins in zip(program.resolved, program.code)]
+    if len(_KINDS) > 16:
+        _KINDS.clear()
+    _KINDS[id(program)] = (weakref.ref(program), kinds)
+    return kinds
+
 
 def attach(machine: Any, module: ir.Module) -> "Counter":
     """Hook a :class:`Counter` into a prepared machine (``Device._run``)."""
@@ -57,12 +77,12 @@ class Counter(Observer):
         self.lanes = [0] * n
         self.active = [0] * n
         self.counts: list[LineCounts | None] = [None] * n
-        self.kinds = [mix.kind_of(r, ins) for r, ins in zip(program.resolved, program.code)]
+        self.kinds = _kinds(program)
         self.pending: list[tuple] = []
         self.pc = -1
         self.tensor_flops: dict[str, int] = {}       # element type -> FLOPs
         self.unknown: dict[int, str] = {}             # pc -> why its tensor FLOPs are not counted
-        self.samples: dict[int, dict] = {}            # pc -> one warp's shared access
+        self.samples: dict[int, requests.Sample] = {}   # pc -> one warp's shared access
         self.touched: dict[int, np.ndarray] = {}      # global buffer id -> sectors ever touched
         self._buffers: dict[int, int] = {}
         self._warp_shift = 5 if self.ntid % 32 == 0 else None

@@ -41,13 +41,14 @@ class Profile:
         resources: ptxas's registers / shared memory / spills (``None``
             when not asked for or ptxas is missing). occupancy: per target,
             :func:`.occupancy.occupancy` (``None`` without resources).
-        samples: PC -> one warp's shared access (for :meth:`bank_map`).
+        samples: PTX line -> one warp's shared access (for :meth:`bank_map`;
+            given as dicts, or as :class:`.requests.Sample` built when first read).
         findings: the sanitizer's findings of a ``check="all"`` launch.
     """
 
     def __init__(self, name: str, arch: str, launch: dict[str, Any], kernel: dict[str, Any],
                  lines: list[dict[str, Any]], mix: dict[str, int], tensor_flops: dict[str, int],
-                 samples: dict[int, dict], findings: list | None = None) -> None:
+                 samples: dict[int, Any], findings: list | None = None) -> None:
         self.name = name
         self.arch = arch
         self.launch = launch
@@ -55,10 +56,17 @@ class Profile:
         self.lines = lines
         self.mix = mix
         self.tensor_flops = tensor_flops
-        self.samples = samples
+        self._samples = samples
         self.findings = findings
         self.resources: dict[str, Any] | None = None
         self.occupancy: dict[str, Any] | None = None
+
+    @property
+    def samples(self) -> dict[int, dict]:
+        """PTX line -> one warp's shared access (built on first use)."""
+        if any(not isinstance(s, dict) for s in self._samples.values()):
+            self._samples = {k: s if isinstance(s, dict) else s.rows() for k, s in self._samples.items()}
+        return self._samples
 
     def line(self, line: int) -> dict[str, Any]:
         """The entry of PTX line ``line``.

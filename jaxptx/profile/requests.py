@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LineCounts", "count", "FIELDS"]
+__all__ = ["LineCounts", "Sample", "count", "FIELDS"]
 
 
 @dataclasses.dataclass
@@ -76,10 +76,31 @@ def _changes(sorted_keys: np.ndarray) -> np.ndarray:
 
 
 def _distinct(keys: np.ndarray) -> np.ndarray:
-    """The distinct values, sorted (a stable sort: fast on the nearly sorted
-    keys of a coalesced access)."""
-    s = np.sort(keys, kind="stable")
+    """The distinct values, sorted (no sort when they already are, as the
+    keys of a coalesced access by ascending threads; else a stable sort,
+    fast on nearly sorted keys)."""
+    s = keys if _ascending(keys) else np.sort(keys, kind="stable")
     return s[_changes(s)]
+
+
+def _ascending(keys: np.ndarray) -> bool:
+    """Whether ``keys`` never decrease (one sequential pass)."""
+    return len(keys) < 2 or bool((keys[1:] >= keys[:-1]).all())
+
+
+def _warps(w: np.ndarray, sizes: np.ndarray | None = None) -> tuple[int, np.ndarray | None]:
+    """The number of distinct warps in ``w`` and, given ``sizes`` (bytes
+    per element), the bytes of each (in any order): by runs when the warps
+    come in order (ascending threads), else by counting, never by sorting."""
+    if _ascending(w):
+        starts = np.flatnonzero(_changes(w))
+        if sizes is None:
+            return len(starts), None
+        return len(starts), np.add.reduceat(sizes, starts) if len(starts) else np.zeros(0, dtype=np.int64)
+    if sizes is None:
+        return int(np.count_nonzero(np.bincount(w))), None
+    present = np.bincount(w) > 0
+    return int(np.count_nonzero(present)), np.bincount(w, weights=sizes)[present]
 
 
 def count(c: Any, pc: int, line: LineCounts, records: list[tuple]) -> None:
@@ -129,9 +150,8 @@ def _global(c: Any, line: LineCounts, records: list[tuple]) -> None:
             touched = c.touched[k] = np.zeros(-(-len(buf) // 32), dtype=bool)
         touched[sectors] = True
     w = np.concatenate(warps) if len(warps) > 1 else warps[0]
-    uw, inv = np.unique(w, return_inverse=True)
-    per_warp = np.bincount(inv.reshape(-1), weights=np.concatenate(sizes), minlength=len(uw))
-    line.global_requests += len(uw)
+    requests, per_warp = _warps(w, np.concatenate(sizes) if len(sizes) > 1 else sizes[0])
+    line.global_requests += requests
     line.global_sectors += len(_distinct(np.concatenate(keys) if len(keys) > 1 else keys[0]))
     line.global_ideal_sectors += int(np.ceil(per_warp / 32).sum())
     line.global_bytes += int(per_warp.sum())
@@ -166,7 +186,7 @@ def _shared(c: Any, pc: int, line: LineCounts, records: list[tuple]) -> None:
     groups = np.flatnonzero(_changes(run_wp))
     wavefronts = int(np.maximum.reduceat(runs, groups).sum()) if len(runs) else 0
     ideal = len(groups)
-    requests = len(np.unique(np.concatenate(warps)))
+    requests, _ = _warps(np.concatenate(warps) if len(warps) > 1 else warps[0])
     line.shared_requests += requests
     line.shared_wavefronts += wavefronts
     line.shared_ideal_wavefronts += ideal
@@ -177,10 +197,10 @@ def _shared(c: Any, pc: int, line: LineCounts, records: list[tuple]) -> None:
         c.samples[pc] = _sample(c, records, width, per_phase, size)
 
 
-def _sample(c: Any, records: list[tuple], width: int, per_phase: int, size: int) -> dict:
+def _sample(c: Any, records: list[tuple], width: int, per_phase: int, size: int) -> Sample:
     """One warp's access (the first warp of the first execution) for the
-    bank map: per (lane, 4-byte word) its bank and the wavefront (pass) that
-    serves it."""
+    bank map: its lanes and 4-byte words now, their banks and passes when
+    first asked for (:meth:`Sample.rows`)."""
     first = int(c.warp_of(records[0][2][:1])[0])
     lanes, offsets = [], []
     for _, off, thr, w, _ in records:
@@ -190,18 +210,36 @@ def _sample(c: Any, records: list[tuple], width: int, per_phase: int, size: int)
         for b in (range(0, w, 4) if w >= 4 else (0,)):
             lanes.append((t % c.ntid) % 32)
             offsets.append(o + b)
-    lane = np.concatenate(lanes).astype(int)
-    word = np.concatenate(offsets).astype(int) >> 2
-    rows = []
-    seen: dict[tuple[int, int], list[int]] = {}
-    for ln, wd in sorted(zip(lane.tolist(), word.tolist())):
-        key = (ln // per_phase, wd % 32)
-        words = seen.setdefault(key, [])
-        if wd not in words:
-            words.append(wd)
-        rows.append({"lane": ln, "word": wd, "bank": wd % 32, "phase": ln // per_phase,
-                     "pass": words.index(wd)})
-    return {"warp": first, "width": width, "lanes_per_phase": per_phase, "accesses": rows}
+    return Sample(first, width, per_phase, np.concatenate(lanes).astype(np.int64),
+                  np.concatenate(offsets).astype(np.int64) >> 2)
+
+
+class Sample:
+    """One warp's shared access, kept as arrays until :meth:`rows` (a
+    profile's samples are built only when asked for)."""
+
+    __slots__ = ("lane", "per_phase", "warp", "width", "word")
+
+    def __init__(self, warp: int, width: int, per_phase: int, lane: np.ndarray, word: np.ndarray) -> None:
+        self.warp, self.width, self.per_phase, self.lane, self.word = warp, width, per_phase, lane, word
+
+    def rows(self) -> dict:
+        """Per (lane, 4-byte word), in lane then word order, its bank and
+        the wavefront (pass) that serves it: the words of one (phase, bank)
+        take passes in the order they first appear."""
+        per_phase = self.per_phase
+        order = np.lexsort((self.word, self.lane))
+        lane, word = self.lane[order], self.word[order]
+        group = (lane // per_phase) * 32 + word % 32
+        pairs, first_at, which = np.unique((group << 32) | word, return_index=True, return_inverse=True)
+        by_first = np.lexsort((first_at, pairs >> 32))
+        rank = np.empty(len(pairs), dtype=np.int64)
+        starts = np.flatnonzero(_changes(pairs[by_first] >> 32))
+        rank[by_first] = np.arange(len(pairs)) - np.repeat(starts, np.diff(np.append(starts, len(pairs))))
+        passes = rank[which.reshape(-1)]
+        rows = [{"lane": ln, "word": wd, "bank": wd % 32, "phase": ln // per_phase, "pass": ps}
+                for ln, wd, ps in zip(lane.tolist(), word.tolist(), passes.tolist())]
+        return {"warp": self.warp, "width": self.width, "lanes_per_phase": per_phase, "accesses": rows}
 
 
 def _tensor_reads(c: Any, line: LineCounts, records: list[tuple]) -> None:

@@ -27,9 +27,11 @@ sm_90a and sm_100a library GEMMs at 256³ and 512³;
 * **per launch**: the device's global memory (the allocations it holds, and
   the arrays :func:`jaxptx.sim.launch` is about to copy in) and a fixed
   :data:`LAUNCH_FIXED` (the prepared program, caches);
-* **with the sanitizer** (``check``): per thread, a vector clock with an
-  entry per thread of its CTA (4 bytes each; 16 more entries once the
-  kernel uses mbarriers), a defined flag (a byte) per register, the async-group
+* **with the sanitizer** (``check``): per thread, its own clock entry and
+  the index of the shared clock row holding the rest (12 bytes); per CTA,
+  clock rows of an entry per thread of the CTA (4 bytes each; 16 more
+  entries once the kernel uses mbarriers), a row per warp and two more
+  (threads that synchronised together share a row); per thread, a defined flag (a byte) per register, the async-group
   counters and their temporaries (:data:`CHECK_THREAD`) and a shadow byte
   per local byte; per CTA, the shared-memory shadow
   (:data:`CHECK_SHARED` bytes per shared byte, :data:`CHECK_CLUSTER` more
@@ -85,6 +87,7 @@ LAUNCH_FIXED = 2 << 20      # the prepared program, caches
 TENSOR_MEMORY = 128 * 512 * 4 + 512     # a CTA's cells and held-column flags
 CHECK_THREAD = 65 + 68      # async-group counters, fenced flag, clock index; step temporaries
 MBARRIER_COLUMNS = 16       # the vector clocks' first block of mbarrier columns
+CLOCK_THREAD = 12           # a thread's own clock entry (int32) and its row's index (int64)
 CHECK_SHARED = 38           # shadow records per shared byte (21-29 measured: 13, and 2 a warp slot in use) and checked
                             # tensor-core and copy steps' temporaries (3-13 measured)
 CHECK_CLUSTER = 7           # distributed-shared-memory records per shared byte
@@ -183,9 +186,10 @@ def estimate(program: Program, launch: Launch, *, check: Any = False, global_byt
     once = [("global memory", int(global_bytes)), ("fixed", LAUNCH_FIXED)]
     if checked:
         mbarriers = any("mbarrier" in s or s.startswith("tcgen05_commit") for s in sims if s)
-        clock = 4 * (ntid + (MBARRIER_COLUMNS if mbarriers else 0))
-        threads += [("sanitizer clocks", clock), ("sanitizer registers", len(program.registers) + CHECK_THREAD),
+        row = 4 * (ntid + (MBARRIER_COLUMNS if mbarriers else 0))
+        threads += [("sanitizer clocks", CLOCK_THREAD), ("sanitizer registers", len(program.registers) + CHECK_THREAD),
                     ("sanitizer local", program.local_size)]
+        ctas.append(("sanitizer clock rows", row * (2 + -(-ntid // 32))))
         cluster = launch.cluster[0] * launch.cluster[1] * launch.cluster[2] > 1 and \
             not any(remote_mbarrier(ins) for ins in program.code if ins is not None)
         ctas.append(("sanitizer shared", (CHECK_SHARED + (CHECK_CLUSTER if cluster else 0)) * shared))

@@ -82,7 +82,9 @@ def test_the_estimate_counts_registers_at_their_width_and_shared_and_local_memor
     assert dict(s.thread_parts)["registers"] == 4
     checked = sim.estimate_memory(SCALE, grid=8, block=128, check=True)
     assert checked.total > e.total and checked.sanitizer == checked.total - e.total
-    assert dict(checked.thread_parts)["sanitizer clocks"] == 4 * 128       # a clock entry per thread of the CTA
+    assert dict(checked.thread_parts)["sanitizer clocks"] == 12            # its own entry, its row's index
+    # rows of a clock entry per thread of the CTA: one per warp and two more
+    assert dict(checked.cta_parts)["sanitizer clock rows"] == 4 * 128 * (2 + 4)
     x = np.zeros(1024, np.float32)
     assert sim.estimate_memory(SCALE, x, grid=8, block=128).per_launch == e.per_launch + x.nbytes
 

@@ -79,11 +79,10 @@ class AsyncChecks:
             if not hit.any():
                 keep.append(entry)
                 continue
-            if "@" in kind:
-                column = self._mbar_column[int(kind.split("@")[1])]
+            if "@" in kind:                      # seq: {mbarrier word: its completions at the arrive}
                 writers = distinct(sh.who[where[hit]])
-                if (self.clocks.vc[writers, column] > seq).all():
-                    sh.flying[where] -= 1          # the writer saw the commit's phase complete
+                if any((self.clocks.knows(writers, self._mbar_column[w]) > n).all() for w, n in seq.items()):
+                    sh.flying[where] -= 1          # the writer saw a phase of a commit's mbarrier complete
                     continue
             byte = int(where[np.argmax(hit)])
             t = int(th[np.argmax(idx == byte)])
@@ -163,7 +162,7 @@ class AsyncChecks:
         sh = self.shadow
         for cta in np.unique(threads // self.ntid).tolist():
             mine = threads[threads // self.ntid == cta]
-            known = self.clocks.vc[mine, :self.ntid].max(axis=0)
+            known = self.clocks.joined(mine)[:self.ntid]
             r = sh.cta_range(cta)
             w = sh.w_tid[r].astype(np.int64)
             ok = (w >= 0) & (sh.w_clock[r] <= known[np.where(w >= 0, w, 0)])
@@ -255,19 +254,26 @@ class AsyncChecks:
     def _tie(self, kind: str, threads: np.ndarray, words: np.ndarray) -> None:
         """The ``kind`` async reads of ``threads`` complete with the current
         phase of their commit's mbarrier: a write to those bytes must come
-        from a thread that observed that phase."""
+        from a thread that observed that phase, or a phase of another
+        mbarrier a commit of the same thread arrived on since — the same
+        commit's other CTAs with ``.multicast::cluster``, or a later commit
+        (a commit tracks all the thread's prior async tcgen05 operations,
+        PTX ISA tcgen05.commit). Tied entries are ``(kind + "@", {word:
+        completions of the word at the arrive}, issuer, bytes, pc)``."""
         order = np.argsort(threads, kind="stable")
         keys, vals = np.asarray(threads)[order], np.asarray(words, dtype=np.int64)[order]
         tied = []
         for entry in self.in_flight:
-            k, _, issuer, idx, pc = entry
+            k, seq, issuer, idx, pc = entry
             at = min(int(np.searchsorted(keys, issuer)), len(keys) - 1)
-            if k != kind or keys[at] != issuer:
+            if k not in (kind, f"{kind}@") or keys[at] != issuer:
                 tied.append(entry)
                 continue
             word = int(vals[at])
             self._column(word)
-            tied.append((f"{kind}@{word}", self.completions.get(word, 0), issuer, idx, pc))
+            words = {} if k == kind else dict(seq)
+            words.setdefault(word, self.completions.get(word, 0))
+            tied.append((f"{kind}@", words, issuer, idx, pc))
         self.in_flight = tied
 
 

@@ -142,7 +142,7 @@ class Acquisitions:
         if known.within(self.of(clocks, thread)):
             return
         t = np.array([thread], dtype=np.int64)
-        clocks._tick(t)
+        clocks.tick(t)
         cta, tid = divmod(thread, self.ntid)
         stamps, entries = self.by_cta.setdefault(cta, {}).setdefault(tid, ([], []))
         stamps.append(int(clocks.own(t)[0]))

@@ -75,9 +75,9 @@ class LocationChecks:
                 publish = mine if release else mine[self.fenced_threads[mine]]
                 if len(publish):
                     held = self.location_clocks.get(key)
-                    joined = self.clocks.vc[publish].max(axis=0)
+                    joined = self.clocks.joined(publish)
                     self.location_clocks[key] = joined if held is None else np.maximum(held, joined[:len(held)])
-                    self.clocks._tick(publish)
+                    self.clocks.tick(publish)
                     self.fenced_threads[publish] = False
             if reads:
                 if acquire:
@@ -89,8 +89,7 @@ class LocationChecks:
     def _acquire_location(self, threads: np.ndarray, key: tuple) -> None:
         held = self.location_clocks.get(key)
         if held is not None:
-            width = min(len(held), self.clocks.vc.shape[1])
-            self.clocks.vc[threads, :width] = np.maximum(self.clocks.vc[threads, :width], held[:width])
+            self.clocks.acquire(threads, held)
 
     def fence(self, threads: np.ndarray) -> None:
         """``fence``/``membar``: relaxed loads before it acquire, strong

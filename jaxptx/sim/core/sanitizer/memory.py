@@ -14,8 +14,12 @@ __all__ = ["MemoryChecks", "READ_LOG_BYTES"]
 
 # Plain reads of a global buffer nothing has written yet are kept as they
 # came, up to this many bytes, and recorded only when the buffer is first
-# written: inputs that are only read never cost a per-byte record.
-READ_LOG_BYTES = 1 << 24
+# written: inputs that are only read never cost a per-byte record. A logged
+# read costs 16 bytes per element (offset, thread, stamp), about a sixth of
+# the per-cell records it would otherwise make at a 4-byte grain, so the log
+# may hold a 64 MiB input read once (a 4096 x 4096 float32 matrix) before
+# the records are made.
+READ_LOG_BYTES = 1 << 26
 
 
 class GlobalAccess:
@@ -99,7 +103,7 @@ class MemoryChecks:
         access is done with (kept, or recorded with the rest)."""
         log = self._read_log[key]
         if plain:
-            log.append((off.copy(), th.copy(), width, self.pc, self.fence_epoch.copy(), self.clocks.own(th)))
+            log.append((off.copy(), th.astype(np.int32), width, self.pc, self.fence_epoch.copy(), self.clocks.own(th)))
             self._logged[key] += len(off) * width
             if self._logged[key] < READ_LOG_BYTES:
                 return True

@@ -117,7 +117,7 @@ class NodeChecker:
         what its threads had acquired."""
         san = self.grids[grid]
         acquired = EMPTY
-        for _, known in self.acquired[grid].knowledge(san.clocks, np.arange(len(san.clocks.vc))):
+        for _, known in self.acquired[grid].knowledge(san.clocks, np.arange(san.clocks.n)):
             acquired = acquired.join(known)
         self.completions[grid] = completion(grid, acquired)
 
@@ -291,16 +291,15 @@ class NodeChecker:
         """``threads`` publish what they know at ``off`` (each its own row
         up to ``stamps``: the release's step, or its fence's)."""
         g, ntid, device = san.node_grid, san.ntid, self.device[san.node_grid]
-        vc = san.clocks.vc
         for t, o, scope, stamp in zip(threads.tolist(), off.tolist(), scopes.tolist(), stamps.tolist()):
             cta, tid = divmod(t, ntid)
-            row = vc[t, :ntid].copy()
+            row = san.clocks.row(t)[:ntid]
             row[tid] = stamp
             known = Knowledge({(g, cta): row}).join(self.acquired[g].of(san.clocks, t))
             held = self.released.setdefault((key, o), {})
             tag = (device, scope == SYS)
             held[tag] = known if tag not in held else held[tag].join(known)
-        san.clocks._tick(np.unique(threads))
+        san.clocks.tick(np.unique(threads))
 
     def _acquire(self, grid: int, thread: int, location: tuple[int, int], scope: int) -> None:
         """``thread`` takes what was published at ``location`` by releases
@@ -329,7 +328,7 @@ class NodeChecker:
                     self._acquire(g, t, location, min(read_scope, scope))
         self.fence_scope[g][threads] = scope
         self.fence_stamp[g][threads] = san.clocks.own(threads)
-        san.clocks._tick(threads)
+        san.clocks.tick(threads)
 
 
 class _Access:

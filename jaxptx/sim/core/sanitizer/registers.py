@@ -64,7 +64,12 @@ class RegisterChecks:
         done = self.written.get(name)
         if done is None:
             return
-        done[threads] = True
+        if name not in self._defined_everywhere:
+            if len(threads) == len(done):       # every thread (thread sets have no repeats)
+                done.fill(True)
+                self._defined_everywhere.add(name)
+            else:
+                done[threads] = True
         kind = ASYNC_RESULTS.get(self.sim)
         pending = self.pending_regs.get(name)
         if kind is None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .values import grain_of, repeated
+from .values import grain_of, increasing, repeated
 
 __all__ = ["SharedShadow", "Slots", "ASYNC", "CP_ASYNC", "TMA"]
 
@@ -231,10 +231,12 @@ class CellRecords:
         clock = np.broadcast_to(np.asarray(clock, dtype=np.int64), idx.shape)
         warp = tid // 32
         cells = self.reads.cells(warp, idx)
-        if not self.reads.repeats(cells):          # no warp reads a byte twice: nothing to order
+        if increasing(idx) or not self.reads.repeats(cells):   # no warp reads a byte twice: nothing to order
             if knows is not None:
                 self._displace_at(cells, np.arange(len(idx)), idx, warp, tid, knows)
             self.reads.fill(cells, tid, clock, pc)
+            return
+        if self._record_runs(cells, idx, warp, tid, clock, pc, knows):
             return
         order = np.lexsort((tid, warp, idx))        # by byte, then warp, then lane
         i, w, t = idx[order], warp[order], tid[order]
@@ -246,6 +248,26 @@ class CellRecords:
         if len(tie):
             self._second(i[tie], w[tie], t[tie], clock[order[tie]], pc)
         self.reads.fill(cells[order[last]], t[last], clock[order[last]], pc)
+
+    def _record_runs(self, cells: np.ndarray, idx: np.ndarray, warp: np.ndarray, tid: np.ndarray,
+                     clock: np.ndarray, pc: int, knows) -> bool:
+        """:meth:`record_read` where each (warp, byte)'s readers come in one
+        run, lanes increasing (lanes of a warp reading one word: a broadcast):
+        the last lane of each run keeps the slot, the one before it the
+        second slot, without sorting. Returns False, doing nothing, when the
+        readers do not come so."""
+        change = cells[1:] != cells[:-1]
+        ends = np.flatnonzero(np.r_[change, True])            # each run's last reader
+        if not ((tid[1:] > tid[:-1]) | change).all() or len(np.unique(cells[ends])) != len(ends):
+            return False
+        if knows is not None:       # (order does not matter: a displaced record is the same for a whole run)
+            self._displace_at(cells, np.arange(len(idx)), idx, warp, tid, knows)
+        starts = np.r_[0, ends[:-1] + 1]
+        tie = ends[ends > starts] - 1                          # the reader before a run's last
+        if len(tie):
+            self._second(idx[tie], warp[tie], tid[tie], clock[tie], pc)
+        self.reads.fill(cells[ends], tid[ends], clock[ends], pc)
+        return True
 
     def record_read_by_one(self, idx: np.ndarray, tid: int, clock, pc: int | np.ndarray, knows) -> None:
         """:meth:`record_read` for one reading thread (an async operand

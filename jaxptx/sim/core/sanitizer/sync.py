@@ -110,7 +110,7 @@ class SyncChecks:
         for w in np.unique(words).tolist():
             col = self._column(w)
             sel = threads[words == w]
-            self.clocks.vc[sel, col] = np.maximum(self.clocks.vc[sel, col], self.completions.get(w, 0))
+            self.clocks.raise_column(sel, col, self.completions.get(w, 0))
 
     def mbarrier_phases(self, words: np.ndarray, completed: np.ndarray) -> None:
         """Phase completions (``completed``: how many, per word)."""
@@ -135,6 +135,8 @@ class SyncChecks:
     def aligned_barrier(self, threads: np.ndarray) -> None:
         """An ``.aligned`` barrier executed by ``threads``: every live lane of
         their warps must execute it together."""
+        if len(threads) == self.m.nthreads:      # every thread is here: no warp can be split
+            return
         ntid = self.ntid
         lane0 = threads // ntid * ntid + threads % ntid // 32 * 32
         first = np.unique(lane0)                                # each warp's lane 0
@@ -159,6 +161,8 @@ class SyncChecks:
         in its mask."""
         mask = s.src(len(s.ins.operands) - 1).astype(np.int64) & 0xFFFFFFFF
         th = s.threads
+        if len(th) == self.m.nthreads and self.ntid % 32 == 0 and (mask == 0xFFFFFFFF).all():
+            return      # every lane of every warp here, each naming all 32: nothing can be missing
         lane = th % self.ntid % 32
         if len(th) == self.m.nthreads and self.ntid % 32 == 0:
             missing = np.zeros(len(th), dtype=np.int64)     # every lane of every warp is here

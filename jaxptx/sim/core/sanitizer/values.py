@@ -8,7 +8,7 @@ from .... import ir
 from ....isa import UNITS
 
 __all__ = ["ASYNC_READERS", "ASYNC_RESULTS", "MASKED", "SCOPES", "register_move", "bits_of", "bytes_of",
-           "pack_at", "unpack_at", "distinct", "repeated", "orders_ctas", "remote_mbarrier", "GRAIN",
+           "pack_at", "unpack_at", "distinct", "increasing", "repeated", "orders_ctas", "remote_mbarrier", "GRAIN",
            "grain_of", "fitting_grain", "cells", "expand", "as_cells", "differ", "first_differing_byte"]
 
 # From the instruction table (jaxptx.isa.UNITS), by emulator operation:
@@ -121,9 +121,19 @@ def distinct(threads: np.ndarray) -> np.ndarray:
     return np.unique(runs)          # per-byte arrays repeat each thread in runs: unique over the runs
 
 
+def increasing(idx: np.ndarray) -> bool:
+    """Whether ``idx`` is strictly increasing (then no value repeats): one
+    sequential pass, the common answer for the accesses of a warp-ordered
+    thread set."""
+    return len(idx) < 2 or bool((idx[1:] > idx[:-1]).all())
+
+
 def repeated(idx: np.ndarray, scratch: np.ndarray) -> bool:
     """Whether a value appears twice in ``idx`` (indices into ``scratch``,
-    an int64 array it scribbles on): two passes, not a sort."""
+    an int64 array it scribbles on): a sequential test for increasing
+    indices first, else two passes over the scratch, not a sort."""
+    if increasing(idx):
+        return False
     pos = np.arange(len(idx))
     scratch[idx] = pos
     return not (scratch[idx] == pos).all()
