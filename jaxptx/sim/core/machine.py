@@ -49,7 +49,7 @@ from .scheduled import MACHINE, NO_OPS
 from .schedules import RandomSchedule
 from ..errors import SimDeadlock, SimError, SimFault
 from .forensics import stuck_warps, table
-from .step import Step
+from .step import Step, plans
 from . import fastpaths
 
 __all__ = ["Machine", "MACHINE", "NO_OPS", "MAX_STEPS_ENV"]
@@ -110,6 +110,7 @@ class Machine(LaunchState):
         # None; and the end of the straight run of unguarded such
         # instructions from there (_straight).
         self._plain, self._runs = _plain_table(program, semantics)
+        self._plans = plans(program)        # per PC: what its Steps know in advance
 
     def close(self) -> None:
         """Drop the launch's state (:meth:`.launch_state.LaunchState.close`)
@@ -245,14 +246,14 @@ class Machine(LaunchState):
         the step and thread-step counts after the run, the threads placed
         at the PC where it stopped; the scheduler then ends the last step
         as it ends any other (the cycle watch's look)."""
-        code, resolved, plain = self.program.code, self.program.resolved, self._plain
+        code, resolved, plain, plan = self.program.code, self.program.resolved, self._plain, self._plans
         end = self._runs[pc]
         n = len(threads)
         groups = self.groups
         while True:
             ins = code[pc]
             try:
-                plain[pc](Step(self, ins, resolved[pc], threads))
+                plain[pc](Step(self, ins, resolved[pc], threads, plan[pc]))
             except SimError as e:
                 raise located(e, ins) from None
             pc += 1
@@ -328,6 +329,8 @@ class Machine(LaunchState):
         g = self.read_register(ins.guard.register.name, threads).astype(bool)
         if ins.guard.negated:
             g = ~g
+        if g.all():             # every thread executes: no copies of the thread list
+            return threads, _EMPTY
         return threads[g], threads[~g]
 
     def _execute_plain(self, fn: Callable, pc: int, threads: np.ndarray) -> None:
@@ -340,7 +343,7 @@ class Machine(LaunchState):
         if len(taken):
             begin, after = self._on_begin, self._on_after
             try:
-                step = Step(self, ins, self.program.resolved[pc], taken)
+                step = Step(self, ins, self.program.resolved[pc], taken, self._plans[pc])
                 if begin is not None:
                     begin(pc, step.r.inst.sim)
                 fn(step)

@@ -51,7 +51,7 @@ class RegisterFile:
             if dtype is None:
                 return None
             arr = np.zeros(self.n, dtype=dtype)
-            self._hold(name, arr, arr)
+            self._hold(name, arr, id(arr))
         return arr
 
     def replace(self, name: str, bits: np.ndarray) -> None:
@@ -59,21 +59,28 @@ class RegisterFile:
         no register's memory) becomes the register; anything else is copied."""
         dtype = self.dtypes[name]
         if bits.dtype == dtype and bits.shape == (self.n,):
-            root = bits if bits.base is None else bits.base
-            fresh = bits.flags.writeable and bits.flags.c_contiguous and isinstance(root, np.ndarray) \
-                and root.base is None and root.nbytes == bits.nbytes and id(root) not in self._held
-            self._hold(name, bits if fresh else bits.copy(), root if fresh else None)
+            base = bits.base
+            root = bits if base is None else base
+            key = id(root)
+            flags = bits.flags
+            if key not in self._held and flags.writeable and flags.c_contiguous and type(root) is np.ndarray \
+                    and (root is bits or (root.base is None and root.nbytes == bits.nbytes)):
+                self._hold(name, bits, key)         # fresh: the register takes it
+            else:
+                arr = bits.copy()
+                self._hold(name, arr, id(arr))
             return
         arr = self.get(name)
         arr[:] = bits
 
-    def _hold(self, name: str, arr: np.ndarray, root: np.ndarray | None) -> None:
-        old = self._roots.pop(name, None)
+    def _hold(self, name: str, arr: np.ndarray, key: int) -> None:
+        """``arr`` becomes register ``name``; ``key`` is the id of the memory it lives in."""
+        roots = self._roots
+        old = roots.get(name)
         if old is not None:
             self._held.discard(old)
         self.arrays[name] = arr
-        key = id(root if root is not None else arr)
-        self._roots[name] = key
+        roots[name] = key
         self._held.add(key)
 
     def __getitem__(self, name: str) -> np.ndarray:

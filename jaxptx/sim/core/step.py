@@ -10,6 +10,7 @@ touches the machine's registers or memory layout directly.
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,12 +19,12 @@ from ... import ir, isa
 from ...types import TYPES, PtxType
 from ..memory.spaces import CONST_WINDOW, LOCAL_WINDOW, PARAM_WINDOW, SHARED_WINDOW
 from ..errors import SimError
-from ..numerics.values import constant, from_bits, to_bits
+from ..numerics.values import bits_dtype, constant, from_bits, to_bits, value_dtype
 
 if TYPE_CHECKING:
     from ..core.view import MachineView
 
-__all__ = ["Step", "SPACES"]
+__all__ = ["Step", "Plan", "SPACES", "plans"]
 
 # State-space modifiers of memory instructions → the memory module's spaces.
 SPACES = {"global": "global", "shared": "shared", "shared::cta": "shared",
@@ -42,16 +43,22 @@ class Step:
         m: the machine (for the few semantics that need more, like warps).
     """
 
-    __slots__ = ("m", "ins", "r", "threads", "n", "values", "types")
+    __slots__ = ("m", "ins", "r", "threads", "n", "values", "types", "plan")
 
-    def __init__(self, m: "MachineView", ins: ir.Instruction, r: isa.Resolved | None, threads: np.ndarray) -> None:
+    def __init__(self, m: "MachineView", ins: ir.Instruction, r: isa.Resolved | None, threads: np.ndarray,
+                 plan: "Plan | None" = None) -> None:
         self.m = m
         self.ins = ins
         self.r = r
         self.threads = threads
         self.n = len(threads)
-        self.values = r.values if r is not None else {}
-        self.types = r.types if r is not None else ()
+        self.plan = plan
+        if plan is not None:
+            self.values = plan.values
+            self.types = plan.types
+        else:
+            self.values = r.values if r is not None else {}
+            self.types = r.types if r is not None else ()
 
     # types ---------------------------------------------------------------------
     def type(self, k: int) -> PtxType:
@@ -75,6 +82,22 @@ class Step:
     # operands -------------------------------------------------------------------
     def src(self, k: int, t: PtxType | None = None) -> np.ndarray:
         """Operand ``k`` as values of ``t`` (default: its type in the form)."""
+        plan = self.plan
+        if plan is not None and (t is None or t is plan.types[k]):
+            how = plan.reads[k]
+            if how is not None:
+                if type(how) is tuple:          # a register whose bits are a view of the type
+                    m = self.m
+                    if m.on_register_read is None and self.n == m.nthreads:     # unwatched, every thread
+                        reg = m.regs.arrays.get(how[0])
+                        if reg is not None:
+                            return reg.view(how[1])
+                else:                           # an immediate: its read-only broadcast by thread count
+                    hit = how.get(self.n)
+                    if hit is None:
+                        hit = how[self.n] = self.value(self.ins.operands[k], plan.types[k])
+                    return hit
+            return self.value(self.ins.operands[k], plan.types[k])
         return self.value(self.ins.operands[k], t or self.type(k))
 
     def value(self, op: ir.Operand, t: PtxType) -> np.ndarray:
@@ -128,6 +151,20 @@ class Step:
 
     def dst(self, k: int, value: Any, t: PtxType | None = None) -> None:
         """Write ``value`` (values of ``t``) to destination operand ``k``."""
+        plan = self.plan
+        if plan is not None and (t is None or t is plan.types[k]):
+            how = plan.writes[k]
+            # The usual write: values of the register's own width and dtype,
+            # one per thread of a launch with every thread here and nobody
+            # listening; their bits are a view (to_bits), the register takes them.
+            if how is not None and type(value) is np.ndarray and value.dtype == how[1] \
+                    and value.shape == (self.n,) and value.flags.c_contiguous:
+                m = self.m
+                if m.on_register_write is None and self.n == m.nthreads:
+                    m.regs.replace(how[0], value.view(how[2]))
+                    return
+            self.write(self.ins.operands[k], value, plan.types[k])
+            return
         self.write(self.ins.operands[k], value, t or self.type(k))
 
     def write(self, op: ir.Operand, value: Any, t: PtxType) -> None:
@@ -256,6 +293,68 @@ class Step:
     def warps(self) -> np.ndarray:
         """Global warp index of each executing thread."""
         return (self.threads // self.m.ntid) * self.m.warps_per_cta + (self.threads % self.m.ntid) // 32
+
+
+class Plan:
+    """What a :class:`Step` of one instruction of a program can know before
+    it runs, worked out once per program (:func:`plans`): the slot values,
+    each operand's type, and how its usual read and write go.
+
+    Attributes:
+        values: the chosen modifier per slot (``Resolved.values``).
+        types: each operand's type, ``b32`` where the table gives none (as
+            :meth:`Step.type` reads it).
+        reads: per operand: ``(register, dtype)`` when reading it as its
+            type is a view of the register's bits as ``dtype``; a dict
+            (thread count → read-only broadcast) for a one-lane immediate;
+            else ``None`` (:meth:`Step.value` reads it).
+        writes: per operand: ``(register, value dtype, bits dtype)`` when
+            values of its type and the register's width are written as a
+            view of their bits; else ``None`` (:meth:`Step.write` writes it).
+    """
+
+    __slots__ = ("values", "types", "reads", "writes")
+
+    def __init__(self, ins: ir.Instruction, r: isa.Resolved | None, registers: Mapping[str, PtxType]) -> None:
+        self.values = r.values if r is not None else {}
+        given = r.types if r is not None else ()
+        n = max(len(ins.operands), len(given))
+        self.types = tuple(t if t is not None else _B32 for t in given) + (_B32,) * (n - len(given))
+        self.reads = tuple(_read_plan(op, t, registers) for op, t in zip(ins.operands, self.types))
+        self.writes = tuple(_write_plan(op, t, registers) for op, t in zip(ins.operands, self.types))
+
+
+def _read_plan(op: ir.Operand, t: PtxType, registers: Mapping[str, PtxType]) -> tuple | dict | None:
+    if type(op) is ir.Register:
+        declared = registers.get(op.name)
+        if declared is None or t.lanes != 1 or t.kind == "pred":
+            return None
+        storage = bits_dtype(declared)
+        if storage.kind != "u" or storage.itemsize * 8 != t.bits:
+            return None
+        return op.name, value_dtype(t)          # from_bits's usual read: a view
+    if isinstance(op, ir.Immediate) and t.lanes == 1:
+        return {}
+    return None
+
+
+def _write_plan(op: ir.Operand, t: PtxType, registers: Mapping[str, PtxType]) -> tuple | None:
+    if type(op) is not ir.Register:
+        return None
+    declared = registers.get(op.name)
+    if declared is None or t.lanes != 1 or t.kind == "pred":
+        return None
+    storage = bits_dtype(declared)
+    if storage.kind != "u" or storage.itemsize * 8 != t.bits:
+        return None
+    return op.name, value_dtype(t), storage       # to_bits's usual write: a view
+
+
+def plans(program: Any) -> list[Plan]:
+    """The :class:`Plan` of every instruction of a prepared program, kept on
+    the program (:meth:`~.program.Program.derive`)."""
+    return program.derive("step plans", lambda: [Plan(ins, r, program.registers)
+                                                 for ins, r in zip(program.code, program.resolved)])
 
 
 # (immediate, type name, thread count) or ("address", address, thread count) -> its

@@ -149,6 +149,10 @@ def int_to_float64(v: np.ndarray, mode: str, p: int = 53) -> np.ndarray:
     """Integers rounded to ``p`` bits with ``mode`` (``rn rz rm rp``, or
     ``odd``: round to odd at ``p`` bits, for rounding again to a narrower
     format), as float64."""
+    if v.dtype.kind in "iu" and v.dtype.itemsize <= 4 and p >= 32:
+        # At most 32 significant bits: float64 holds each exactly, so no
+        # mode rounds anything (what _round_uint computes, in one cast).
+        return v.astype(np.float64)
     neg, mag = _magnitude(v)
     if mode == "odd":
         how = np.full(mag.shape, 3)

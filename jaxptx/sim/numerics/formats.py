@@ -19,6 +19,7 @@ Values live in two domains, and the helpers say which they take:
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -57,33 +58,33 @@ class Format:
     nan: int | None
     storage: str | None = None
 
-    @property
+    @functools.cached_property
     def bits(self) -> int:
         """Width of one value in a register (from :data:`jaxptx.types.TYPES`)."""
         return TYPES[self.storage or self.name].bits
 
-    @property
+    @functools.cached_property
     def dtype(self) -> np.dtype:
         """A numpy / ml_dtypes dtype that holds every value exactly."""
         return TYPES[self.storage or self.name].np_dtype
 
-    @property
+    @functools.cached_property
     def uint(self) -> type:
         """The unsigned integer type that stores this format's bits (a whole
         byte for the 4- and 6-bit formats)."""
         return _UINT[max(8, self.bits)]
 
-    @property
+    @functools.cached_property
     def udtype(self) -> np.dtype:
         """:attr:`uint` as a dtype."""
         return np.dtype(self.uint)
 
-    @property
+    @functools.cached_property
     def sign(self) -> int:
         """The sign bit's mask."""
         return 1 << (self.bits - 1)
 
-    @property
+    @functools.cached_property
     def exp_mask(self) -> int:
         """The exponent field's mask."""
         return ((1 << (self.bits - self.p)) - 1) << (self.p - 1)
@@ -145,6 +146,8 @@ def flush(x: np.ndarray, f: Format) -> np.ndarray:
 
 def canonical(x: np.ndarray, f: Format) -> np.ndarray:
     """Native ``x`` with NaNs replaced by the format's canonical NaN."""
+    if x.dtype.kind == "f" and x.size and not np.isnan(np.minimum.reduce(x, axis=None)):
+        return x            # numpy's own floats: a NaN anywhere makes the minimum NaN (one pass, no copy)
     nan = np.isnan(x.astype(np.float64) if f.name == "bf16" else x)
     if not nan.any():
         return x

@@ -33,6 +33,7 @@ import numpy as np
 from ... import ir
 from ...types import PtxType
 from ..errors import SimError, SimFault
+from ..core import fastpaths
 from ..core.step import Step
 from .registry import semantics
 from ..numerics.values import UINT, from_bits, to_bits
@@ -173,6 +174,34 @@ def _apply_serial(step: Callable, mem0: np.ndarray, seg: np.ndarray, starts: np.
     return old, cur
 
 
+def _float_add_chains(t: PtxType, mem0: np.ndarray, seg: np.ndarray, starts: np.ndarray,
+                      b: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The fast path of ``add.f32``/``add.f64`` (:mod:`..core.fastpaths`):
+    when a few addresses take long chains of adds (a reduction into one
+    word), each address's chain is one ``np.add.accumulate``, which adds in
+    order and rounds every partial sum as :func:`_apply_serial` does. An
+    f32 add also flushes subnormal inputs and results and makes NaN results
+    canonical: inputs are flushed here, and when no partial sum is
+    subnormal or NaN the rest does nothing; else ``None`` (the serial path
+    runs). ``None`` too when the chains are short (the serial path's ranks
+    are then few)."""
+    ends = np.append(starts[1:], len(seg))
+    if len(starts) * 4 > int((ends - starts).max()):
+        return None
+    f32 = t.name == "f32"
+    with np.errstate(all="ignore"):
+        first = _ftz32(mem0) if f32 else mem0
+        addends = _ftz32(b) if f32 else b
+        partial = np.concatenate([np.add.accumulate(np.concatenate((first[j:j + 1], addends[lo:hi])))[1:]
+                                  for j, (lo, hi) in enumerate(zip(starts.tolist(), ends.tolist()))])
+        if f32 and (np.isnan(partial) | ((np.abs(partial) < _F32_TINY) & (partial != 0))).any():
+            return None
+    old = np.empty_like(b)
+    old[1:] = partial[:-1]
+    old[starts] = mem0          # the first add of each address sees memory as it was
+    return old, partial[ends - 1]
+
+
 def step_for(op: str, t: PtxType) -> Callable:
     """The element operation ``op`` of type ``t``: ``(old, operand[, operand])
     -> new`` (also :mod:`.multimem`'s reductions)."""
@@ -200,6 +229,9 @@ def rmw(s: Step, space: str, addr: np.ndarray, t: PtxType, op: str,
         ops = tuple(o[pos[order]] for o in operands)
         if op in _ASSOCIATIVE and t.kind != "f":
             old, final = _apply_scan(_ASSOCIATIVE[op], mem0, seg, starts, ops[0])
+        elif op == "add" and t.name in ("f32", "f64") and ops[0].ndim == 1 and fastpaths.on() and \
+                (chains := _float_add_chains(t, mem0, seg, starts, ops[0])) is not None:
+            old, final = chains
         else:
             old, final = _apply_serial(step_for(op, t), mem0, seg, starts, ops)
         old_all[pos[order]] = old

@@ -26,8 +26,10 @@ def fmt_of(s: Step, k: int = 0) -> Format:
 
 
 def _flags(s: Step) -> dict[str, bool]:
-    return {"ftz": s.mod("ftz") is not None, "sat": s.mod("sat") == "sat",
-            "relu": s.mod("relu") is not None or s.mod("sat") == "relu"}
+    values = s.values
+    sat = values.get("sat")
+    return {"ftz": values.get("ftz") is not None, "sat": sat == "sat",
+            "relu": sat == "relu" or values.get("relu") is not None}
 
 
 def float_binary(s: Step, op: str) -> None:
