@@ -11,7 +11,8 @@ usual and compares. A difference is a :class:`FastPathMismatch` naming the
 kernel, the allocation and the first byte. Devices of a ``sim.System`` are
 left alone: their launches write other devices' memory too.
 
-It doubles the time of every launch and prints ``printf`` output twice, so
+It doubles the time of every launch, prints ``printf`` output twice and
+lets an observer a test attaches itself hear both runs, so
 it is a run of its own, not part of CI's line; ``tests/sim/test_fast_path_differential.py``
 holds a chosen set of kernels to it in every run.
 """
@@ -48,18 +49,19 @@ def _summary(result: Any) -> Any:
     return None if result is None else type(result).__name__
 
 
-def differential_launch(launch: Any, device: Device, *args: Any, **kwargs: Any) -> Any:
-    """Run ``launch(device, *args, **kwargs)`` on the general paths, then on
+def differential_launch(run: Any, device: Device, /, *args: Any, **kwargs: Any) -> Any:
+    """Run ``run(device, *args, **kwargs)`` on the general paths, then on
     the fast ones from the same memory; return (or raise) the fast run's
-    outcome once both agree."""
+    outcome once both agree. (Positional-only: ``Device.launch`` has a
+    ``launch=`` keyword.)"""
     if type(device) is not Device or not fastpaths.on():
-        return launch(device, *args, **kwargs)
+        return run(device, *args, **kwargs)
     before = [b.copy() for b in device.buffers]
     with fastpaths.reference():
-        ref = _outcome(device, lambda: launch(device, *args, **kwargs))
+        ref = _outcome(device, lambda: run(device, *args, **kwargs))
     for buffer, saved in zip(device.buffers, before):
         buffer[...] = saved
-    fast = _outcome(device, lambda: launch(device, *args, **kwargs))
+    fast = _outcome(device, lambda: run(device, *args, **kwargs))
     name = kwargs.get("kernel") or (getattr(args[0], "name", None) if args else None) or "the kernel"
     (r_result, r_error, r_bytes), (f_result, f_error, f_bytes) = ref, fast
     if (r_error is None) != (f_error is None) or (r_error is not None and str(r_error) != str(f_error)):
