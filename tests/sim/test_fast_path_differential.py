@@ -184,3 +184,79 @@ def test_triton_pipelined_matmul_bytes_and_findings(capability: int) -> None:
     for check in (False, "all"):
         fast, slow = _both(lambda: run(check))
         assert fast == slow, f"check={check}"
+
+
+# --- ldmatrix: every shape, count, transpose and source format; whole and partial grids ----------
+
+LDMATRIX = """.version 8.6
+.target sm_100a
+.address_size 64
+.visible .entry k(.param .u64 src, .param .u64 dst)
+{
+    .reg .b32 %r<40>; .reg .b64 %rd<12>; .reg .pred %p<4>;
+    .shared .align 16 .b8 rows[2048];
+    ld.param.u64 %rd1, [src];
+    ld.param.u64 %rd2, [dst];
+    mov.u32 %r1, %tid.x;
+    mov.u32 %r2, %ctaid.x;
+    mov.u32 %r3, %ntid.x;
+    mad.lo.u32 %r4, %r2, %r3, %r1;
+    mul.wide.u32 %rd3, %r4, 16;
+    add.u64 %rd4, %rd1, %rd3;
+    ld.global.v2.u64 {%rd5, %rd6}, [%rd4];
+    mov.u32 %r5, rows;
+    shl.b32 %r6, %r1, 4;
+    add.u32 %r7, %r5, %r6;
+    st.shared.v2.u64 [%r7], {%rd5, %rd6};
+    bar.sync 0;
+    shr.u32 %r8, %r1, 5;
+    and.b32 %r9, %r1, 31;
+    and.b32 %r10, %r8, SKIP;
+    setp.ne.u32 %p1, %r10, 0;
+    @%p1 bra DONE;
+    mad.lo.u32 %r11, %r9, 7, %r8;
+    and.b32 %r11, %r11, 31;
+    shl.b32 %r11, %r11, 4;
+    shl.b32 %r12, %r8, 9;
+    add.u32 %r13, %r5, %r12;
+    add.u32 %r13, %r13, %r11;
+    LOAD
+    mul.wide.u32 %rd7, %r4, 32;
+    add.u64 %rd8, %rd2, %rd7;
+    STORES
+DONE:
+    ret;
+}
+"""
+
+
+def _ldmatrix_case(form: str, regs: int, skip: int) -> np.ndarray:
+    """Each lane's ``regs`` registers after ``ldmatrix`` ``form`` from rows of
+    random bytes at scattered addresses of its warp's 512 shared bytes, in
+    2 CTAs of 128 threads; warps with ``warp & skip`` branch around it (the
+    instruction then runs for part of the grid)."""
+    names = [f"%r{20 + i}" for i in range(regs)]
+    text = (LDMATRIX.replace("SKIP", str(skip))
+            .replace("LOAD", f"ldmatrix.sync.aligned.{form} {{{', '.join(names)}}}, [%r13];")
+            .replace("STORES", "\n    ".join(f"st.global.u32 [%rd8+{4 * i}], {r};" for i, r in enumerate(names))))
+    src = np.random.default_rng(regs + skip).integers(0, 256, 256 * 16, dtype=np.uint8)
+    dst = np.zeros(256 * 8, np.uint32)
+    sim.launch(text, src, dst, grid=2, block=128)
+    return dst
+
+
+LDMATRIX_FORMS = {"m8n8.x1.shared.b16": 1, "m8n8.x2.trans.shared.b16": 2, "m8n8.x4.shared.b16": 4,
+                  "m8n8.x4.trans.shared.b16": 4, "m16n16.x1.trans.shared.b8": 2,
+                  "m16n16.x2.trans.shared.b8": 4, "m16n16.x2.trans.shared.b8x16.b6x16_p32": 4,
+                  "m8n16.x1.shared.b8x16.b4x16_p64": 1, "m8n16.x4.shared.b8x16.b6x16_p32": 4}
+
+
+@pytest.mark.parametrize("form", list(LDMATRIX_FORMS))
+def test_ldmatrix_bytes(form: str) -> None:
+    """Whole grids in order and grids with every other warp (or every other
+    pair of warps) branched away: the same registers on both paths."""
+    for skip in (0, 1, 2):
+        fast, slow = _both(lambda: _ldmatrix_case(form, LDMATRIX_FORMS[form], skip))
+        assert fast == slow, f"skip {skip}"
+    got = _ldmatrix_case(form, LDMATRIX_FORMS[form], 0)
+    assert got.any() and (got[:128 * 8].reshape(128, 8)[:, LDMATRIX_FORMS[form]:] == 0).all()

@@ -152,6 +152,19 @@ def write(s: "Step", cta: int, lanes: np.ndarray, cols: np.ndarray, values: np.n
     c.cells[lanes, cols] = np.broadcast_to(np.asarray(values).astype(np.uint32, copy=False), lanes.shape)
 
 
+def block(s: "Step", cta: int, lane: int, col: int, rows: int, cols: int, what: str) -> np.ndarray:
+    """CTA ``cta``'s cells ``[lane, lane + rows) x [col, col + cols)`` as a
+    writable view (read it, assign into it): the cells :func:`read` gives
+    for that rectangle, without an index per cell. Raises like :func:`read`
+    (through it) when a cell is outside the lanes or unallocated."""
+    c = _cta(s.m, cta)
+    if 0 <= lane and lane + rows <= LANES and 0 <= col and col + cols <= COLUMNS and \
+            c.held[col:col + cols].all():
+        return c.cells[lane:lane + rows, col:col + cols]
+    read(s, cta, lane + np.arange(rows)[:, None], col + np.arange(cols)[None, :], what)     # raises
+    raise AssertionError("unreachable: read accepted cells block refused")
+
+
 def allocate(m: "MachineView", cta: int, count: int, where: str, peer: int | None = None) -> int:
     """Allocate ``count`` columns (a power of two, 32..512) in CTA ``cta``.
 

@@ -20,7 +20,7 @@ from ..core.host import ShapeCache
 from ..errors import SimError
 from ..core.step import Step
 
-__all__ = ["groups", "mma_layout", "gather", "scatter", "dims_of", "frozen", "ELEMENT_BITS"]
+__all__ = ["groups", "mma_layout", "gather", "scatter", "dims_of", "frozen", "ordered", "ELEMENT_BITS"]
 
 # --- warps ------------------------------------------------------------------------------
 
@@ -60,7 +60,7 @@ def _in_order(n: int, size: int) -> tuple[np.ndarray, np.ndarray]:
 _IN_ORDER = ShapeCache()
 
 
-def _ordered(slot: np.ndarray, rank: np.ndarray, count: int, lanes: int) -> bool:
+def ordered(slot: np.ndarray, rank: np.ndarray, count: int, lanes: int) -> bool:
     """Whether thread ``i`` is rank ``i % lanes`` of group ``i // lanes``."""
     if len(slot) != count * lanes:
         return False
@@ -114,7 +114,7 @@ def gather(frag: np.ndarray, slot: np.ndarray, rank: np.ndarray, count: int,
     grp, row, col = layout
     lanes = grp.shape[0]
     perm = _permutation(layout, dims)
-    if perm is not None and _ordered(slot, rank, count, lanes):
+    if perm is not None and ordered(slot, rank, count, lanes):
         # Whole groups in order: each matrix is a fixed permutation of its
         # group's fragment elements.
         per = np.ascontiguousarray(frag).reshape(count, -1)
@@ -133,7 +133,7 @@ def scatter(mats: np.ndarray, slot: np.ndarray, rank: np.ndarray,
     """Per-thread fragment elements ``(n, elements)`` of whole matrices."""
     grp, row, col = layout
     perm = _permutation(layout, mats.shape[1:])
-    if perm is not None and _ordered(slot, rank, len(mats), grp.shape[0]):
+    if perm is not None and ordered(slot, rank, len(mats), grp.shape[0]):
         flat = np.ascontiguousarray(mats).reshape(len(mats), -1)
         return np.take(flat, perm[0], axis=1).reshape(len(slot), -1)
     if perm is not None and fastpaths.on():

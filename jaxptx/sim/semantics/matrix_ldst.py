@@ -45,9 +45,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...isa import fragments as layouts
+from ..core import fastpaths
+from ..core.host import ShapeCache
 from ..core.step import Step
 from ..errors import SimError
-from .fragments import groups
+from .fragments import groups, ordered
 from .memory import check_cta_window
 from .mma import registers, write_registers
 from .registry import semantics
@@ -123,13 +125,53 @@ def ldmatrix(s: Step) -> None:
     src = rank < rows * nmat
     th, a = s.threads[src], addr[src]
     halves = [s.m.memory.load(space, a + np.uint64(8 * h), th, 8, s.ins.name) for h in range(2)]
-    row_bytes = np.ascontiguousarray(np.stack(halves, -1).astype(np.uint64)).view(np.uint8).reshape(-1, 16)
+    row_bytes = np.stack(halves, -1).astype(np.uint64, copy=False).view(np.uint8).reshape(-1, 16)
+    if fastpaths.on():
+        write_registers(s, 0, _gathered(s, row_bytes, slot, rank, count, nmat, rows, src))
+        return
     elems = _elements(row_bytes, s)
     table = np.zeros((count, rows * nmat, elems.shape[1]), dtype=np.uint32)
     table[slot[src], rank[src]] = elems
     r, c = _positions(s.mod("shape"), s.mod("trans") is not None, nmat, rank)
     got = table[slot[:, None, None], r, c]
     write_registers(s, 0, _pack(got, 16 if s.mod("shape") == "m8n8" else 8))
+
+
+def _gathered(s: Step, row_bytes: np.ndarray, slot: np.ndarray, rank: np.ndarray, count: int,
+              nmat: int, rows: int, src: np.ndarray) -> np.ndarray:
+    """The fast path of :func:`ldmatrix`: every lane's registers ``(n,
+    registers)`` uint32 as one byte gather per warp from its matrices'
+    rows (:func:`_byte_map`), the registers' bytes viewed as words. The
+    bytes :func:`_pack` assembles from the same elements, little-endian."""
+    fmt = s.mod("src_fmt") or s.mod("type", "b16")
+    cells = row_bytes if fmt in ("b16", "b8") else _elements(row_bytes, s).astype(np.uint8)
+    index = _byte_map(s.mod("shape"), s.mod("trans") is not None, nmat, 2 if fmt == "b16" else 1)
+    whole = src.all() and rows * nmat == 32 and ordered(slot, rank, count, 32)
+    if whole:       # the warps' lanes in order, every lane a row: the rows are the table
+        table = cells.reshape(count, -1)
+    else:
+        table = np.zeros((count, rows * nmat, 16), dtype=np.uint8)
+        table[slot[src], rank[src]] = cells
+        table = table.reshape(count, -1)
+    words = np.take(table, index, axis=1).view(np.uint32).reshape(count, 32, -1)
+    return words.reshape(len(slot), -1) if whole else words[slot, rank]
+
+
+def _byte_map(shape: str, trans: bool, nmat: int, width: int) -> np.ndarray:
+    """Flat byte offset into a warp's rows (``16`` bytes each, matrix ``j``'s
+    from row ``R*j``) of each byte of each lane's registers, in lane,
+    register, byte order: ``(32 * registers * 4,)``. ``width`` is the bytes
+    an element takes in a row (2 for ``.b16``, else 1: 8-bit containers)."""
+    key = (shape, trans, nmat, width)
+    hit = _BYTE_MAPS.get(key)
+    if hit is None:
+        row, col = fragment_map(shape, trans, nmat)
+        start = row.astype(np.int64) * 16 + col.astype(np.int64) * width
+        hit = _BYTE_MAPS.put(key, (start[..., None] + np.arange(width)).reshape(-1))
+    return hit
+
+
+_BYTE_MAPS = ShapeCache(1 << 20)
 
 
 @semantics('stmatrix')

@@ -24,7 +24,8 @@ from ...types import TYPES
 from ..core import fastpaths
 from .fragments import ELEMENT_BITS as _BITS
 from .fragments import dims_of as _dims
-from .fragments import gather, groups, mma_layout, scatter
+from .fragments import gather, groups, mma_layout, ordered, scatter
+from ..core.host import ShapeCache
 from ..errors import SimError
 from ..core.step import Step
 from .registry import semantics
@@ -248,6 +249,9 @@ def mma_sync(s: Step) -> None:
     lb = mma_layout(shape, "b", btype, s.mod("blayout", "col"))
     lc = mma_layout(shape, "c", ctype)
     ld = mma_layout(shape, "c", dtype)
+    if not quads and lc is ld and _register_major(s, (la, lb, lc), (atype, btype, ctype, dtype), slot, rank, count,
+                                                   (m, n, k)):
+        return
     a = _checked(s, 1, atype, la)
     b = _checked(s, 2, btype, lb)
     c = _checked(s, 3, ctype, lc)
@@ -278,3 +282,76 @@ def _checked(s: Step, k: int, type_name: str, layout: tuple[np.ndarray, ...]) ->
         raise SimError(f"{s.ins.name}: operand {k} holds {elems.shape[1]} elements of .{type_name}; "
                        f"the fragment has {layout[0].shape[1]}")
     return elems
+
+
+# --- mma.sync on registers as they lie: one take per operand (the fast path) -------------------
+
+def _register_major(s: Step, lays: tuple, types: tuple[str, ...], slot: np.ndarray, rank: np.ndarray,
+                    count: int, dims: tuple[int, int, int]) -> bool:
+    """``mma.sync`` with 16-bit float A and B and ``.f32`` C and D, for
+    whole warps in thread order with no register observer: A and B are one
+    ``np.take`` each from the operand's registers stacked as they lie
+    (register-major, no transpose), C is read and D written a register at a
+    time. The values and the sums are :func:`mma_sync`'s (the same A @ B
+    and C + AB element by element), so are the bits. ``False`` (nothing
+    done) when the step is not such a step."""
+    atype, btype, ctype, dtype = types
+    m, n, k = dims
+    if not fastpaths.on() or atype not in _HALVES or btype not in _HALVES or ctype != "f32" \
+            or dtype != "f32" or s.n != s.m.nthreads or not ordered(slot, rank, count, 32):
+        return False
+    read, write = s.m.on_register_read, s.m.on_register_write
+    stacks = [_plain_vector(s, op, np.uint32, hook) for op, hook in ((1, read), (2, read), (3, read), (0, write))]
+    elems = [lays[i][0].shape[1] for i in (0, 1, 2, 2)]
+    if any(regs is None or len(regs) * per != e for regs, e, per in zip(stacks, elems, (2, 2, 1, 1))):
+        return False       # an observer, an odd register, or a fragment of the wrong size: the general path
+    maps = [_register_take(lay, d, count, s.n, per) for lay, d, per in
+            ((lays[0], (1, m, k), 2), (lays[1], (1, k, n), 2), (lays[2], (1, m, n), 1))]
+    if any(x is None for x in maps):
+        return False
+    A = np.take(np.stack(stacks[0]).view(_HALVES[atype]).reshape(-1), maps[0][0]).astype(np.float64)
+    B = np.take(np.stack(stacks[1]).view(_HALVES[btype]).reshape(-1), maps[1][0]).astype(np.float64)
+    c = np.stack(stacks[2]).view(np.float32).astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        AB = A.reshape(count, 1, m, k) @ B.reshape(count, 1, k, n)
+        d = c + np.take(AB.reshape(-1), maps[2][1])
+    raw = encode(d, "f32")
+    regs = s.m.regs
+    for item, row in zip(s.ins.operands[0].items, raw):
+        regs.replace(item.name, row)
+    return True
+
+
+_HALVES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
+
+
+def _register_take(layout: tuple[np.ndarray, ...], dims: tuple[int, int, int], count: int, n: int,
+                   per: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """For ``count`` warps in thread order (``n`` threads), their fragments'
+    registers stacked ``(registers, n)`` and seen as ``per`` elements each:
+    the flat element index of each matrix element ``(count, elements of a
+    matrix)``, and the flat matrix index of each (register's element,
+    thread) ``(elements of a lane, n)``. ``None`` when the layout does not
+    hold each matrix element once."""
+    grp, row, col = layout
+    key = (grp.shape, grp.tobytes(), row.tobytes(), col.tobytes(), dims, count, n, per)
+    hit = _TAKES.get(key)
+    if hit is not None:
+        return hit if len(hit) else None
+    size = dims[0] * dims[1] * dims[2]
+    flat = ((grp * dims[1] + row) * dims[2] + col).astype(np.intp)       # (32, elements)
+    if flat.size != size or not np.array_equal(np.sort(flat.reshape(-1)), np.arange(size)):
+        _TAKES.put(key, ())
+        return None
+    lanes, elems = flat.shape
+    lane = np.arange(lanes)[:, None]
+    i = np.arange(elems)[None, :]
+    # Element i of lane l of warp w: register i // per, part i % per, thread w * 32 + l.
+    source = np.empty(size, np.intp)
+    source[flat.reshape(-1)] = ((i // per) * (n * per) + lane * per + i % per).reshape(-1)
+    gather_at = (np.arange(count)[:, None] * (lanes * per) + source[None, :])
+    scatter_at = (np.arange(count)[None, :, None] * size + flat.T[:, None, :]).reshape(elems, n)
+    return _TAKES.put(key, (gather_at, scatter_at))
+
+
+_TAKES = ShapeCache()

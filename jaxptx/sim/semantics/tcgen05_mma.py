@@ -364,13 +364,40 @@ def _product(A: np.ndarray, B: np.ndarray, d: InstrDesc) -> np.ndarray:
         return A @ B
 
 
+def _rectangle(lane_off: np.ndarray, col_off: np.ndarray) -> bool:
+    """Whether D's cells are lanes ``0..R-1`` by columns ``0..N-1`` in
+    order (the fast path then reads and writes them as one block)."""
+    if not fastpaths.on():
+        return False
+    key = (id(lane_off), id(col_off))        # the layouts are cached: an entry keeps its arrays alive
+    hit = _RECTANGLES.get(key)
+    if hit is None or hit[0] is not lane_off or hit[1] is not col_off:
+        rows, cols = lane_off.shape
+        flag = bool((lane_off == np.arange(rows)[:, None]).all() and (col_off == np.arange(cols)[None, :]).all())
+        if len(_RECTANGLES) > 256:
+            _RECTANGLES.clear()
+        hit = _RECTANGLES[key] = (lane_off, col_off, flag)
+    return hit[2]
+
+
+_RECTANGLES: dict[tuple, tuple[np.ndarray, np.ndarray, bool]] = {}
+
+
 def _accumulate(s: Step, cta: int, addr: int, AB: np.ndarray, lane_off: np.ndarray, col_off: np.ndarray,
                 enable: bool, scale_d: int, d: InstrDesc, disabled: np.ndarray | None) -> None:
     """D = AB (+ D * 2^-scale_d) into CTA ``cta``'s tensor memory, skipping
     lanes whose ``disable-output-lane`` bit is set."""
+    what = f"{s.ins.name} [d-tmem]"
+    if disabled is None and _rectangle(lane_off, col_off):
+        cells = tmem.block(s, cta, addr >> 16, addr & 0xFFFF, lane_off.shape[0], lane_off.shape[1], what)
+        if enable:
+            C = decode_bits(cells & np.uint32(0xFFFF), "f16") if d.dtype == "f16" else decode_bits(cells, d.dtype)
+            with np.errstate(over="ignore", invalid="ignore"):
+                AB = AB + (C * 2.0 ** -scale_d if scale_d else C)
+        cells[...] = encode(AB, d.dtype, d.saturate).astype(np.uint32)
+        return
     lanes = (addr >> 16) + lane_off
     cols = (addr & 0xFFFF) + col_off
-    what = f"{s.ins.name} [d-tmem]"
     if enable:
         old = tmem.read(s, cta, lanes, cols, what)
         if d.dtype == "f16":
