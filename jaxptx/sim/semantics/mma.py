@@ -31,7 +31,7 @@ from ..core.step import Step
 from .registry import semantics
 
 __all__ = ["groups", "fma_f64", "mma_layout", "gather", "scatter", "registers",
-           "write_registers", "write_accumulator", "unpack", "pack", "decode", "encode"]
+           "write_registers", "write_accumulator", "plain_vector", "unpack", "pack", "decode", "encode"]
 
 B32, B64 = TYPES["b32"], TYPES["b64"]
 
@@ -151,7 +151,7 @@ def fma_f64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 def registers(s: Step, k: int, wide: bool = False) -> np.ndarray:
     """Raw bits ``(n, count)`` of vector operand ``k`` (``{r}`` may arrive as
     a plain register): uint32, or uint64 when ``wide``."""
-    arrays = _plain_vector(s, k, np.uint64 if wide else np.uint32, s.m.on_register_read)
+    arrays = plain_vector(s, k, np.uint64 if wide else np.uint32, s.m.on_register_read)
     if arrays is not None:              # one stack, one gather of the executing threads
         whole = np.stack(arrays)
         return (whole if s.n == s.m.nthreads else whole[:, s.threads]).T
@@ -162,7 +162,7 @@ def write_registers(s: Step, k: int, values: np.ndarray, t=B32) -> None:
     """Write ``(n, count)`` values to vector operand ``k`` (or to the plain
     register a one-element vector arrives as)."""
     if t in (B32, B64) and values.dtype == (np.uint32 if t is B32 else np.uint64) and \
-            _plain_vector(s, k, values.dtype, s.m.on_register_write) is not None:
+            plain_vector(s, k, values.dtype, s.m.on_register_write) is not None:
         rows = np.ascontiguousarray(values.T)       # one transpose; each register a contiguous row
         regs = s.m.regs
         for name, row in zip((r.name for r in s.ins.operands[k].items), rows):
@@ -176,7 +176,7 @@ def write_registers(s: Step, k: int, values: np.ndarray, t=B32) -> None:
     s.dst(k, values, t)
 
 
-def _plain_vector(s: Step, k: int, dtype: type, hook: object) -> list[np.ndarray] | None:
+def plain_vector(s: Step, k: int, dtype: type, hook: object) -> list[np.ndarray] | None:
     """The register arrays of vector operand ``k`` when the fast path may
     move them whole: every item a declared register of ``dtype`` bits, no
     observer watching register events. ``None`` otherwise."""
@@ -301,7 +301,7 @@ def _register_major(s: Step, lays: tuple, types: tuple[str, ...], slot: np.ndarr
             or dtype != "f32" or s.n != s.m.nthreads or not ordered(slot, rank, count, 32):
         return False
     read, write = s.m.on_register_read, s.m.on_register_write
-    stacks = [_plain_vector(s, op, np.uint32, hook) for op, hook in ((1, read), (2, read), (3, read), (0, write))]
+    stacks = [plain_vector(s, op, np.uint32, hook) for op, hook in ((1, read), (2, read), (3, read), (0, write))]
     elems = [lays[i][0].shape[1] for i in (0, 1, 2, 2)]
     if any(regs is None or len(regs) * per != e for regs, e, per in zip(stacks, elems, (2, 2, 1, 1))):
         return False       # an observer, an odd register, or a fragment of the wrong size: the general path

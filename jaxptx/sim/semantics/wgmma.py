@@ -32,8 +32,8 @@ from ...types import TYPES
 from ..errors import SimError
 from .fragments import ELEMENT_BITS as _BITS
 from .fragments import dims_of as _dims
-from .fragments import gather, groups, scatter
-from .mma import decode, registers, unpack, write_accumulator
+from .fragments import gather, groups, ordered, scatter
+from .mma import decode, encode, plain_vector, registers, unpack, write_accumulator
 from ..core import fastpaths
 from ..core.deferred import deferred_of, later
 from ..core.host import ShapeCache
@@ -237,6 +237,8 @@ def wgmma_mma_async(s: Step) -> None:
         else:                           # integers, and .b1 AND + popc as 0/1 products
             AB = A.astype(np.int64) @ B.astype(np.int64)
         ignored = not scale_d.any()
+        if fast and _register_major(s, AB, slot, rank, count, n, dtype, scale_d, ignored):
+            return
         if ignored:
             s.m.observers.ignore_reads(True)        # scale-d false: D's input is not read
         try:
@@ -260,6 +262,52 @@ def wgmma_mma_async(s: Step) -> None:
             d = scatter(D[:, None], slot, rank, dl)
         write_accumulator(s, 0, d, dtype, s.mod("satfinite") is not None)
     later(s, multiply, "wgmma")
+
+
+def _register_major(s: Step, AB: np.ndarray, slot: np.ndarray, rank: np.ndarray, count: int, n: int,
+                    dtype: str, scale_d: np.ndarray, ignored: bool) -> bool:
+    """The fast path's accumulator update for ``.f32`` D in declared registers,
+    whole warpgroups in thread order and no register observer: D is read,
+    summed and written register-major (the ``N/2`` registers stacked
+    ``(N/2, threads)``, each a row) with A*B taken into that layout by one
+    cached index map, so neither D nor A*B is transposed. The element-wise
+    sums are those of the general path (A*B + D in float64, rounded once),
+    so are the bits. ``False`` (nothing done) when the step is not such a step."""
+    if dtype != "f32" or s.m.on_register_read is not None or s.m.on_register_write is not None:
+        return False
+    regs = plain_vector(s, 0, np.uint32, None)
+    if regs is None or len(regs) != n // 2 or not ordered(slot, rank, count, 128):
+        return False
+    d = AB.reshape(-1).take(_d_take(count, n))
+    whole = s.n == s.m.nthreads
+    if not ignored:
+        old = np.stack(regs)
+        if not whole:
+            old = old.take(s.threads, axis=1)
+        old = old.view(np.float32).astype(np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            d = d + old if scale_d.all() else np.where(scale_d[slot][None, :], d + old, d)
+    raw = encode(d, "f32", s.mod("satfinite") is not None)
+    table = s.m.regs
+    for item, row in zip(s.ins.operands[0].items, raw):
+        if whole:
+            table.replace(item.name, row)
+        else:
+            table.get(item.name)[s.threads] = row
+    return True
+
+
+def _d_take(count: int, n: int) -> np.ndarray:
+    """Flat index into A*B ``(count, 64, n)`` of register ``i`` of thread
+    ``t`` (``count`` warpgroups in thread order), ``(n / 2, count * 128)``."""
+    key = ("d-take", count, n)
+    hit = _ADDRESSES.get(key)
+    if hit is None:
+        _, row, col = wgmma_d_layout(n)                 # (128 lanes, n / 2)
+        lane = (row * n + col).T                          # (n / 2, 128)
+        at = np.arange(count, dtype=np.intp)[None, :, None] * (64 * n) + lane[:, None, :]
+        hit = _ADDRESSES.put(key, np.ascontiguousarray(at.reshape(n // 2, count * 128).astype(np.intp)))
+    return hit
 
 
 def _accumulator(s: Step, dtype: str, n: int) -> np.ndarray:
