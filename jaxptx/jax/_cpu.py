@@ -48,6 +48,8 @@ from .. import capture, ir, sim
 from ..launch import Launch
 from ..parse import parse
 from ..sim.faults import Fault, python_line
+from ..dsl import Kernel, declarations
+from ..sim.core.progress import environ_value
 from ..sim.unwritten import UnwrittenOutputError, message as unwritten_message, unwritten
 from ..types import TYPES
 from . import _peer_cpu, _peers, _registry, _tma
@@ -101,10 +103,11 @@ def run(kernel_id: int, inputs: Sequence[memoryview], outputs: Sequence[memoryvi
         registered = _registry.find(kernel_id)
         if peers is None:
             call = _call(kernel_id, registered, inputs, outputs, ptx, entry, launch, scalars, tma)
-            launch = _Launch(call.module, entry, call.shape, call.values, call.maps)
-            ran = _run_checked(launch, inputs, outputs, output_types, allow_unwritten, call.name, call.names)
-            if capture.directory() is not None:
-                _record(kernel_id, bytes(ptx).decode(), launch, ran, len(inputs), tma,
+            capturing = bool(environ_value(capture.ENV_DIR)) and capture.directory() is not None
+            ran = _run_staged(call, inputs, outputs, output_types, allow_unwritten, capturing)
+            if capturing:
+                _record(kernel_id, bytes(ptx).decode(), _Launch(call.module, entry, call.shape, call.values,
+                                                                 call.maps), ran, len(inputs), tma,
                         [*input_types, *output_types])
             return None
         shape = launch if isinstance(launch, Launch) else Launch.from_attributes(*launch)
@@ -133,11 +136,14 @@ class _Call(NamedTuple):
     ptx: bytes
     registered: _registry.Entry | None
     module: ir.Module
+    entry: str
     shape: Launch
     values: list[bytes]
     maps: tuple
     name: str
     names: list[str | None]
+    layout: "_Layout | None"
+    staged: list
 
 
 # (kernel id, entry, launch, scalars, tma, input sizes, output sizes) -> its
@@ -172,8 +178,11 @@ def _call(kernel_id: int, registered: _registry.Entry | None, inputs: Sequence[m
     module = _parsed(kernel_id, text)
     values = _scalar_values(_entry_function(module, entry), len(inputs) + len(outputs), scalars)
     name = registered.kernel.name if registered is not None else entry
-    made = _Call(text, registered, module, shape, values, _tma.sim_maps(tma), name,
-                 _output_names(registered, len(outputs)))
+    # A traced kernel's layout is declared; any other call's is found from its buffers each call.
+    layout = (_declared_layout(registered, len(inputs), len(outputs))
+              if registered is not None and isinstance(registered.kernel, Kernel) else None)
+    made = _Call(text, registered, module, entry, shape, values, _tma.sim_maps(tma), name,
+                 _output_names(registered, len(outputs)), layout, [None])
     if key is not None:
         _CALLS[key] = made
         _CALLS.move_to_end(key)
@@ -219,6 +228,117 @@ class _Launch:
                                      "\n".join(f.message for f in findings), findings)
         return ([device.read(a, b.nbytes) for a, b in zip(addresses, buffers)],
                 [device.written(a, b.nbytes) for a, b in zip(addresses, buffers)])
+
+
+class _Layout(NamedTuple):
+    """How a call's XLA buffers become device buffers: the buffer of each
+    pointer parameter (inputs, then outputs), the outputs that are an
+    input's buffer (in place), and which XLA buffer (its parameter) each
+    device buffer is."""
+
+    params: list[int]
+    aliased: set[int]
+    sources: list[int]
+
+
+def _declared_layout(registered: _registry.Entry, n_in: int, n_out: int) -> _Layout:
+    """The layout of a call of a known kernel, from its declarations: an
+    output declared in place (:func:`jaxptx.jax.in_place`) is its input's
+    buffer, as the call's ``operand_output_aliases`` make XLA pass them;
+    every other buffer is one of its own (XLA never hands a kernel one
+    buffer for two live values otherwise; an input passed twice is two
+    copies, as the CUDA handler's private copies of written inputs are)."""
+    aliases = {j: i for i, j in declarations.aliases_of(registered.kernel).items()}
+    params = list(range(n_in))
+    sources = list(range(n_in))
+    for j in range(n_out):
+        if j in aliases and aliases[j] < n_in:
+            params.append(aliases[j])
+        else:
+            params.append(len(sources))
+            sources.append(n_in + j)
+    return _Layout(params, {j for j in aliases if aliases[j] < n_in}, sources)
+
+
+def _found_layout(inputs: Sequence[memoryview], outputs: Sequence[memoryview]) -> _Layout:
+    """The layout of a call of an unknown kernel (a direct call of
+    :func:`run`), from the buffers' addresses (:func:`_buffers`)."""
+    distinct, params, aliased = _buffers(inputs, outputs)
+    sources = [params.index(b) for b in range(len(distinct))]
+    return _Layout(params, aliased, sources)
+
+
+class _Staged:
+    """An emulated device kept for a call signature: one allocation per
+    device buffer, the launch's params (pointers, raw scalars, TMA maps
+    encoded once for those pointers), and a uint8 view of each buffer.
+    Each call copies its inputs in, fills its outputs and runs; the device
+    holds nothing else between calls (a module with ``.global`` variables,
+    whose values would carry over, gets a fresh device every call)."""
+
+    def __init__(self, call: _Call, sizes: list[int], params: list[int]) -> None:
+        self.device = sim.Device(captured=False)            # the handler records the call itself
+        self.addresses = [self.device.alloc(n) for n in sizes]
+        self.views = [self.device.buffers[k][:n] for k, n in enumerate(sizes)]
+        pointers = [self.addresses[b] for b in params]
+        self.params = [*pointers, *call.values, *(m.encode(pointers[m.arg]) for m in call.maps)]
+        self.sizes, self.layout = sizes, params
+
+
+def _staged(call: _Call, sizes: list[int], params: list[int]) -> _Staged:
+    """The call's kept device when it fits this call, else a new one (kept
+    unless the module has global variables)."""
+    held = call.staged[0]
+    if held is not None and held.sizes == sizes and held.layout == params:
+        return held
+    return _Staged(call, sizes, params)
+
+
+def _run_staged(call: _Call, inputs: Sequence[memoryview], outputs: Sequence[memoryview],
+                output_types: Sequence[BufferType], allow_unwritten: int, capturing: bool) -> _Ran:
+    """:func:`_run_checked` for a call that is not a peer's, on the call's
+    kept device (:class:`_Staged`): the inputs copied in, the outputs filled
+    with the sentinel (zeros where unwritten bytes are allowed), the launch,
+    the outputs copied out, and the unwritten-bytes check, which asks the
+    device's record of writes only about bytes that still hold the sentinel.
+    ``capturing``: keep the buffers' bytes before the launch for the capture."""
+    layout = call.layout if call.layout is not None else _found_layout(inputs, outputs)
+    n_in = len(inputs)
+    views = [*inputs, *outputs]
+    sizes = [views[i].nbytes for i in layout.sources]
+    checked = [j for j in range(len(outputs))
+               if not (allow_unwritten >> j) & 1 and j not in layout.aliased and outputs[j].nbytes]
+    with _LAUNCH_LOCK:
+        staged = _staged(call, sizes, layout.params)
+        device = staged.device
+        for b, i in enumerate(layout.sources):
+            if i < n_in:
+                staged.views[b][:] = np.frombuffer(inputs[i], np.uint8)
+            else:
+                staged.views[b].fill(0 if (allow_unwritten >> (i - n_in)) & 1 else SENTINEL)
+        before = [v.copy() for v in staged.views] if capturing else []
+        device.track_stores(bool(checked))
+        check = sim.check_mode()      # explicit here: "all" raises below rather than returning
+        findings = device.launch(call.module, staged.params, kernel=call.entry,
+                                 launch=call.shape, check=check)
+        if not any(owner == "module" for owner in device._owners):
+            call.staged[0] = staged
+        if findings:
+            raise sim.SanitizerError(f"{len(findings)} sanitizer findings:\n" +
+                                     "\n".join(f.message for f in findings), findings)
+        for j, mv in enumerate(outputs):
+            np.frombuffer(mv, np.uint8)[:] = staged.views[layout.params[n_in + j]]
+        for j in checked:
+            b = layout.params[n_in + j]
+            still = staged.views[b] == SENTINEL
+            if not still.any():
+                continue
+            mask = still & ~device.written(staged.addresses[b], sizes[b])
+            if mask.any():
+                dtype, shape = output_types[j] if j < len(output_types) and output_types[j][0] else (None, None)
+                raise UnwrittenOutputError(unwritten_message(call.name, j, call.names[j], mask, dtype, shape))
+        after = [v.tobytes() for v in staged.views] if capturing else []
+    return _Ran(before, after, layout.params)
 
 
 class _Ran(NamedTuple):

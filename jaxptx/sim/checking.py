@@ -14,11 +14,11 @@ Python error naming the kernel (in ``"all"`` mode, every finding).
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+from .core.progress import setting
 from .errors import SimError
 
 __all__ = ["checking", "check_mode", "valid_mode"]
@@ -54,6 +54,7 @@ def checking(mode: Any = True) -> Iterator[None]:
         _global.remove(mode)
 
 
+CHECK_ENV = "JAXPTX_SIM_CHECK"
 # JAXPTX_SIM_CHECK's values and the modes they mean.
 _ENV_MODES = {"": False, "0": False, "false": False, "1": True, "true": True,
              "strict": "strict", "all": "all"}
@@ -69,7 +70,12 @@ def check_mode() -> Any:
     """
     if _global:
         return _global[-1]
-    raw = os.environ.get("JAXPTX_SIM_CHECK", "")
+    return setting(CHECK_ENV, _env_mode)
+
+
+def _env_mode(raw: str | None) -> Any:
+    """:func:`check_mode`'s reading of ``JAXPTX_SIM_CHECK`` (value ``raw``)."""
+    raw = raw or ""
     mode = _ENV_MODES.get(raw.strip().lower())
     if mode is None:
         accepted = ", ".join(repr(v) for v in _ENV_MODES if v)

@@ -59,7 +59,7 @@ from .core.host import tune_allocator
 from .core.machine import Machine
 from .core.observers import Observer
 from .core.view import MachineView
-from .core.progress import max_seconds_option
+from .core.progress import environ_value, max_seconds_option
 from .core.program import Program
 from .core.schedules import schedule_option
 from .device_memory import is_int
@@ -97,6 +97,10 @@ class Device(DeviceModules):
     Args:
         arch: the target every module is checked and run for (``"sm_90a"``);
             default: each module's own ``.target``.
+        report_leaks: :meth:`close` raises when allocations are still live.
+        captured: whether ``JAXPTX_CAPTURE_DIR`` captures the device's
+            launches (``False``: a caller that records its launches itself,
+            as the JAX CPU handler does).
 
     Example:
         >>> import numpy as np
@@ -125,7 +129,7 @@ class Device(DeviceModules):
         array([ 0., 20., 40., 60.], dtype=float32)
     """
 
-    def __init__(self, arch: str | None = None, *, report_leaks: bool = False) -> None:
+    def __init__(self, arch: str | None = None, *, report_leaks: bool = False, captured: bool = True) -> None:
         if arch is not None:
             try:
                 isa.parse_target(arch)
@@ -133,6 +137,8 @@ class Device(DeviceModules):
                 raise SimError(f"Device: {e}") from None
         super().__init__(arch)
         self._report_leaks = bool(report_leaks)
+        if not captured:
+            self._capturable = False
 
     def close(self, report_leaks: bool | None = None) -> None:
         """Release all device memory and modules (``cuCtxDestroy``); any
@@ -244,7 +250,8 @@ class Device(DeviceModules):
             raise SimError(f"launch of {program.name}: give launch= or grid/block/cluster/smem, not both")
         else:
             launch = launch_of(program, launch.grid, launch.block, launch.cluster, launch.smem)
-        where = capture.directory() if self._capturable else None
+        # The variable looked up first: capture.directory() costs a tiny launch several microseconds.
+        where = capture.directory() if self._capturable and environ_value(capture.ENV_DIR) else None
         was = None
         if where is not None:
             try:
@@ -342,13 +349,14 @@ class Device(DeviceModules):
              check: Any, max_steps: int | None, profile: Any = None,
              fidelity: bool = False, max_seconds: float | None = None, module: ir.Module | None = None,
              observers: Sequence[Callable[[MachineView], Observer]] = (), schedule: str | None = None,
-             seed: int | None = None, max_resident_ctas: int | None = None) -> Any:
+             seed: int | None = None, max_resident_ctas: int | None = None, fits_checked: bool = False) -> Any:
         """:meth:`launch` once the kernel is prepared and checked (``module``:
         the one ``program`` came from, for the PTX and Python lines of a fault;
-        ``launch``: checked for it by :func:`launch_of`)."""
+        ``launch``: checked for it by :func:`launch_of`; ``fits_checked``: the
+        caller has checked that it fits in memory, :func:`check_fits`)."""
         check = check_mode() if check is None else valid_mode(check)
         machine = self._machine(program, bases, params, launch, check, max_steps, max_seconds, schedule, seed,
-                                max_resident_ctas)
+                                max_resident_ctas, fits_checked)
         hook = PROFILING[0]
         counted = profile if profile is not None else module if hook is not None else None
         counter = None
@@ -378,7 +386,7 @@ class Device(DeviceModules):
     def _machine(self, program: Program, bases: dict[str, int], params: Sequence[Any], launch: Launch,
                  check: Any, max_steps: int | None, max_seconds: float | None = None,
                  schedule: str | None = None, seed: int | None = None,
-                 max_resident_ctas: int | None = None) -> Machine:
+                 max_resident_ctas: int | None = None, fits_checked: bool = False) -> Machine:
         """The machine of one launch, ready to run: its memory holds the
         parameters and constants and sees the device's allocations; the
         device's store recorder watches it (``check``: a valid mode).
@@ -398,7 +406,8 @@ class Device(DeviceModules):
         # Each CTA's shared memory starts 16-aligned (8-byte mbarriers of every CTA stay aligned).
         shared = -(-(-(-program.shared_size // 16) * 16 + smem) // 16) * 16
         # Refused before anything is allocated when it would not fit (memory_model).
-        check_fits(program, launch, check=check, global_bytes=sum(b.nbytes for b in self._buffers))
+        if not fits_checked:
+            check_fits(program, launch, check=check, global_bytes=sum(b.nbytes for b in self._buffers))
         memory = Memory(nctas, ntid, shared, program.local_size, program.param_size, program.const_size)
         # static, then dynamic from the next 16-byte boundary: the bytes a kernel may touch
         memory.shared_limit = (-(-program.shared_size // 16) * 16 + smem) if smem else program.shared_size
@@ -419,7 +428,7 @@ class Device(DeviceModules):
                           seed=seed, **options)
         recorder = self.store_recorder()
         if recorder is not None:
-            machine.observe(recorder)
+            machine.hear_accesses(recorder.access)
         return machine
 
     def _connect(self, memory: Memory) -> None:

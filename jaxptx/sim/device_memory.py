@@ -188,12 +188,14 @@ class DeviceMemory:
             raise SimError(f"memset: nbytes must be an int >= 0, got {nbytes!r}")
         self._bytes(address, int(nbytes), "memset")[:] = int(value)
 
-    def track_stores(self) -> None:
+    def track_stores(self, on: bool = True) -> None:
         """From now on, record which bytes of device memory the plain stores
         of every launch write (``st``, vector stores, bulk and TMA stores to
         global memory; not atomics): see :meth:`stored`; and which bytes any
-        write reaches, atomics included: see :meth:`written`."""
-        self._stored = {}
+        write reaches, atomics included: see :meth:`written`. Each call
+        starts the record afresh; ``on=False`` stops recording (and drops
+        the record)."""
+        self._stored = {} if on else None
         self._updated = {}
 
     def written(self, address: int, nbytes: int) -> np.ndarray:

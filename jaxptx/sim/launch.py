@@ -111,7 +111,7 @@ def launch(source: str | ir.Module | Kernel, *args: Any, kernel: str | None = No
         device.track_stores()
     findings = device._run(program, bases, params, shape, check, max_steps, profile=module if profile else None,
                            max_seconds=max_seconds, module=module, schedule=schedule, seed=seed,
-                           max_resident_ctas=max_resident_ctas)
+                           max_resident_ctas=max_resident_ctas, fits_checked=True)
     before = {i: args[i].reshape(-1).view(np.uint8).copy() for _, i in checked}
     for _, array, address in outputs:
         array.reshape(-1).view(np.uint8)[:] = np.frombuffer(device.read(address, array.nbytes), np.uint8)

@@ -92,5 +92,12 @@ def pack_params(kernel: str, params: Sequence[Variable], values: Sequence[Any]) 
     if len(values) != len(params):
         names = ", ".join(f".{p.type} {p.name}" for p in params) or "none"
         raise SimError(f"{kernel} takes {len(params)} parameters ({names}), got {len(values)}")
-    return [param_bytes(p, v, f"{kernel} parameter {i} ({p.name})")
+    return [v.to_bytes(8, "little") if type(v) is int and p.size == 8 and p.type in _UNSIGNED_64 and 0 <= v < _TWO_64
+            else param_bytes(p, v, f"{kernel} parameter {i} ({p.name})")
             for i, (p, v) in enumerate(zip(params, values))]
+
+
+# A pointer parameter's usual value, an int in range for .u64/.b64, is packed
+# without param_bytes' checks (what it would find: nothing to refuse).
+_UNSIGNED_64 = frozenset(("u64", "b64"))
+_TWO_64 = 1 << 64

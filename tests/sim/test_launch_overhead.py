@@ -220,3 +220,93 @@ def test_an_access_observer_hears_every_access_on_the_fast_path():
         reference = accesses()
     assert fast == reference
     assert [k for k, *_ in fast].count("store") == 1
+
+
+def _per_step_events(reference: bool) -> tuple[list, list, list, np.ndarray]:
+    """Every per-step event of a launch of CLOCKS, and its output."""
+    before, begun, after = [], [], []
+
+    class Steps(Observer):
+        def __init__(self, m):
+            self.m = m
+
+        def before_step(self, pc, threads):
+            before.append((pc, self.m.steps, len(threads)))
+
+        def begin(self, pc, sim_name):
+            begun.append((pc, sim_name))
+
+        def after(self, sim_name, step):
+            after.append((sim_name, len(step.threads)))
+
+    out = np.zeros(32, np.uint64)
+    dev = sim.Device()
+    address = dev.to_device(out)
+    with fastpaths.reference() if reference else _nothing():
+        dev.launch(CLOCKS, [address], block=32, observers=[Steps])
+    return before, begun, after, dev.from_device(address, like=out)
+
+
+def test_per_step_observers_hear_the_same_events_on_the_straight_run_as_off_it():
+    fast, reference = _per_step_events(False), _per_step_events(True)
+    assert fast[:3] == reference[:3]
+    np.testing.assert_array_equal(fast[3], reference[3])
+    assert [pc for pc, *_ in fast[0]][:6] == [0, 1, 2, 3, 4, 5]        # the straight run's steps, one by one
+    assert ("mul_int", 32) in fast[2] and len(fast[2]) == len(fast[1])
+
+
+def test_a_changed_environment_variable_takes_effect_on_the_next_launch(monkeypatch):
+    dev = sim.Device()
+    module = dev.load(INDEX)
+    out = dev.alloc(32 * 4)
+    dev.launch(module, [out, 1], block=32)
+    monkeypatch.setenv("JAXPTX_SIM_MAX_STEPS", "3")
+    with pytest.raises(sim.SimError, match=r"more than 3 steps"):
+        dev.launch(module, [out, 1], block=32)
+    monkeypatch.setenv("JAXPTX_SIM_MAX_STEPS", "4")
+    with pytest.raises(sim.SimError, match=r"more than 4 steps"):
+        dev.launch(module, [out, 1], block=32)
+    monkeypatch.setenv("JAXPTX_SIM_MAX_STEPS", "lots")
+    for _ in range(2):              # a bad value is refused every time, never kept
+        with pytest.raises(sim.SimError, match=r"JAXPTX_SIM_MAX_STEPS: expected an int >= 1, got 'lots'"):
+            dev.launch(module, [out, 1], block=32)
+    monkeypatch.delenv("JAXPTX_SIM_MAX_STEPS")
+    dev.launch(module, [out, 2], block=32)
+    np.testing.assert_array_equal(dev.from_device(out, like=np.zeros(32, np.uint32)), _index_want(1, 32, 2))
+    monkeypatch.setenv("JAXPTX_SIM_CHECK", "sometimes")
+    with pytest.raises(sim.SimError, match=r"JAXPTX_SIM_CHECK='sometimes': expected one of"):
+        dev.launch(module, [out, 1], block=32)
+    monkeypatch.setenv("JAXPTX_SIM_CHECK", "all")
+    assert dev.launch(module, [out, 1], block=32) == []          # "all" returns the (no) findings
+    monkeypatch.setenv("JAXPTX_SIM_CHECK", "0")
+    assert dev.launch(module, [out, 1], block=32) is None
+    monkeypatch.setenv("JAXPTX_SIM_SCHEDULE", "random")
+    with pytest.raises(sim.SimError, match=r"JAXPTX_SIM_SCHEDULE: expected 'random:<seed>'"):
+        dev.launch(module, [out, 1], block=32)
+    monkeypatch.setenv("JAXPTX_SIM_TIMEOUT", "-1")
+    monkeypatch.delenv("JAXPTX_SIM_SCHEDULE")
+    with pytest.raises(sim.SimError, match=r"JAXPTX_SIM_TIMEOUT: expected a number of seconds > 0"):
+        dev.launch(module, [out, 1], block=32)
+
+
+def test_sim_launch_checks_that_a_launch_fits_once(monkeypatch):
+    import importlib
+
+    device_module = importlib.import_module("jaxptx.sim.device")
+    launch_module = importlib.import_module("jaxptx.sim.launch")
+    calls = []
+    real = launch_module.check_fits
+
+    def counted(*args, **kwargs):
+        calls.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(launch_module, "check_fits", counted)
+    monkeypatch.setattr(device_module, "check_fits", counted)
+    out = np.zeros(64, np.uint32)
+    sim.launch(INDEX, out, 5, grid=2, block=32)
+    np.testing.assert_array_equal(out, _index_want(2, 32, 5))
+    assert len(calls) == 1
+    dev = sim.Device()
+    dev.launch(INDEX, [dev.to_device(out), 5], grid=2, block=32)
+    assert len(calls) == 2          # Device.launch checks for itself

@@ -61,7 +61,6 @@ a launch's wall time, and a long launch reports its progress
 from __future__ import annotations
 
 import hashlib
-import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -70,6 +69,7 @@ from .forensics import loop_reads
 from .naming import instruction_at, ranges, source_lines, thread_ranges, where
 from .barriers import CLUSTER_BARRIER, EXITED, PARKED, RECONVERGE, RUNNING, SPINNING, WAITING, WARP_SYNC
 from ..errors import SimError
+from .progress import setting
 
 if TYPE_CHECKING:
     from ..core.view import MachineView
@@ -93,11 +93,15 @@ def default_max_steps() -> int:
     Raises:
         SimError: the variable is set to something other than an int >= 1.
     """
-    text = os.environ.get(MAX_STEPS_ENV, "").strip().replace("_", "")
+    return setting(MAX_STEPS_ENV, _max_steps)
+
+
+def _max_steps(raw: str | None) -> int:
+    text = (raw or "").strip().replace("_", "")
     if not text:
         return _DEFAULT_MAX_STEPS
     if not text.isdigit() or int(text) < 1:
-        raise SimError(f"{MAX_STEPS_ENV}: expected an int >= 1, got {os.environ[MAX_STEPS_ENV]!r}")
+        raise SimError(f"{MAX_STEPS_ENV}: expected an int >= 1, got {raw!r}")
     return int(text)
 
 

@@ -33,11 +33,12 @@ if TYPE_CHECKING:
 __all__ = ["LaunchState", "Residency"]
 
 
-def _minus_ones(n: int) -> np.ndarray:
-    """``n`` int64 -1s (``np.full`` costs several times more on a small launch)."""
-    a = np.empty(n, dtype=np.int64)
-    a.fill(-1)
-    return a
+def _each(fns: tuple[Callable[..., None], ...]) -> Callable[..., None]:
+    """One hook that calls each of ``fns`` in turn."""
+    def each(*args: Any, **kwargs: Any) -> None:
+        for fn in fns:
+            fn(*args, **kwargs)
+    return each
 
 
 class Residency:
@@ -149,21 +150,27 @@ class LaunchState:
         n = self.nthreads
         self.regs = RegisterFile(program.registers, n,
                                  program.derive("register dtypes", lambda: register_dtypes(program.registers)))
-        self.pc = np.zeros(n, dtype=np.int64)
-        self.state = np.zeros(n, dtype=np.int8)
-        self.barrier = _minus_ones(n)
-        self.barrier_count = np.zeros(n, dtype=np.int64)
-        self.warp_mask = np.zeros(n, dtype=np.int64)      # bar.warp.sync members awaited
-        # bar.red: each waiting thread's predicate and the PC of its bar.red
-        # (-1 for bar.sync); bar.arrive: arrivals without waiting per (CTA, barrier).
-        self.barrier_pred = np.zeros(n, dtype=bool)
-        self.barrier_pc = _minus_ones(n)
+        # The per-thread int64 arrays are rows of two blocks (zeros, then -1s)
+        # and the small ones share a third: a few allocations a launch
+        # rather than one an array (a tiny launch pays per allocation).
+        zeros = np.zeros((3, n), dtype=np.int64)
+        ones = np.empty((4, n), dtype=np.int64)
+        ones.fill(-1)
+        flags = np.zeros((3, n), dtype=np.int8)
+        self.pc, self.barrier_count, self.warp_mask = zeros
+        self.state = flags[0]
+        self.barrier, self.barrier_pc, self.arrived_phase, self.park_word = ones
+        # bar.warp.sync members awaited: warp_mask. bar.red: each waiting
+        # thread's predicate and the PC of its bar.red (-1 for bar.sync);
+        # bar.arrive: arrivals without waiting per (CTA, barrier).
+        self.barrier_pred = flags[1].view(bool)
         self.arrived = np.zeros(self.nctas * 16, dtype=np.int64)
         self.all_threads = np.arange(n, dtype=np.int64)
         self.frames: dict[str, np.ndarray] = {}   # function -> calling PC per thread (-1: not in it)
         self.current_pc: int | None = None
         self.observers = Observers()
         self.on_register_read = self.on_register_write = None       # hooks of the hot register events, None when unwatched (see observe)
+        self._accesses: tuple[Callable[..., None], ...] = ()      # hear_accesses' listeners
         self.check = check
         self.sanitizer = self.observe(Sanitizer(self, check)) if check else None
         memory.cluster_cta = self.cluster_cta
@@ -173,8 +180,7 @@ class LaunchState:
                             size)
         self.cluster_arrivals = np.zeros(self.nctas, dtype=np.int64)   # by rank-0 CTA
         self.cluster_phase = np.zeros(self.nctas, dtype=np.int64)      # completed phases, by rank-0 CTA
-        # the phase each thread arrived in and has not waited on yet (-1: none)
-        self.arrived_phase = _minus_ones(n)
+        # arrived_phase: the phase each thread arrived in and has not waited on yet (-1: none)
         self.groups: dict[int, np.ndarray] = {0: self.all_threads} if self.nthreads else {}
         # max_resident_ctas: the CTAs not resident yet wait as EXITED (no
         # barrier, schedule or hang counts them) until Machine starts them.
@@ -185,8 +191,7 @@ class LaunchState:
             first = self.residency.initial()
             self.state[first] = RUNNING
             self.groups = {0: first}
-        self.park_word = _minus_ones(n)
-        self.park_again = np.zeros(n, dtype=bool)     # parked to run their instruction again (park(again=))
+        self.park_again = flags[2].view(bool)     # parked to run their instruction again (park(again=))
         # Programmatic dependent launch: this grid's place in a launch sequence
         # (jaxptx.sim.sequence), which griddepcontrol asks; None for a launch of its own.
         self.grid_dependency: Any = None
@@ -213,6 +218,7 @@ class LaunchState:
         if len(self.observers):         # an empty hub holds no references to drop
             self.observers = Observers()
         self.on_register_read = self.on_register_write = None
+        self._accesses = ()
         self.regs = None
         self.frames = {}
         self.parked = {}
@@ -224,8 +230,22 @@ class LaunchState:
         self.observers.add(observer)
         self.on_register_read = self.observers.hook("read_register")
         self.on_register_write = self.observers.hook("write_register")
-        self.memory.on_access = self.observers.hook("access")
+        self._connect_accesses()
         return observer
+
+    def hear_accesses(self, access: Callable[..., None]) -> None:
+        """Call ``access`` with every memory access of the launch, as
+        :meth:`Observer.access <.observers.Observer.access>` hears them,
+        without joining an observer to the hub (which costs a tiny launch
+        more than the launch itself): the device's store recorder."""
+        self._accesses += (access,)
+        self._connect_accesses()
+
+    def _connect_accesses(self) -> None:
+        """Point the memory's access hook at the observers' and :meth:`hear_accesses`' listeners."""
+        hook = self.observers.hook("access")
+        fns = ((hook,) if hook is not None else ()) + self._accesses
+        self.memory.on_access = None if not fns else fns[0] if len(fns) == 1 else _each(fns)
 
     # registers ---------------------------------------------------------------
     def read_register(self, name: str, threads: np.ndarray) -> np.ndarray:

@@ -179,9 +179,9 @@ class Machine(LaunchState):
         self._on_after = self.observers.hook("after")
         runs = self._runs
         # Straight runs of plain instructions go back to back (_straight)
-        # when no tool hears per-step events and the schedule is the default.
-        straight = (schedule is None and before is None and self._on_begin is None and self._on_after is None
-                    and fastpaths.on())
+        # under the default schedule; tools that hear per-step events
+        # (before_step, begin, after) hear each of the run's steps there too.
+        straight = schedule is None and fastpaths.on()
         while True:
             if not groups:
                 self.steps, self.thread_steps = steps, thread_steps
@@ -250,10 +250,24 @@ class Machine(LaunchState):
         end = self._runs[pc]
         n = len(threads)
         groups = self.groups
+        before = self.observers.hook("before_step")     # the scheduler told it of the first step
+        begin, after = self._on_begin, self._on_after
+        first = True
         while True:
             ins = code[pc]
+            if before is not None and not first:
+                before(pc, threads)
+            first = False
             try:
-                plain[pc](Step(self, ins, resolved[pc], threads, plan[pc]))
+                step = Step(self, ins, resolved[pc], threads, plan[pc])
+                if begin is None and after is None:
+                    plain[pc](step)
+                else:
+                    if begin is not None:
+                        begin(pc, step.r.inst.sim)
+                    plain[pc](step)
+                    if after is not None:
+                        after(step.r.inst.sim, step)
             except SimError as e:
                 raise located(e, ins) from None
             pc += 1

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from .view import MachineView
 
 __all__ = ["DEFAULT_PROGRESS_SECONDS", "LOGGER", "PROGRESS_ENV", "TIMEOUT_ENV", "Clock", "default_max_seconds",
-           "instruction_text", "max_seconds_option", "progress_seconds", "where_threads"]
+           "environ_value", "instruction_text", "max_seconds_option", "progress_seconds", "setting", "where_threads"]
 
 PROGRESS_ENV = "JAXPTX_SIM_PROGRESS_SECONDS"
 """The environment variable that sets how often a long launch reports (seconds, or ``off``)."""
@@ -68,10 +68,55 @@ _TOP = 3                    # PCs a report names
 
 # --- options ---------------------------------------------------------------------------------------
 
-def _env_seconds(name: str, zero: bool) -> float | None:
-    """Seconds from environment variable ``name``: ``None`` when unset,
-    empty or ``off``; ``zero``: whether 0 is a valid value."""
-    raw = os.environ.get(name)
+# os.environ's own dict (encoded keys and values) and its codecs: a lookup in it
+# costs a dict lookup, where os.environ.get costs microseconds (its Mapping
+# machinery), and a launch reads several variables. os.environ keeps it up to
+# date on every change made through os.environ; without it (another Python),
+# os.environ.get.
+_ENVIRON = getattr(os.environ, "_data", None)
+_ENCODE_KEY = getattr(os.environ, "encodekey", None)
+_DECODE_VALUE = getattr(os.environ, "decodevalue", None)
+_KEYS: dict[str, Any] = {}
+# (variable, parse function) -> (the variable's raw value, what the function made of it)
+_SETTINGS: dict[tuple[str, Any], tuple[Any, Any]] = {}
+
+
+def environ_value(name: str) -> str | None:
+    """``os.environ.get(name)`` at the cost of a dict lookup: what launches
+    read their settings with, every launch, so that a variable changed
+    between launches takes effect on the next one."""
+    if _ENVIRON is None or _ENCODE_KEY is None or _DECODE_VALUE is None:
+        return os.environ.get(name)
+    key = _KEYS.get(name)
+    if key is None:
+        key = _KEYS[name] = _ENCODE_KEY(name)
+    raw = _ENVIRON.get(key)
+    return None if raw is None else _DECODE_VALUE(raw)
+
+
+def setting(name: str, parse: Any) -> Any:
+    """``parse(value)`` of environment variable ``name`` (``None`` when
+    unset), parsed again only when the variable's value changed since the
+    last call with this ``parse``: a launch pays a dict lookup for each of
+    its settings. ``parse`` raises for a malformed value, every time it is
+    read (a bad value is never kept)."""
+    if _ENVIRON is None or _ENCODE_KEY is None:
+        return parse(os.environ.get(name))
+    key = _KEYS.get(name)
+    if key is None:
+        key = _KEYS[name] = _ENCODE_KEY(name)
+    raw = _ENVIRON.get(key)
+    held = _SETTINGS.get((name, parse))
+    if held is not None and held[0] == raw:
+        return held[1]
+    value = parse(None if raw is None else _DECODE_VALUE(raw))
+    _SETTINGS[(name, parse)] = (raw, value)
+    return value
+
+
+def _env_seconds(name: str, raw: str | None, zero: bool) -> float | None:
+    """Seconds from environment variable ``name`` whose value is ``raw``:
+    ``None`` when unset, empty or ``off``; ``zero``: whether 0 is a valid value."""
     text = (raw or "").strip().lower()
     if not text or text in _OFF:
         return None
@@ -93,9 +138,13 @@ def progress_seconds() -> float | None:
     Raises:
         SimError: the variable is neither a number >= 0 nor ``off``.
     """
-    if not os.environ.get(PROGRESS_ENV, "").strip():
+    return setting(PROGRESS_ENV, _progress_seconds)
+
+
+def _progress_seconds(raw: str | None) -> float | None:
+    if not (raw or "").strip():
         return DEFAULT_PROGRESS_SECONDS
-    return _env_seconds(PROGRESS_ENV, zero=True)
+    return _env_seconds(PROGRESS_ENV, raw, zero=True)
 
 
 def default_max_seconds() -> float | None:
@@ -105,7 +154,11 @@ def default_max_seconds() -> float | None:
     Raises:
         SimError: the variable is neither a number > 0 nor ``off``.
     """
-    return _env_seconds(TIMEOUT_ENV, zero=False)
+    return setting(TIMEOUT_ENV, _max_seconds)
+
+
+def _max_seconds(raw: str | None) -> float | None:
+    return _env_seconds(TIMEOUT_ENV, raw, zero=False)
 
 
 def max_seconds_option(value: Any) -> float:
@@ -226,9 +279,8 @@ class Clock:
         self.deadline = None if max_seconds is None or math.isinf(max_seconds) else self.start + max_seconds
         self.every = every
         self.report_at = None if every is None else self.start + every
-        if stream is None and sys.stderr is not None and _isatty(sys.stderr):
-            stream = sys.stderr
         self.stream = stream
+        self._pick = stream is None         # stderr or the logger: decided at the first report
         self.reports = 0
         self._last = (self.start, 0)
         self.stride = _FIRST_STRIDE
@@ -273,6 +325,10 @@ class Clock:
 
     def _report(self, now: float, steps: int, thread_steps: int) -> None:
         m = self.m
+        if self._pick:                      # asked here, not per launch: most launches never report
+            self._pick = False
+            if sys.stderr is not None and _isatty(sys.stderr):
+                self.stream = sys.stderr
         took = max(now - self.start, 1e-9)
         line = (f"{m.program.name}: running for {took:.1f} s: {steps:,} steps ({_si(steps / took)}steps/s, "
                 f"{_si(thread_steps / took)}thread-instructions/s), {_ctas_finished(m)}; "

@@ -27,7 +27,6 @@ so a seed reproduces its run, its findings and its error bit for bit.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,6 +35,7 @@ from ... import isa
 from ..errors import SimError
 from .barriers import EXITED
 from .deferred import Deferred
+from .progress import setting
 
 if TYPE_CHECKING:
     from .view import MachineView
@@ -59,13 +59,7 @@ def schedule_option(schedule: str | None, seed: int | None) -> tuple[str | None,
             seed, a seed without a random schedule, or a malformed variable.
     """
     if schedule is None and seed is None:
-        text = os.environ.get(SCHEDULE_ENV, "").strip()
-        if not text or text == "default":
-            return None, None
-        kind, _, number = text.partition(":")
-        if kind != "random" or not number.strip().lstrip("-").isdigit():
-            raise SimError(f"{SCHEDULE_ENV}: expected 'random:<seed>' or 'default', got {text!r}")
-        return "random", int(number)
+        return setting(SCHEDULE_ENV, _env_schedule)
     if schedule in (None, "default"):
         if seed is not None:
             raise SimError(f"launch seed={seed!r}: a seed chooses a random schedule; pass schedule='random'")
@@ -75,6 +69,17 @@ def schedule_option(schedule: str | None, seed: int | None) -> tuple[str | None,
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise SimError(f"launch schedule='random': seed must be an int, got {seed!r}")
     return "random", int(seed)
+
+
+def _env_schedule(raw: str | None) -> tuple[str | None, int | None]:
+    """:func:`schedule_option`'s reading of ``JAXPTX_SIM_SCHEDULE`` (value ``raw``)."""
+    text = (raw or "").strip()
+    if not text or text == "default":
+        return None, None
+    kind, _, number = text.partition(":")
+    if kind != "random" or not number.strip().lstrip("-").isdigit():
+        raise SimError(f"{SCHEDULE_ENV}: expected 'random:<seed>' or 'default', got {text!r}")
+    return "random", int(number)
 
 
 class RandomSchedule:
