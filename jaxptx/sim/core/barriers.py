@@ -199,13 +199,29 @@ def lanes_among(m: "MachineView", threads: np.ndarray) -> np.ndarray:
     return bits.astype(np.int64)[warp]
 
 
+_LANE_BITS = 1 << np.arange(32, dtype=np.int64)
+
+
 def live_lanes(m: "MachineView", threads: np.ndarray) -> np.ndarray:
-    """Per thread, the bit mask of the live (not exited) lanes of its warp."""
-    base = threads // m.ntid * m.ntid + threads % m.ntid // 32 * 32
-    lanes = base[:, None] + np.arange(32)
-    ok = lanes < (threads // m.ntid * m.ntid + m.ntid)[:, None]
+    """Per thread, the bit mask of the live (not exited) lanes of its warp.
+    Worked out once per warp among ``threads`` (usually whole warps in
+    ascending order: the distinct warps are the heads of runs)."""
+    threads = np.asarray(threads, dtype=np.int64)
+    if len(threads) == 0:
+        return threads.copy()
+    base = threads - threads % m.ntid % 32                  # each thread's warp's lane 0
+    if (base[1:] >= base[:-1]).all():
+        head = np.empty(len(base), dtype=bool)
+        head[0] = True
+        np.not_equal(base[1:], base[:-1], out=head[1:])
+        warps, which = base[head], np.cumsum(head) - 1
+    else:
+        warps, which = np.unique(base, return_inverse=True)
+        which = which.reshape(-1)
+    lanes = warps[:, None] + np.arange(32)
+    ok = lanes < (warps // m.ntid * m.ntid + m.ntid)[:, None]
     live = ok & (m.state[np.minimum(lanes, m.nthreads - 1)] != EXITED)
-    return (live * (1 << np.arange(32, dtype=np.int64))).sum(axis=1)
+    return (live @ _LANE_BITS)[which]
 
 
 def _release_reconverged(m: "MachineView", waiting: np.ndarray, released: list[np.ndarray]) -> np.ndarray:
