@@ -329,5 +329,9 @@ class StoreRecorder(Observer):
             words = mask.view(np.uint64)
             words[at >> 3] = _ONES[8]
             words[(at >> 3) + 1] = _ONES[8]
-        else:
-            mask.view(_ONES[width].dtype)[at // width] = _ONES[width]
+        else:           # (offsets are non-negative: a shift is int64 //)
+            mask.view(_ONES[width].dtype)[at >> (width.bit_length() - 1)] = _ONES[width]
+
+    # Loads mark nothing, so the memory need not tell them: it then takes
+    # its one-gather fast path for loads (Memory.hears).
+    access.hears_loads = False  # type: ignore[attr-defined]

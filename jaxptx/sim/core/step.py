@@ -214,6 +214,19 @@ class Step:
     def address(self, k: int) -> tuple[str, np.ndarray]:
         """``(space, addresses)`` of memory operand ``k``: the instruction's
         space, with a variable's address taken in that space."""
+        space, base, off = self.address_parts(k)
+        if off:
+            # uint64 arithmetic wraps, so adding the two's complement subtracts.
+            return space, base + np.uint64(off & 0xFFFF_FFFF_FFFF_FFFF)
+        return space, base
+
+    def address_parts(self, k: int) -> tuple[str, np.ndarray, int]:
+        """``(space, base, offset)`` of memory operand ``k``: its addresses
+        are ``base + offset`` (uint64, wrapping; :meth:`address` adds
+        them). A register base is the register itself, read-only, so that
+        the memory can fold the offset into its own index arithmetic
+        (:meth:`..memory.spaces.Memory.gather`) instead of a fresh array of
+        addresses; a variable's base already holds the offset (0)."""
         op = self.ins.operands[k]
         if not isinstance(op, ir.Address):
             op = ir.Address(op) if isinstance(op, (ir.Register, ir.Symbol)) else op
@@ -228,17 +241,14 @@ class Step:
             off = -val if op.minus else val
         if isinstance(op.base, ir.Register):
             base = self.m.read_register(op.base.name, self.threads).astype(np.uint64, copy=False)
-            if off:
-                # uint64 arithmetic wraps, so adding the two's complement subtracts.
-                return space, base + np.uint64(off & 0xFFFF_FFFF_FFFF_FFFF)
             if base.flags.writeable:        # the register itself: hand out a read-only view
                 base = base.view()
                 base.flags.writeable = False
-            return space, base
+            return space, base, off
         at = self.variable_in(op.base.name, space) if isinstance(op.base, ir.Symbol) else 0
         bits = self.rank_bits(op.base.name) if isinstance(op.base, ir.Symbol) else None
         if bits is not None:            # a shared variable in a CTA of a cluster
-            return space, bits + np.uint64((at + off) & 0xFFFF_FFFF_FFFF_FFFF)
+            return space, bits + np.uint64((at + off) & 0xFFFF_FFFF_FFFF_FFFF), 0
         # One address for every thread: a read-only broadcast, kept for the
         # next step or launch that names it.
         key = ("address", (at + off) & 0xFFFF_FFFF_FFFF_FFFF, self.n)
@@ -247,7 +257,7 @@ class Step:
             if len(_BROADCASTS) >= 4096:
                 _BROADCASTS.clear()
             hit = _BROADCASTS[key] = np.broadcast_to(np.uint64(key[1]), (self.n,))
-        return space, hit
+        return space, hit, 0
 
     def rank_bits(self, name: str) -> np.ndarray | None:
         """What the address of variable ``name`` adds for each executing

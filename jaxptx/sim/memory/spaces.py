@@ -99,6 +99,9 @@ class Memory:
         self.ntid = ntid
         self.nthreads = nctas * ntid
         self._cta_bases: np.ndarray | None = None
+        self._all: np.ndarray | None = None     # the array last found to be every thread (_everyone)
+        self._scratch: np.ndarray | None = None     # gather(scratch=True)'s vectors
+        self._index: np.ndarray | None = None       # _flat's indices
         self.shared = _padded(nctas * shared_size)
         self.local = _padded(nctas * ntid * local_size)
         self.param = _padded(param_size)
@@ -376,10 +379,160 @@ class Memory:
             raise SimFault(f"{what}: {space} access of {width} bytes at offset {int(off[k]):#x} is out of "
                            f"bounds (the {space} buffer has {size} bytes; {self._who(threads[k])})")
 
+    # the one-buffer fast path ------------------------------------------------------
+    def hears(self, kind: str) -> bool:
+        """Whether the access hook wants accesses of ``kind``: a hook whose
+        ``hears_loads`` attribute is false (the device's store recorder)
+        ignores loads, so they need not be told."""
+        hook = self.on_access
+        return hook is not None and (kind != LOAD or getattr(hook, "hears_loads", True))
+
+    def _flat(self, space: str, addr: np.ndarray, threads: np.ndarray, total: int,
+              offset: int = 0) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(buffer, index)`` of an access of ``total`` bytes a thread (a
+        power of two) at ``addr + offset`` when the fast paths are on and
+        every address lies in one global buffer or, for every thread of the
+        grid in order, in each thread's own shared window, in bounds and
+        aligned to ``total``: ``index`` counts ``total``-byte units of the
+        buffer (int64; the memory's own scratch array, valid until the next
+        access). ``None`` otherwise, and then the general path
+        (:meth:`_resolve`) decides, faults included: this path only takes
+        accesses on which the general one cannot fault."""
+        if not len(addr) or not fastpaths.on() or _uniform(addr):
+            return None
+        addr = addr.astype(np.uint64, copy=False)
+        lo, hi, bits = _summary(addr)
+        lo, hi = lo + offset, hi + offset
+        if (bits | offset) & (total - 1) or lo < 0 or hi >= 1 << 64:       # (no wrapping around)
+            return None
+        window = 0
+        if space == "generic":
+            if hi < SHARED_WINDOW or lo >= NODE_BASE:
+                space = "global"
+            elif lo >= SHARED_WINDOW and hi < SHARED_WINDOW + _WINDOW_SIZE:
+                space, window, hi = "shared", SHARED_WINDOW, hi - SHARED_WINDOW
+            else:
+                return None
+        shift = _LOG2.get(total)
+        if shift is None:
+            return None
+        if space == "global":
+            first = self.first_slot
+            k = (lo >> GLOBAL_SHIFT) - first
+            if (hi >> GLOBAL_SHIFT) - first != k or not 0 <= k < len(self.globals):
+                return None
+            base = (k + first) << GLOBAL_SHIFT
+            if hi - base + total > self.sizes[k]:
+                return None
+            buf = self.globals[k]
+        elif space != "shared" or self.cta_ranks is not None or self.shared_size % total \
+                or hi + total > self.shared_limit or not self._everyone(threads):
+            return None
+        else:
+            base, buf = window, self.shared
+        # index = (addr + offset - base) >> shift, in place in the scratch
+        # array (no fresh pages a step); every term fits in int64.
+        index = self._index
+        if index is None or len(index) != len(addr):
+            index = self._index = np.empty(len(addr), dtype=np.int64)
+        np.subtract(addr.view(np.int64), base - offset, out=index)
+        if buf is self.shared:
+            index += self._cta_base()
+        index >>= shift
+        return buf, index
+
+    def _everyone(self, threads: np.ndarray) -> bool:
+        """:func:`_every_thread` for the grid, remembering the last array
+        found to be it (the machine passes one array for every thread)."""
+        if threads is self._all:
+            return True
+        if _every_thread(threads, self.nthreads):
+            self._all = threads
+            return True
+        return False
+
+    def gather(self, space: str, addr: np.ndarray, threads: np.ndarray, width: int,
+               count: int = 1, scratch: bool = False, offset: int = 0) -> np.ndarray | None:
+        """The ``count`` consecutive ``width``-byte unsigned elements at each
+        address, ``(n, count)`` (``(n,)`` for one), when the access takes the
+        one-buffer fast path (:meth:`_flat`: in bounds and each address
+        aligned to ``count * width``); ``None`` otherwise, and then the
+        caller loads element by element (:meth:`load`), which checks and
+        reports faults. A hook that hears loads is told each element's load
+        first, with the arguments :meth:`load` gives it. With ``scratch`` a
+        vector lands in an array the memory keeps for the next such gather
+        (no fresh pages a step), so the caller must copy what it keeps
+        before then. ``offset``: added to every address (``[%rd + 16]``),
+        folded into the index arithmetic."""
+        if width not in (1, 2, 4, 8) and not (width == 16 and count == 1):
+            return None
+        total = width * count
+        flat = self._flat(space, addr, threads, total, offset)
+        if flat is None:
+            return None
+        buf, index = flat
+        if self.hears(LOAD):
+            # The events of load(): byte offsets (fresh arrays; the hook may
+            # keep them, or reach the memory and reuse its scratch index).
+            hook, lead = self.on_access, index << _LOG2[total]
+            for i in range(count):
+                hook(buf, lead + i * width if i else lead, threads, width, LOAD)
+            index = lead >> _LOG2[total]
+        # mode="clip": every index is in bounds (checked), and numpy's
+        # default "raise" checks each again and buffers `out`.
+        if count == 1:
+            return buf.view(_UINT[width]).take(index, mode="clip")
+        # Whole vectors as elements of a void view (bytes, one gather; numpy
+        # gathers 2-d rows several times slower).
+        units = _units(buf, total)
+        if not scratch:
+            return units.take(index, mode="clip").view(_UINT[width]).reshape(-1, count)
+        out = self._scratch
+        if out is None or out.shape != index.shape or out.dtype != units.dtype:
+            out = self._scratch = np.empty(index.shape, dtype=units.dtype)
+        return units.take(index, out=out, mode="clip").view(_UINT[width]).reshape(-1, count)
+
+    def scatter(self, space: str, addr: np.ndarray, threads: np.ndarray, values: np.ndarray,
+                width: int, count: int = 1, offset: int = 0) -> bool:
+        """Store ``values`` (``(n, count)`` or ``(n,)`` unsigned elements of
+        ``width`` bytes) as :meth:`gather` loads them, when the access takes
+        the one-buffer fast path; ``False`` (nothing stored) otherwise.
+        Where several threads store to one address the later thread wins,
+        as in :meth:`store` (vectors aligned to their size overlap whole or
+        not at all). ``offset``: as for :meth:`gather`. A listening access
+        hook hears each element's store just before it is written, with
+        the arguments :meth:`store` gives it, so stores go element by
+        element then (still one bounds check for the vector)."""
+        if width not in (1, 2, 4, 8) and not (width == 16 and count == 1):
+            return False
+        total = width * count
+        flat = self._flat(space, addr, threads, total, offset)
+        if flat is None:
+            return False
+        buf, index = flat
+        hook = self.on_access
+        if hook is not None:
+            # The events of store(): byte offsets (fresh arrays) and contiguous values.
+            lead = index << _LOG2[total]
+            elements = buf.view(_UINT[width])
+            for i in range(count):
+                off = lead + i * width if i else lead
+                column = values if count == 1 else np.ascontiguousarray(values[:, i])
+                hook(buf, off, threads, width, STORE, column)
+                elements[off >> _LOG2[width] if width > 1 else off] = column
+        elif count == 1:
+            buf.view(_UINT[width])[index] = values
+        else:           # whole vectors as void elements (2-d row scatters are ten times slower)
+            _units(buf, total)[index] = np.ascontiguousarray(values).view(_units_dtype(total)).reshape(-1)
+        return True
+
     # access ----------------------------------------------------------------------
     def load(self, space: str, addr: np.ndarray, threads: np.ndarray, width: int,
              what: str = "ld") -> np.ndarray:
         """``width``-byte unsigned values at ``addr`` for each thread."""
+        fast = self.gather(space, addr, threads, width)
+        if fast is not None:
+            return fast
         out = None
         shift = _LOG2[width]
         for buf, off, pos in self._resolve(space, addr, threads, width, what):
@@ -400,6 +553,8 @@ class Memory:
               width: int, what: str = "st") -> None:
         """Store ``width``-byte unsigned ``values`` at ``addr`` (later threads win)."""
         values = np.asarray(values).astype(_UINT[width], copy=False)
+        if values.shape == (len(addr),) and self.scatter(space, addr, threads, values, width):
+            return
         shift = _LOG2[width]
         for buf, off, pos in self._resolve(space, addr, threads, width, what, write=True):
             if self.on_access is not None:
@@ -422,6 +577,16 @@ class Memory:
             groups.append((buf.view(_UINT[width]), off // width,
                            np.arange(len(addr)) if pos is None else pos))
         return groups
+
+
+def _units_dtype(total: int) -> np.dtype:
+    """The void dtype of ``total`` bytes: one element per vector."""
+    return np.dtype(f"V{total}")
+
+
+def _units(buf: np.ndarray, total: int) -> np.ndarray:
+    """``buf``'s whole ``total``-byte units as void elements (1-d)."""
+    return buf[:len(buf) // total * total].view(_units_dtype(total))
 
 
 def _every_thread(threads: np.ndarray, n: int) -> bool:

@@ -21,6 +21,7 @@ from ... import ir, isa
 from ...types import TYPES
 from ..errors import SimError, SimFault
 from ..memory.spaces import RANK_SHIFT
+from ..numerics.values import UINT, from_bits, to_bits, value_dtype
 from ..core.deferred import deferred_of, later
 from ..core.step import Step
 from .registry import semantics
@@ -77,6 +78,11 @@ def _cta_only(s: Step, space: str) -> bool:
     return space == "shared" and s.m.memory.cta_ranks is not None and "shared::cluster" not in s.ins.modifiers
 
 
+def _added(base: np.ndarray, off: int) -> np.ndarray:
+    """``base + off`` as :meth:`Step.address` adds them (uint64, wrapping)."""
+    return base + np.uint64(off & 0xFFFF_FFFF_FFFF_FFFF) if off else base
+
+
 def _elements(op: ir.Operand) -> int:
     return len(op.items) if isinstance(op, ir.Vector) else 1
 
@@ -92,10 +98,23 @@ def ld(s: Step) -> None:
     ``launch`` put the arguments. ``ldu`` reads like ``ld`` (all threads see
     the same memory)."""
     t = s.type(0)
-    space, addr = s.address(1)
+    count = _elements(s.ins.operands[0])
+    space, base, off = s.address_parts(1)
+    if not _cta_only(s, space) and t.bits == 8 * t.nbytes:
+        # One gather of whole elements or vectors, the offset folded in, when
+        # the access takes the memory's fast path (nobody hears loads; in
+        # bounds and aligned, so nothing to report).
+        got = s.m.memory.gather(space, base, s.threads, t.nbytes, count, scratch=count > 1, offset=off)
+        if got is not None:
+            if count == 1:
+                s.dst(0, from_bits(t, got))
+                return
+            for i, item in enumerate(s.ins.operands[0].items):
+                s.write(item, from_bits(t, got[:, i].copy()), t)
+            return
+    addr = _added(base, off)
     if _cta_only(s, space):
         check_cta_window(s, addr, "address")
-    count = _elements(s.ins.operands[0])
     if count == 1:
         s.dst(0, s.load(space, addr, t))
         return
@@ -115,11 +134,22 @@ def st(s: Step) -> None:
     register wider than the type stores its low bits. When several threads
     store to one address the highest thread index wins (some serial order)."""
     t = s.type(1)
-    space, addr = s.address(0)
-    if _cta_only(s, space):
-        check_cta_window(s, addr, "address")
+    space, base, off = s.address_parts(0)
     count = _elements(s.ins.operands[1])
     values = s.src(1)
+    width = t.nbytes
+    if not _cta_only(s, space) and t.lanes == 1 and t.bits == 8 * width:
+        # One scatter of whole elements or vectors (Memory.gather's fast path).
+        if count == 1:
+            bits = to_bits(t, values, 8 * width)
+            if bits.shape == (s.n,) and s.m.memory.scatter(space, base, s.threads, bits, width, 1, off):
+                return
+        elif values.ndim == 2 and values.dtype == value_dtype(t) and values.flags.c_contiguous and \
+                s.m.memory.scatter(space, base, s.threads, values.view(UINT[8 * width]), width, count, off):
+            return
+    addr = _added(base, off)
+    if _cta_only(s, space):
+        check_cta_window(s, addr, "address")
     if count == 1:
         s.store(space, addr, values, t)
         return
