@@ -260,3 +260,45 @@ def test_ldmatrix_bytes(form: str) -> None:
         assert fast == slow, f"skip {skip}"
     got = _ldmatrix_case(form, LDMATRIX_FORMS[form], 0)
     assert got.any() and (got[:128 * 8].reshape(128, 8)[:, LDMATRIX_FORMS[form]:] == 0).all()
+
+
+# --- wgmma's register-order reorder and the per-CTA thread blocks -------------------------------
+
+@pytest.mark.parametrize("n", [8, 16, 24, 64, 128, 256])
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_wgmma_register_reorder_matches_the_fragment_layout(n: int, dtype: str) -> None:
+    """The reshape/transpose the fast path reads A*B through puts element
+    ``wgmma_d_layout(n)`` of every thread where its register holds it: .f32
+    D register ``i`` is element ``i``; .f16 D register ``j`` packs elements
+    ``2j`` (low half) and ``2j + 1``."""
+    from jaxptx.sim.semantics.wgmma import wgmma_d_layout
+
+    count = 3
+    ab = np.arange(count * 64 * n, dtype=np.float64).reshape(count, 64, n)
+    _, row, col = wgmma_d_layout(n)                       # (128 lanes, n / 2)
+    want = ab[:, row, col]                                # (count, 128, n / 2): thread, element
+    view = ab.reshape(count, 4, 2, 8, n // 8, 4, 2)
+    if dtype == "f32":
+        got = view.transpose(4, 2, 6, 0, 1, 3, 5).reshape(n // 2, count * 128)
+        assert np.array_equal(got, want.reshape(count * 128, n // 2).T)
+    else:
+        got = view.transpose(4, 2, 0, 1, 3, 5, 6).reshape(n // 4, count * 128, 2)
+        pairs = want.reshape(count * 128, n // 4, 2).transpose(1, 0, 2)
+        assert np.array_equal(got, pairs)
+
+
+def test_cta_blocks_finds_per_cta_thread_ranges() -> None:
+    from jaxptx.sim.semantics.fragments import cta_blocks
+
+    ntid, nctas = 384, 4
+    every = np.arange(ntid * nctas)
+    assert cta_blocks(every, ntid, len(every)) == (0, nctas, 0, ntid)
+    consumers = every.reshape(nctas, ntid)[:, 128:].ravel()
+    assert cta_blocks(consumers, ntid, len(every)) == (0, nctas, 128, ntid)
+    assert cta_blocks(every.reshape(nctas, ntid)[1:3, :128].ravel(), ntid, len(every)) == (1, 3, 0, 128)
+    skipping = every.reshape(nctas, ntid)[::2, 128:].ravel()     # CTAs 0 and 2: not one slice
+    assert cta_blocks(skipping, ntid, len(every)) is None
+    ragged = np.concatenate([every[128:384], every[384 + 256:384 + 384]])
+    assert cta_blocks(ragged, ntid, len(every)) is None
+    assert cta_blocks(every[::-1].copy(), ntid, len(every)) is None
+

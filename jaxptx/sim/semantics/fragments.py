@@ -20,7 +20,8 @@ from ..core.host import ShapeCache
 from ..errors import SimError
 from ..core.step import Step
 
-__all__ = ["groups", "mma_layout", "gather", "scatter", "dims_of", "frozen", "ordered", "ELEMENT_BITS"]
+__all__ = ["groups", "mma_layout", "gather", "scatter", "dims_of", "frozen", "ordered", "cta_blocks",
+           "ELEMENT_BITS"]
 
 # --- warps ------------------------------------------------------------------------------
 
@@ -67,6 +68,32 @@ def ordered(slot: np.ndarray, rank: np.ndarray, count: int, lanes: int) -> bool:
     want = _in_order(len(slot), lanes)
     return (slot is want[0] and rank is want[1]) or \
         (np.array_equal(slot, want[0]) and np.array_equal(rank, want[1]))
+
+
+def cta_blocks(threads: np.ndarray, ntid: int, nthreads: int) -> tuple[int, int, int, int] | None:
+    """``(c0, c1, lo, hi)`` when ``threads`` are exactly threads ``lo`` to
+    ``hi - 1`` of each CTA ``c0`` to ``c1 - 1``, in order (the whole grid,
+    or e.g. the consumer warpgroups of every CTA), so that a register's
+    slice for them is the view ``reg.reshape(-1, ntid)[c0:c1, lo:hi]``;
+    ``None`` otherwise."""
+    n = len(threads)
+    if not n:
+        return None
+    if n == nthreads and int(threads[0]) == 0 and int(threads[-1]) == n - 1:
+        if bool((threads[1:] > threads[:-1]).all()):
+            return 0, nthreads // ntid, 0, ntid
+        return None
+    c0, lo = divmod(int(threads[0]), ntid)
+    breaks = np.flatnonzero(np.diff(threads) != 1)
+    length = int(breaks[0]) + 1 if len(breaks) else n
+    if n % length or lo + length > ntid:
+        return None
+    rows = n // length
+    want = (np.arange(c0, c0 + rows, dtype=np.int64)[:, None] * ntid + lo
+            + np.arange(length, dtype=np.int64)[None, :])
+    if not np.array_equal(threads.reshape(rows, length), want):
+        return None
+    return c0, c0 + rows, lo, lo + length
 
 
 def _permutation(layout: tuple[np.ndarray, ...], dims: tuple[int, ...]) -> np.ndarray | None:

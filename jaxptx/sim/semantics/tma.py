@@ -29,9 +29,10 @@ from ..errors import SimError
 from ..memory.tensormap import FIELDS, IM2COL, MAGIC, SIZE, VERSION, TensorMap, decode, im2col_elements
 from ..core import fastpaths
 from ..core.deferred import later
+from ..core.observers import LOAD, UPDATE
 from ..core.host import ShapeCache
 from ..core.step import SPACES, Step
-from ..memory.spaces import GLOBAL_SHIFT
+from ..memory.spaces import GLOBAL_SHIFT, PARAM_WINDOW, RANK_SHIFT, SHARED_OFFSET
 from .bulk_copy import _U32, _UINT, _aligned, _mbar, _read, _signal, _targets, _write
 from .memory import check_cta_window
 from .mbarrier import present
@@ -41,6 +42,8 @@ __all__ = ["tma_box_addresses", "swizzle"]
 
 _NAN = {2: 0x7FFF, 4: 0x7FFF_FFFF, 8: 0x7FFF_FFFF_FFFF_FFFF}     # the canonical NaN of each width
 _U64 = TYPES["u64"]
+_CTA_OFFSET, _RANK = np.uint64(SHARED_OFFSET), np.uint64(RANK_SHIFT)    # a shared address's parts
+_PARAM_FIRST, _PARAM_END = np.uint64(PARAM_WINDOW), np.uint64(PARAM_WINDOW + (1 << 40))   # the generic .param window
 
 
 def _tensor_maps(s: Step, k: int) -> np.ndarray:
@@ -63,13 +66,18 @@ def _tensor_maps(s: Step, k: int) -> np.ndarray:
         space = "generic"
         if (addr < np.uint64(1 << GLOBAL_SHIFT)).all():
             space = "param"
+        elif fastpaths.on() and ((addr >= _PARAM_FIRST) & (addr < _PARAM_END)).all():
+            # A generic address in the .param window (``cvta.param``): the
+            # same window the generic resolution picks, the same accesses
+            # (observers hear the same buffer, offsets and threads).
+            addr, space = addr - _PARAM_FIRST, "param"
     else:
         raise SimError(f"{s.ins.name}: cannot read the tensor map operand {op!r}")
     if op.offset is not None:
         off = op.offset if isinstance(op.offset, int) else int(op.offset.value)
         addr = addr + np.uint64((-off if op.minus else off) & 0xFFFF_FFFF_FFFF_FFFF)
     _aligned(s, addr, 64, "tensor map address")
-    if fastpaths.on() and s.m.memory.on_access is None:     # one access for the 16 words (nobody hears it)
+    if fastpaths.on() and not s.m.memory.hears(LOAD):    # one access for the 16 words (nobody hears loads)
         every = (addr[:, None] + np.arange(0, SIZE, 8, dtype=np.uint64)).reshape(-1)
         words = s.m.memory.load(space, every, np.repeat(s.threads, SIZE // 8), 8, s.ins.name).reshape(s.n, -1)
     else:
@@ -228,6 +236,9 @@ def _tensor_load(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, ds
                 values[flat] = s.m.memory.load("global", gaddr.ravel()[flat], threads[flat], w, s.ins.name)
         values = _convert(tm, values).reshape(n, e)
         for pos, d, mb in targets:          # d, mb: already those of the threads at pos
+            if _box_write(sub, tm, pos, d, values, e):
+                _signal(sub, pos, mb, np.full(len(pos), tm.box_bytes))
+                continue
             addr = swizzled_box(d, e, w, tm.swizzle, tm.atomicity).ravel()
             _write(sub, "shared", addr, np.repeat(sub.threads[pos], e), values[pos].ravel(), w,
                    _run(tm, d, e))
@@ -235,19 +246,72 @@ def _tensor_load(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, ds
     later(sub, copy, "mbarrier")
 
 
+def _box_index(s: Step, tm: TensorMap, threads: np.ndarray, dst: np.ndarray, e: int,
+               hook: str) -> np.ndarray | None:
+    """The fast path's shared-memory side of whole-box copies: the byte
+    offsets in the shared buffer ``(len(dst) * e,)`` of each box element at
+    the 128-byte aligned shared::cluster addresses ``dst`` (the cached
+    swizzled offsets of the box, :func:`swizzled_box`, plus each
+    destination CTA's window), the access hook told the event
+    :meth:`Memory.locations` gives it. ``None`` (nothing told) unless fast
+    paths are on, no observer hears ``hook`` (the async-proxy events),
+    every address names a CTA of the cluster and every byte lies within the
+    shared window, so the general path could not fault."""
+    memory, w = s.m.memory, tm.elem_bytes
+    if not fastpaths.on() or s.m.observers.hook(hook) is not None or not len(dst) or memory.shared_size % w:
+        return None
+    offsets = dst & _CTA_OFFSET
+    span = -(-e * w // 128) * 128          # the swizzle stays within each 128-byte row
+    if int(offsets.max()) + span > memory.shared_limit:
+        return None
+    cta = threads // s.m.ntid
+    if memory.cta_ranks is None:
+        if (dst >> _RANK).any():
+            return None
+        owner = cta
+    else:
+        rank = (dst >> _RANK).astype(np.int64)
+        if (rank >= memory.cluster_size).any():
+            return None
+        own = memory.cta_ranks[cta]
+        owner = cta if (rank == own).all() else np.asarray(memory.cluster_cta(cta, rank), dtype=np.int64)
+    where = (swizzled_box(offsets, e, w, tm.swizzle, tm.atomicity).view(np.int64)
+             + (owner * memory.shared_size)[:, None]).ravel()
+    if memory.on_access is not None:        # the event of Memory.locations (one group)
+        memory.on_access(memory.shared, where, np.repeat(threads, e), w, UPDATE)
+    return where // w if w > 1 else where
+
+
+def _box_write(s: Step, tm: TensorMap, pos: np.ndarray, dst: np.ndarray, values: np.ndarray, e: int) -> bool:
+    """Write whole boxes ``values[pos]`` ``(len(pos), e)`` at ``dst`` with one
+    scatter (:func:`_box_index`); ``False`` (nothing written) when the fast
+    path does not apply. Several boxes on one byte: the later thread wins,
+    as in the general path."""
+    index = _box_index(s, tm, s.threads[pos], dst, e, "copy_write")
+    if index is None:
+        return False
+    s.m.memory.shared.view(_UINT[tm.elem_bytes])[index] = values[pos].ravel()
+    return True
+
+
 def _tensor_store(s: Step, tm: TensorMap, sel: np.ndarray, coords: np.ndarray, src: np.ndarray) -> None:
     w = tm.elem_bytes
     gaddr, inb = tma_box_addresses(tm, coords)
     n, e = gaddr.shape
     threads = np.repeat(s.threads[sel], e)
+    sub = Step(s.m, s.ins, s.r, s.threads[sel])
 
     def copy() -> None:
-        values = _read(s, "shared", swizzled_box(src, e, w, tm.swizzle, tm.atomicity).ravel(), threads, w,
-                       _run(tm, src, e))
+        index = _box_index(sub, tm, sub.threads, src, e, "copy_read")
+        if index is not None:           # whole boxes, one gather
+            values = s.m.memory.shared.view(_UINT[w]).take(index)
+        else:
+            values = _read(s, "shared", swizzled_box(src, e, w, tm.swizzle, tm.atomicity).ravel(), threads, w,
+                           _run(tm, src, e))
         flat = inb.ravel()
         if flat.any():
             s.m.memory.store("global", gaddr.ravel()[flat], threads[flat], values[flat], w, s.ins.name)
-    later(Step(s.m, s.ins, s.r, s.threads[sel]), copy, "bulk")
+    later(sub, copy, "bulk")
 
 
 @semantics('cp_async_bulk_tensor')

@@ -22,6 +22,7 @@ Matrix Layout": K-major or MN-major, no swizzle or 32/64/128-byte swizzle.
 
 from __future__ import annotations
 
+import sys
 
 import numpy as np
 
@@ -32,11 +33,12 @@ from ...types import TYPES
 from ..errors import SimError
 from .fragments import ELEMENT_BITS as _BITS
 from .fragments import dims_of as _dims
-from .fragments import gather, groups, ordered, scatter
+from .fragments import cta_blocks, gather, groups, ordered, scatter
 from .mma import decode, encode, plain_vector, registers, unpack, write_accumulator
 from ..core import fastpaths
 from ..core.deferred import deferred_of, later
 from ..core.host import ShapeCache
+from ..core.observers import LOAD
 from ..core.step import Step
 from .registry import semantics
 
@@ -104,6 +106,9 @@ def _smem_matrix(s: Step, desc: np.ndarray, leader: np.ndarray, mn: int, k: int,
     if bits == 1:       # .b1: 8 elements a byte, the lowest K index in the lowest bit
         raw = _smem_matrix(s, desc, leader, mn, k // 8, "u8", mn_major).astype(np.uint8)
         return np.unpackbits(raw[..., None], axis=-1, bitorder="little").reshape(raw.shape[:2] + (k,))
+    raw = _gather_chunks(s, desc, leader, mn, k, bits // 8, np.asarray(mn_major, dtype=bool))
+    if raw is not None:
+        return decode(raw.reshape(-1), type_name).reshape(raw.shape)
     addr = _addresses(desc, mn, k, bits, mn_major)
     raw = _load_chunks(s, addr, leader, bits // 8, np.asarray(mn_major, dtype=bool))
     if raw is None:
@@ -135,6 +140,60 @@ def _addresses(desc: np.ndarray, mn: int, k: int, bits: int, mn_major: np.ndarra
             hit = _ADDRESSES.put(key, smem_matrix_addresses(np.array([word], dtype=np.uint64), mn, k, bits,
                                                             np.array([bool(mj)]))[0])
         rows.append(hit)
+    return np.stack(rows)[inverse.reshape(-1)]
+
+
+def _gather_chunks(s: Step, desc: np.ndarray, leader: np.ndarray, mn: int, k: int, size: int,
+                   mn_major: np.ndarray) -> np.ndarray | None:
+    """The fast path's operand read: the raw ``size``-byte elements
+    ``(count, mn, k)`` of the matrices ``desc`` describes, as one gather of
+    the 16-byte chunks of the canonical layouts straight from the shared
+    buffer, through a per-descriptor map of chunk offsets (cached with the
+    addresses). Taken only when nobody hears loads and every chunk lies in
+    bounds in its warpgroup's own CTA window (so the general path could not
+    fault); ``None`` otherwise."""
+    memory = s.m.memory
+    hears = getattr(memory, "hears", None)
+    listening = memory.on_access is not None if hears is None else hears(LOAD)
+    per = 16 // size
+    major = mn_major.reshape(-1)
+    along = mn if major[0] else k
+    if not fastpaths.on() or listening or per == 1 or along % per or (major != major[0]).any():
+        return None
+    count = len(desc)
+    starts = _chunk_starts(desc, mn, k, size * 8, bool(major[0]))
+    lo, hi = int(starts.min()), int(starts.max())
+    if lo < 0 or hi + 16 > memory.shared_limit or (starts & 15).any() or memory.shared_size % 16:
+        return None
+    buf = memory.shared
+    units = buf[:len(buf) // 16 * 16].view("V16")
+    owner = (leader // s.m.ntid) * (memory.shared_size // 16)
+    index = owner.reshape(-1, *(1,) * (starts.ndim - 1)) + (starts >> 4)
+    chunks = units.take(index, mode="clip")
+    elements = chunks.view(f"<u{size}").reshape(index.shape + (per,))
+    if major[0]:                        # (count, mn / per, k, per) -> (count, mn, k)
+        elements = elements.transpose(0, 1, 3, 2)
+    return elements.reshape(count, mn, k)
+
+
+def _chunk_starts(desc: np.ndarray, mn: int, k: int, bits: int, mn_major: bool) -> np.ndarray:
+    """CTA-relative byte offsets (int64) of the 16-byte chunks of
+    :func:`smem_matrix_addresses`: ``(count, mn / per, k)`` MN-major or
+    ``(count, mn, k / per)`` K-major; cached per distinct descriptor."""
+    per = 128 // bits
+    uniq, inverse = np.unique(desc.astype(np.uint64), return_inverse=True)
+    rows = []
+    for word in uniq:
+        key = ("chunks", int(word), mn_major, mn, k, bits)
+        hit = _ADDRESSES.get(key)
+        if hit is None:
+            addr = smem_matrix_addresses(np.array([word], dtype=np.uint64), mn, k, bits,
+                                         np.array([mn_major]))[0]
+            hit = _ADDRESSES.put(key, np.ascontiguousarray(
+                addr[::per, :] if mn_major else addr[:, ::per]).astype(np.int64))
+        rows.append(hit)
+    if len(rows) == 1:
+        return rows[0][None]
     return np.stack(rows)[inverse.reshape(-1)]
 
 
@@ -266,48 +325,60 @@ def wgmma_mma_async(s: Step) -> None:
 
 def _register_major(s: Step, AB: np.ndarray, slot: np.ndarray, rank: np.ndarray, count: int, n: int,
                     dtype: str, scale_d: np.ndarray, ignored: bool) -> bool:
-    """The fast path's accumulator update for ``.f32`` D in declared registers,
-    whole warpgroups in thread order and no register observer: D is read,
-    summed and written register-major (the ``N/2`` registers stacked
-    ``(N/2, threads)``, each a row) with A*B taken into that layout by one
-    cached index map, so neither D nor A*B is transposed. The element-wise
-    sums are those of the general path (A*B + D in float64, rounded once),
-    so are the bits. ``False`` (nothing done) when the step is not such a step."""
-    if dtype != "f32" or s.m.on_register_read is not None or s.m.on_register_write is not None:
+    """The fast path's accumulator update for ``.f32``/``.f16`` D in distinct
+    declared registers, whole warpgroups in thread order, executing threads
+    in per-CTA blocks (:func:`.fragments.cta_blocks`) and no register
+    observer: each D register is summed and rounded in place, in a view of
+    the executing threads' slice of it, from a view of A*B in that
+    register's order (a reshape and a transpose, no index map). The sums are
+    those of the general path (A*B + D in float64, rounded once by the same
+    float64 → float32/float16 cast, NaN made canonical), so are the bits.
+    ``False`` (nothing done) when the step is not such a step."""
+    if dtype not in ("f32", "f16") or sys.byteorder != "little" or s.m.on_register_read is not None or s.m.on_register_write is not None:
         return False
+    per = 2 if dtype == "f32" else 4                # elements of a thread per register pair / register
     regs = plain_vector(s, 0, np.uint32, None)
-    if regs is None or len(regs) != n // 2 or not ordered(slot, rank, count, 128):
+    names = [item.name for item in s.ins.operands[0].items]
+    if regs is None or len(regs) != n // per or len(set(names)) != len(names) \
+            or not ordered(slot, rank, count, 128):
         return False
-    d = AB.reshape(-1).take(_d_take(count, n))
-    whole = s.n == s.m.nthreads
-    if not ignored:
-        old = np.stack(regs)
-        if not whole:
-            old = old.take(s.threads, axis=1)
-        old = old.view(np.float32).astype(np.float64)
-        with np.errstate(over="ignore", invalid="ignore"):
-            d = d + old if scale_d.all() else np.where(scale_d[slot][None, :], d + old, d)
-    raw = encode(d, "f32", s.mod("satfinite") is not None)
-    table = s.m.regs
-    for item, row in zip(s.ins.operands[0].items, raw):
-        if whole:
-            table.replace(item.name, row)
-        else:
-            table.get(item.name)[s.threads] = row
+    blocks = cta_blocks(s.threads, s.m.ntid, s.m.nthreads)
+    if blocks is None or blocks[3] % 128:
+        return False
+    c0, c1, lo, hi = blocks
+    for arr in regs:
+        if not arr.flags.c_contiguous or not arr.flags.writeable:
+            return False
+    # A*B (count, 64, n) as (register, warpgroup, warp, group, lane in group[, half]): PTX ISA
+    # "wgmma D fragment": row 16w + 8h + group, column 8c + 2q + e; element 4c + 2h + e.
+    # One reorder (a copy, contiguous per register): register 4c + 2h + e of .f32 D, 2c + h
+    # (halves e) of .f16 D.
+    ab = AB.reshape(count, 4, 2, 8, n // 8, 4, 2)
+    ab = ab.transpose(4, 2, 6, 0, 1, 3, 5) if dtype == "f32" else ab.transpose(4, 2, 0, 1, 3, 5, 6)
+    ftype = np.float32 if dtype == "f32" else np.float16
+    blocks_shape = (c1 - c0, (hi - lo) // 128, 4, 8, 4) + ((2,) if dtype == "f16" else ())
+    ab = np.ascontiguousarray(ab).reshape((len(regs),) + blocks_shape)
+    keep = None                         # warpgroups whose D input is not added (scale-d false)
+    if not ignored and not scale_d.all():
+        keep = (~scale_d).reshape(blocks_shape[:2] + (1,) * (len(blocks_shape) - 2))
+    ntid = s.m.ntid
+    canonical = np.uint32(0x7FFFFFFF) if dtype == "f32" else np.uint16(0x7FFF)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i, arr in enumerate(regs):
+            out = arr.reshape(-1, ntid)[c0:c1, lo:hi].view(ftype).reshape(blocks_shape)
+            src = ab[i]
+            if ignored:
+                np.copyto(out, src, casting="unsafe")
+            elif keep is None:
+                np.add(src, out, out=out, dtype=np.float64, casting="unsafe")
+            else:
+                d = src + out.astype(np.float64)
+                np.copyto(d, src, where=keep)
+                np.copyto(out, d, casting="unsafe")
+            nan = np.isnan(out)
+            if nan.any():
+                out.view(canonical.dtype)[nan] = canonical
     return True
-
-
-def _d_take(count: int, n: int) -> np.ndarray:
-    """Flat index into A*B ``(count, 64, n)`` of register ``i`` of thread
-    ``t`` (``count`` warpgroups in thread order), ``(n / 2, count * 128)``."""
-    key = ("d-take", count, n)
-    hit = _ADDRESSES.get(key)
-    if hit is None:
-        _, row, col = wgmma_d_layout(n)                 # (128 lanes, n / 2)
-        lane = (row * n + col).T                          # (n / 2, 128)
-        at = np.arange(count, dtype=np.intp)[None, :, None] * (64 * n) + lane[:, None, :]
-        hit = _ADDRESSES.put(key, np.ascontiguousarray(at.reshape(n // 2, count * 128).astype(np.intp)))
-    return hit
 
 
 def _accumulator(s: Step, dtype: str, n: int) -> np.ndarray:
