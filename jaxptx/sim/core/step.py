@@ -334,21 +334,10 @@ class Plan:
         self.writes = tuple(_write_plan(op, t, registers) for op, t in zip(ins.operands, self.types))
 
 
-def _read_plan(op: ir.Operand, t: PtxType, registers: Mapping[str, PtxType]) -> tuple | dict | None:
-    if type(op) is ir.Register:
-        declared = registers.get(op.name)
-        if declared is None or t.lanes != 1 or t.kind == "pred":
-            return None
-        storage = bits_dtype(declared)
-        if storage.kind != "u" or storage.itemsize * 8 != t.bits:
-            return None
-        return op.name, value_dtype(t)          # from_bits's usual read: a view
-    if isinstance(op, ir.Immediate) and t.lanes == 1:
-        return {}
-    return None
-
-
-def _write_plan(op: ir.Operand, t: PtxType, registers: Mapping[str, PtxType]) -> tuple | None:
+def _register_plan(op: ir.Operand, t: PtxType, registers: Mapping[str, PtxType]) -> tuple | None:
+    """``(name, value dtype, storage dtype)`` of a declared register read or
+    written as a one-lane type of its storage width (a view either way),
+    else ``None``."""
     if type(op) is not ir.Register:
         return None
     declared = registers.get(op.name)
@@ -357,7 +346,20 @@ def _write_plan(op: ir.Operand, t: PtxType, registers: Mapping[str, PtxType]) ->
     storage = bits_dtype(declared)
     if storage.kind != "u" or storage.itemsize * 8 != t.bits:
         return None
-    return op.name, value_dtype(t), storage       # to_bits's usual write: a view
+    return op.name, value_dtype(t), storage
+
+
+def _read_plan(op: ir.Operand, t: PtxType, registers: Mapping[str, PtxType]) -> tuple | dict | None:
+    plan = _register_plan(op, t, registers)
+    if plan is not None:
+        return plan[:2]                         # from_bits's usual read: a view
+    if isinstance(op, ir.Immediate) and t.lanes == 1:
+        return {}
+    return None
+
+
+def _write_plan(op: ir.Operand, t: PtxType, registers: Mapping[str, PtxType]) -> tuple | None:
+    return _register_plan(op, t, registers)     # to_bits's usual write: a view
 
 
 def plans(program: Any) -> list[Plan]:
