@@ -27,7 +27,7 @@
 
     python benchmarks/profile_kernels.py [--repeat 3] [--shapes 256x256x512 512x512x512]
         [--softmax-rows 64 4096] [--triton-rows 64 1024] [--rows 64] [--only OP] [--skip-library]
-        [--skip-overhead] [--skip-library-check] [--skip-ratios]
+        [--skip-overhead] [--skip-library-check] [--skip-ratios] [--ratios-only]
 
     python benchmarks/profile_kernels.py --smoke   # CI: softmax only, one 128x128x64 GEMM, one repeat
 
@@ -464,6 +464,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--skip-ratios", action="store_true",
                     help="skip part 4 (its library rows also go with --skip-library-check, its softmax launches "
                          "with --skip-overhead)")
+    ap.add_argument("--ratios-only", action="store_true",
+                    help="part 4 alone: every library row, examples/softmax.py and Triton's softmax")
     args = ap.parse_args(argv)
     if args.smoke:
         args.only = args.only or "softmax"
@@ -472,13 +474,17 @@ def main(argv: list[str] | None = None) -> None:
         args.shapes = [(128, 128, 64)] if args.smoke else [(256, 256, 512), (512, 512, 512)]
     if args.softmax_rows is None:
         args.softmax_rows = [8] if args.smoke else [64, 4096]
+    if args.triton_rows is None:
+        args.triton_rows = [8] if args.smoke else [64, 1024]
+    if args.ratios_only:
+        checker_ratios(args.repeat, args.only, args.rows, args.softmax_rows, args.triton_rows,
+                       [80] if args.smoke else [80, 90, 100])
+        return
     if not args.skip_library:
         profile_library(args.only, args.rows)
     if not args.skip_overhead:
         overhead(args.shapes, args.repeat)
         overhead_softmax(args.softmax_rows, args.repeat)
-    if args.triton_rows is None:
-        args.triton_rows = [8] if args.smoke else [64, 1024]
     if not args.skip_library_check:
         check_cost_library(args.repeat, args.only, args.rows)
     if not args.skip_ratios and not (args.skip_library_check and args.skip_overhead):

@@ -78,6 +78,7 @@ class Counter(Observer):
         self.active = [0] * n
         self.counts: list[LineCounts | None] = [None] * n
         self.kinds = _kinds(program)
+        self.guards = [None if ins is None else ins.guard for ins in program.code]
         self.pending: list[tuple] = []
         self.pc = -1
         self.tensor_flops: dict[str, int] = {}       # element type -> FLOPs
@@ -101,15 +102,25 @@ class Counter(Observer):
             warps = 1 + int(np.count_nonzero(w[1:] != w[:-1])) if n else 0
         self.executions[pc] += warps
         self.lanes[pc] += n
-        ins = self.m.program.code[pc]
-        taken = threads
-        if ins.guard is not None and n:
-            g = self.m.regs.get(ins.guard.register.name)
-            if g is not None:
-                g = (g if n == self.nthreads else g[threads]).astype(bool)
-                taken = threads[~g if ins.guard.negated else g]
-        self.active[pc] += len(taken)
+        guard = self.guards[pc]
         kind = self.kinds[pc]
+        if guard is None or not n:
+            self.active[pc] += n
+            if kind.flops_per_issue is not None and n:
+                self._tensor(pc, kind, threads)
+            return
+        g = self.m.regs.get(guard.register.name)
+        if g is None:
+            self.active[pc] += n
+            taken = threads
+        else:
+            g = g if n == self.nthreads else g[threads]
+            on = int(np.count_nonzero(g))              # (counted, not gathered: the common case)
+            self.active[pc] += n - on if guard.negated else on
+            if kind.flops_per_issue is None:
+                return
+            g = g.astype(bool)
+            taken = threads[~g if guard.negated else g]
         if kind.flops_per_issue is not None and len(taken):
             self._tensor(pc, kind, taken)
 

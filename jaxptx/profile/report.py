@@ -182,6 +182,10 @@ def _where(program: Any, module: ir.Module) -> list[tuple[int | None, str, str |
     return out
 
 
+_NO_COUNTS = {**dict.fromkeys(FIELDS, 0), "width": 0}
+"""A line's counts when it made no memory or tensor accesses."""
+
+
 def build(c: Any, findings: list | None) -> Profile:
     """The :class:`Profile` of a finished counter (:class:`.counters.Counter`)."""
     m = c.m
@@ -200,11 +204,13 @@ def build(c: Any, findings: list | None) -> Profile:
         entry = {"line": where[pc][0], "instruction": where[pc][1], "source": where[pc][2], "class": kind.cls,
                  "executions": ex, "active_lanes": c.active[pc] / ex, "threads": c.lanes[pc],
                  "predicated_on": c.active[pc]}
-        for f in FIELDS:
-            v = getattr(counts, f) if counts is not None else 0
-            entry[f] = v
-            total[f] += v
-        entry["width"] = counts.width if counts is not None else 0
+        if counts is None:                  # (most lines: no memory or tensor counts)
+            entry.update(_NO_COUNTS)
+        else:
+            values = vars(counts)           # the fields and the width
+            entry.update(values)
+            for f in FIELDS:
+                total[f] += values[f]
         if pc in c.unknown:
             entry["tensor_flops_unknown"] = c.unknown[pc]
         _ratios(entry)

@@ -83,6 +83,25 @@ def _distinct(keys: np.ndarray) -> np.ndarray:
     return s[_changes(s)]
 
 
+def _distinct_words(keys: np.ndarray, words: int) -> np.ndarray:
+    """:func:`_distinct` of ``(phase group) << 20 | word`` keys (``words``
+    4-byte words of shared memory per CTA): by marks in a bitmap of (group,
+    word) when the groups span few enough words, which needs no sort when
+    the keys do not come in order (lanes of a warp reading a few words in
+    turn)."""
+    if len(keys) < 2 or _ascending(keys):
+        return _distinct(keys)
+    group = keys >> 20
+    lo, hi = int(group.min()), int(group.max())
+    span = (hi - lo + 1) * words
+    if words == 0 or span > 4 * len(keys):
+        return _distinct(keys)
+    marks = np.zeros(span, dtype=bool)
+    marks[(group - lo) * words + (keys & ((1 << 20) - 1))] = True
+    at = np.flatnonzero(marks)
+    return ((at // words + lo) << 20) | (at % words)
+
+
 def _ascending(keys: np.ndarray) -> bool:
     """Whether ``keys`` never decrease (one sequential pass)."""
     return len(keys) < 2 or bool((keys[1:] >= keys[:-1]).all())
@@ -136,7 +155,70 @@ def count(c: Any, pc: int, line: LineCounts, records: list[tuple]) -> None:
         line.local_bytes += sum(len(r[2]) * r[3] for r in loc)
 
 
+def _as_int64(off: np.ndarray) -> np.ndarray:
+    """Byte offsets as int64 (offsets below 2**63 are the same numbers
+    viewed as int64: no conversion pass)."""
+    off = np.asarray(off)
+    if off.dtype == np.uint64:
+        return off.view(np.int64)
+    return off if off.dtype == np.int64 else off.astype(np.int64)
+
+
+def _sectors(off: np.ndarray) -> np.ndarray:
+    """The 32-byte sector of each byte offset, as int64."""
+    return _as_int64(off) >> 5
+
+
+def _global_one(c: Any, line: LineCounts, buf: np.ndarray, off: np.ndarray, thr: np.ndarray,
+                width: int) -> bool:
+    """:func:`_global` for one gather or scatter whose sectors never
+    decrease (threads always come ascending): requests, bytes and sectors
+    from counts of changes, the warps' runs found arithmetically when the
+    threads are consecutive, the buffer's touched sectors marked as one
+    range when they are one. Returns False, counting nothing, when the
+    sectors do not come in order (then :func:`_global` sorts)."""
+    n = len(thr)
+    if c._warp_shift is None or n < 2:
+        return False
+    sec = _sectors(off)
+    if not bool((sec[1:] >= sec[:-1]).all()):
+        return False
+    sec_step = sec[1:] != sec[:-1]
+    changes = int(np.count_nonzero(sec_step))
+    t0 = int(thr[0])
+    if int(thr[-1]) - t0 == n - 1:                 # consecutive threads: warps are runs of 32 from t0
+        bounds = np.arange(32 - (t0 & 31), n, 32)  # the first position of each warp after the first
+        per_warp = np.diff(np.r_[0, bounds, n])
+    else:
+        w = thr >> 5
+        bounds = np.flatnonzero(w[1:] != w[:-1]) + 1
+        per_warp = np.diff(np.r_[0, bounds, n])
+    # (warp, sector) keys change where the sector does, and where the warp does in mid-sector
+    distinct = 1 + changes + int(np.count_nonzero(~sec_step[bounds - 1])) if len(bounds) else 1 + changes
+    per_warp = per_warp * width
+    line.global_requests += len(per_warp)
+    line.global_sectors += distinct
+    line.global_ideal_sectors += int(((per_warp + 31) // 32).sum())
+    line.global_bytes += n * width
+    lo, hi = int(sec[0]), int(sec[-1])
+    _touch(c, buf, slice(lo, hi + 1) if hi - lo == changes else sec)
+    return True
+
+
+def _touch(c: Any, buf: np.ndarray, sectors: np.ndarray | slice) -> None:
+    """Mark ``sectors`` (or a range of them) of global buffer ``buf`` as touched."""
+    k = c.buffer_id(buf)
+    touched = c.touched.get(k)
+    if touched is None:
+        touched = c.touched[k] = np.zeros(-(-len(buf) // 32), dtype=bool)
+    touched[sectors] = True
+
+
 def _global(c: Any, line: LineCounts, records: list[tuple]) -> None:
+    if len(records) == 1:
+        buf, off, thr, width, _ = records[0]
+        if _global_one(c, line, buf, off, thr, width):
+            return
     keys, warps, sizes = [], [], []
     for buf, off, thr, width, _ in records:
         w = c.warp_of(thr)
@@ -170,14 +252,18 @@ def _shared(c: Any, pc: int, line: LineCounts, records: list[tuple]) -> None:
     ntid = c.ntid
     for _, off, thr, each, _ in records:
         w = c.warp_of(thr)
-        lane = (thr & 31) if ntid % 32 == 0 else (thr % ntid) % 32
-        word = (np.asarray(off, dtype=np.int64) % size) >> 2
-        key = ((w * phases + lane // per_phase) << 20) | word
+        off = _as_int64(off)
+        word = (off & (size - 1) if size & (size - 1) == 0 else off % size) >> 2
+        if phases == 1:             # (4-byte lanes or less: the phase is the warp)
+            key = (w << 20) | word
+        else:
+            lane = (thr & 31) if ntid % 32 == 0 else (thr % ntid) % 32
+            key = ((w * phases + lane // per_phase) << 20) | word
         if each > 4:            # an 8- or 16-byte element covers 2 or 4 words
             key = (key[:, None] + np.arange(each // 4)).reshape(-1)
         keys.append(key)
         warps.append(w)
-    u = _distinct(np.concatenate(keys) if len(keys) > 1 else keys[0])
+    u = _distinct_words(np.concatenate(keys) if len(keys) > 1 else keys[0], size >> 2)
     wp = u >> 20
     banked = np.sort((wp << 5) | (u & 31), kind="stable")
     starts = np.flatnonzero(_changes(banked))
@@ -204,7 +290,10 @@ def _sample(c: Any, records: list[tuple], width: int, per_phase: int, size: int)
     first = int(c.warp_of(records[0][2][:1])[0])
     lanes, offsets = [], []
     for _, off, thr, w, _ in records:
-        sel = c.warp_of(thr) == first
+        if c._warp_shift is not None:       # ascending threads: the warp's lanes are one block, found by bisection
+            sel = slice(*np.searchsorted(thr, [first << 5, (first + 1) << 5]).tolist())
+        else:
+            sel = c.warp_of(thr) == first
         t = thr[sel]
         o = np.asarray(off, dtype=np.int64)[sel] % size
         for b in (range(0, w, 4) if w >= 4 else (0,)):

@@ -91,7 +91,8 @@ CLOCK_THREAD = 12           # a thread's own clock entry (int32) and its row's i
 CHECK_SHARED = 38           # shadow records per shared byte (21-29 measured: 13, and 2 a warp slot in use) and checked
                             # tensor-core and copy steps' temporaries (3-13 measured)
 CHECK_CLUSTER = 7           # distributed-shared-memory records per shared byte
-CHECK_GLOBAL = 10           # shadow records or read log per global byte (7-25 measured; 10 balances them)
+CHECK_GLOBAL = 8            # shadow records or read log per global byte (7-25 measured; 8 balances them since
+                            # a write-only buffer keeps no read tags)
 
 _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _BYTES = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:I?B)?", re.IGNORECASE)

@@ -282,9 +282,10 @@ def _by_thread(idx: np.ndarray, th: np.ndarray) -> list[tuple[int, np.ndarray]]:
     first appearance; per-byte thread arrays hold each thread in one run."""
     if len(th) == 0:
         return []
+    if th[0] == th[-1] and (th == th[0]).all():         # (one issuing thread: the usual case)
+        return [(int(th[0]), idx)]
     cut = np.flatnonzero(th[1:] != th[:-1]) + 1
-    starts = np.r_[0, cut]
-    firsts = th[starts]
-    if len(np.unique(firsts)) == len(firsts):
+    firsts = th[np.concatenate(([0], cut))]
+    if len(set(firsts.tolist())) == len(firsts):
         return list(zip(firsts.tolist(), np.split(idx, cut)))
     return [(t, idx[th == t]) for t in dict.fromkeys(firsts.tolist())]

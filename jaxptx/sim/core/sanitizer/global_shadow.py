@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from .shadow import CellRecords
-from .values import pack_at, repeated
+from .values import increasing, pack_at, repeated
 
 __all__ = ["GlobalShadow"]
 
@@ -44,7 +44,7 @@ class GlobalShadow(CellRecords):
         super().__init__(n, ntid, grain)
         self.ntid = ntid
         self.w_cta = np.full(n, -1, dtype=np.int32)     # the last write's CTA
-        self.r_cta = np.full(n, -1, dtype=np.int32)     # the plain reads' since (-2: several)
+        self.r_cta: np.ndarray | None = None            # the plain reads' since (-2: several; made at the first)
         self.r_at = np.zeros(n, dtype=np.int64)         # the last of them: thread << 20 | pc
         self.w_epoch = np.zeros(n, dtype=np.int32) if epochs else None
         self.r_epoch = np.zeros(n, dtype=np.int32) if epochs else None
@@ -53,6 +53,7 @@ class GlobalShadow(CellRecords):
         # the CTA of the strong accesses of any scope in the atomics slots
         self.s_cta = self.s_at = self.a_cta = None
         self.scratch: np.ndarray | None = None           # for repeats()
+        self.read_any = False         # whether any read (plain or strong) was recorded (else no r_cta)
 
     def strong_records(self) -> None:
         """Make the records of strong accesses, if not yet made."""
@@ -68,7 +69,9 @@ class GlobalShadow(CellRecords):
 
     def repeats(self, idx: np.ndarray) -> bool:
         """Whether a cell appears twice in ``idx`` (two passes over a
-        scratch array, not a sort)."""
+        scratch array, not a sort; none for increasing cells)."""
+        if increasing(idx):
+            return False
         if self.scratch is None or len(self.scratch) != len(self.w_cta):
             self.scratch = np.zeros(len(self.w_cta), dtype=np.int64)
         return repeated(idx, self.scratch)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from .global_shadow import GlobalShadow
-from .values import (as_cells, bytes_of, cells, differ, first_differing_byte, fitting_grain, grain_of, pack_at,
-                     unpack_at)
+from .values import (as_cells, ascending, bytes_of, cells, differ, first_differing_byte, fitting_grain, grain_of,
+                     local_thread, pack_at, sort_order, unpack_at)
 
 __all__ = ["MemoryChecks", "READ_LOG_BYTES"]
 
@@ -34,8 +34,12 @@ class GlobalAccess:
     def __init__(self, key: int, buf: np.ndarray, shadow: GlobalShadow, idx: np.ndarray, th: np.ndarray,
                  ntid: int, new: np.ndarray | None, write: bool, atomic: bool, strong: bool, scoped: bool) -> None:
         self.key, self.buf, self.shadow, self.idx, self.th, self.new = key, buf, shadow, idx, th, new
-        self.cta = (th // ntid).astype(np.int32)
-        self.tid = th % ntid
+        if ntid & (ntid - 1) == 0:         # (a power of two: shifts and masks, not divisions)
+            self.cta = (th >> (ntid.bit_length() - 1)).astype(np.int32)
+            self.tid = th & (ntid - 1)
+        else:
+            self.cta = (th // ntid).astype(np.int32)
+            self.tid = th % ntid
         self.write, self.atomic, self.strong, self.scoped = write, atomic, strong, scoped
         self.w: np.ndarray | None = None      # each cell's last writing CTA, once gathered
         self.r: np.ndarray | None = None      # ... and reading CTA(s)
@@ -61,7 +65,7 @@ class MemoryChecks:
         """Local memory (reads of bytes never written) and global memory
         (conflicting accesses nothing orders, by threads of different CTAs
         or of one CTA) for ``threads``."""
-        off = np.asarray(off, dtype=np.int64)
+        given, off = off, np.asarray(off, dtype=np.int64)
         if buf is self.m.memory.local:
             self._local_access(off, threads, width, write)
             return
@@ -75,7 +79,8 @@ class MemoryChecks:
             self.node.access(self, buf, off, th, width, write, atomic, strong, release, acquire, values)
         if strong:
             self._location_sync(off, th, key + 1, write or atomic, not write or atomic, release, acquire)
-        if key in self._read_log and self._log_read(key, off, th, width, plain=not (write or strong)):
+        if key in self._read_log and self._log_read(key, off, th, width, plain=not (write or strong),
+                                                    owned=off is not given):
             return
         a = self._global_access(key, buf, off, th, width, write, atomic, strong, values)
         if strong and not a.scoped:
@@ -95,15 +100,17 @@ class MemoryChecks:
             self.report("uninitialised", f"read of uninitialised local memory at {self.at(int(threads[k]))}",
                         self.line(self.pc))
 
-    def _log_read(self, key: int, off: np.ndarray, th: np.ndarray, width: int, plain: bool) -> bool:
+    def _log_read(self, key: int, off: np.ndarray, th: np.ndarray, width: int, plain: bool,
+                  owned: bool = False) -> bool:
         """Plain reads of a buffer with nothing but plain reads so far have
         nothing to conflict with: they are kept as they came (with the
         readers' clocks), and recorded at the buffer's first other access
         or once they pass :data:`READ_LOG_BYTES`. Returns whether this
-        access is done with (kept, or recorded with the rest)."""
+        access is done with (kept, or recorded with the rest). ``owned``:
+        ``off`` is the sanitizer's own array (a conversion), kept uncopied."""
         log = self._read_log[key]
         if plain:
-            log.append((off.copy(), th.astype(np.int32), width, self.pc, self.fence_epoch.copy(), self.clocks.own(th)))
+            log.append((off if owned else off.copy(), th.astype(np.int32), width, self.pc, self.fence_epoch.copy(), self.clocks.own(th)))
             self._logged[key] += len(off) * width
             if self._logged[key] < READ_LOG_BYTES:
                 return True
@@ -165,7 +172,9 @@ class MemoryChecks:
         if g.w_epoch is not None:
             w_open &= ~self._published(w, g.w_epoch[idx])
         r_open = None
-        if a.write or a.strong:
+        if (a.write or a.strong) and not g.read_any:     # never read: no reads to conflict with
+            r_open = np.zeros(len(idx), dtype=bool)
+        elif a.write or a.strong:
             r = a.r = g.r_cta[idx]
             several = (r == -2) if not self.cta_sync else np.zeros(len(r), dtype=bool)   # readers not tracked one by one
             r_open = several | ((r >= 0) & (r != cta))
@@ -197,7 +206,7 @@ class MemoryChecks:
                 self._global_race("write" if a.write else "read", k, a.th, int(g.s_at[idx[k]]),
                                   "the atomic or strong access")
         clash = w_open
-        if a.write and a.new is not None and not self.strict:
+        if a.write and a.new is not None and not self.strict and clash.any():
             clash &= differ(a.old(), a.new)
         if a.write:
             self._same_step_writes(a)
@@ -215,22 +224,24 @@ class MemoryChecks:
         idx = a.idx
         if len(idx) < 2 or not a.shadow.repeats(idx):
             return
-        order = np.argsort(idx, kind="stable")
-        i, t, c = idx[order], a.th[order], a.cta[order]
+        order = sort_order(idx)
+        i, t, c = (idx, a.th, a.cta) if order is None else (idx[order], a.th[order], a.cta[order])
         dup = (i[1:] == i[:-1]) & (t[1:] != t[:-1])
         values_differ = a.new is not None and not self.strict
         if values_differ:
-            v = a.new[order]
+            v = a.new if order is None else a.new[order]
             dup &= differ(v[1:], v[:-1])
         across = dup & (c[1:] != c[:-1])
         if across.any():
             j = int(np.argmax(across))
-            self._global_race("write", int(order[j + 1]), a.th, int(pack_at(t[j], self.pc)), "the write")
+            k = j + 1 if order is None else int(order[j + 1])
+            self._global_race("write", k, a.th, int(pack_at(t[j], self.pc)), "the write")
         within = dup & ~across
         if within.any() and not a.scoped:
             j = int(np.argmax(within))
             byte = first_differing_byte(v[j], v[j + 1]) if values_differ else 0
-            self._cta_race(a, int(order[j + 1]), "write", int(t[j]), self.pc, byte)
+            k = j + 1 if order is None else int(order[j + 1])
+            self._cta_race(a, k, "write", int(t[j]), self.pc, byte)
 
     def _published(self, ctas: np.ndarray, epochs: np.ndarray) -> np.ndarray:
         """Whether each CTA has run a gpu-scope fence or release since the
@@ -318,7 +329,8 @@ class MemoryChecks:
                 g.s_cta[idx] = -1
                 g.a_cta[idx] = -1
             g.w_cta[idx] = cta
-            g.r_cta[idx] = -1
+            if g.read_any:
+                g.r_cta[idx] = -1
             if g.w_epoch is not None:
                 g.w_epoch[idx] = self.fence_epoch[cta]
             g.record_write(idx, a.tid, self.clocks.own(a.th), self.pc, strong=a.strong)
@@ -334,6 +346,9 @@ class MemoryChecks:
         A ``.cta``-scoped strong read is a read between CTAs and a strong
         access within its CTA."""
         cta = (th // self.ntid).astype(np.int32)
+        if not g.read_any:          # (a buffer only ever written needs no reader tags)
+            g.read_any = True
+            g.r_cta = np.full(len(g.w_cta), -1, dtype=np.int32)
         r = g.r_cta[idx]
         g.r_cta[idx] = np.where((r == -1) | (r == cta), cta, -2)
         g.r_at[idx] = pack_at(th, pc)
@@ -342,7 +357,7 @@ class MemoryChecks:
         if strong:
             self._record_strong_in_cta(g, idx, th, stamps)
         else:
-            g.record_read(idx, th % self.ntid, stamps, pc, knows)
+            g.record_read(idx, local_thread(th, self.ntid), stamps, pc, knows, ascending=ascending(th))
 
     def _record_strong_in_cta(self, g: GlobalShadow, idx: np.ndarray, th: np.ndarray, stamps: np.ndarray) -> None:
         cta = (th // self.ntid).astype(np.int32)

@@ -88,7 +88,10 @@ class Slots:
 
     def repeats(self, cells: np.ndarray) -> bool:
         """Whether a cell appears twice in ``cells`` (two passes over a
-        scratch array the size of the storage, not a sort)."""
+        scratch array the size of the storage, not a sort; none for
+        increasing cells)."""
+        if increasing(cells):
+            return False
         if self.scratch.size < self.store.size:
             self.scratch = np.zeros(self.store.size, dtype=np.int64)
         return repeated(cells, self.scratch)
@@ -110,6 +113,9 @@ class Slots:
             rows = self.row_of[slots]
             if isinstance(at, slice):
                 self.store[rows, at] = 0
+            elif len(rows) <= 8 or len(at) >= 4096:     # (row by row: no slots x bytes index to build)
+                for row in rows.tolist():
+                    self.store[row][at] = 0
             else:
                 self.store.reshape(-1)[(rows[:, None] * self.n + at).reshape(-1)] = 0
 
@@ -202,13 +208,15 @@ class CellRecords:
         ``tid`` stamped ``clock`` (``strong``: a strong store kept as the
         last write): the reads and atomics before it are forgotten. Returns
         the bytes as a range where they are one."""
+        if not isinstance(idx, slice):
+            idx, tid, clock = _last_of_runs(idx, tid, clock)
         at = idx if isinstance(idx, slice) else span(idx)
         self.w_tid[at] = tid
         self.w_clock[at] = clock
         self.w_pc[at] = pc
         self.w_atomic[at] = strong
         self.reads.clear(at, [s for s in self.reads.used if s < self.warps])
-        second = _bytes(at, np.flatnonzero(self.has2[at]))
+        second = _bytes(at, np.flatnonzero(self.has2[at])) if self.reads.used[-1:] >= [self.warps] else ()
         if len(second):
             self.reads.clear(second, [s for s in self.reads.used if s >= self.warps])
             self.has2[second] = False
@@ -216,13 +224,15 @@ class CellRecords:
         return at
 
     def record_read(self, idx: np.ndarray, tid: np.ndarray, clock: np.ndarray | np.int32, pc: int,
-                    knows=None) -> None:
+                    knows=None, ascending: bool = False) -> None:
         """Reads of bytes ``idx`` by CTA-local threads ``tid``: each takes its
         warp's slot; the read it displaces moves to the warp's second slot
         when the new reader did not come after it (``knows(rows, lanes)``:
         the new readers' clock entries, ``rows`` positions in ``idx``).
         Lanes of one warp reading a byte in the same instruction are
-        unordered: the last two keep both slots."""
+        unordered: the last two keep both slots. ``ascending``: the readers'
+        global threads never decrease along ``idx`` (the emulator's order),
+        so the readers of a byte come in lane order and nothing is sorted."""
         if len(idx) == 0:
             return
         if tid[0] == tid[-1] and (tid == tid[0]).all():
@@ -236,7 +246,11 @@ class CellRecords:
                 self._displace_at(cells, np.arange(len(idx)), idx, warp, tid, knows)
             self.reads.fill(cells, tid, clock, pc)
             return
-        if self._record_runs(cells, idx, warp, tid, clock, pc, knows):
+        # lanes reading one word in runs (a broadcast) go by runs; interleaved readers in lane order by scatters
+        if (cells[0] == cells[1] or not ascending) and self._record_runs(cells, idx, warp, tid, clock, pc, knows):
+            return
+        if ascending:
+            self._record_in_order(cells, idx, warp, tid, clock, pc, knows)
             return
         order = np.lexsort((tid, warp, idx))        # by byte, then warp, then lane
         i, w, t = idx[order], warp[order], tid[order]
@@ -249,6 +263,31 @@ class CellRecords:
             self._second(i[tie], w[tie], t[tie], clock[order[tie]], pc)
         self.reads.fill(cells[order[last]], t[last], clock[order[last]], pc)
 
+    def _record_in_order(self, cells: np.ndarray, idx: np.ndarray, warp: np.ndarray, tid: np.ndarray,
+                         clock: np.ndarray, pc: int, knows) -> None:
+        """:meth:`record_read` where the readers of each (warp, byte) come in
+        lane order, however interleaved (a warp's lanes reading a few words
+        in turn: a reduction's partial sums): the last and the one before it
+        are found by two scatters of positions into the scratch, not a sort
+        (a scatter keeps the last position written to each cell)."""
+        scratch = self.reads.scratch        # (sized by the repeats() test before)
+        pos = np.arange(len(cells))
+        scratch[cells] = pos
+        last_at = scratch[cells]
+        last = last_at == pos               # each (warp, byte)'s last reader
+        if knows is not None:
+            self._displace_at(cells, pos, idx, warp, tid, knows)
+        rest = np.flatnonzero(~last)
+        if len(rest):
+            held = cells[rest]
+            scratch[held] = rest
+            before = rest[scratch[held] == rest]            # the reader just before each last
+            tie = before[tid[before] != tid[last_at[before]]]
+            if len(tie):
+                self._second(idx[tie], warp[tie], tid[tie], clock[tie], pc)
+        ends = np.flatnonzero(last)
+        self.reads.fill(cells[ends], tid[ends], clock[ends], pc)
+
     def _record_runs(self, cells: np.ndarray, idx: np.ndarray, warp: np.ndarray, tid: np.ndarray,
                      clock: np.ndarray, pc: int, knows) -> bool:
         """:meth:`record_read` where each (warp, byte)'s readers come in one
@@ -258,7 +297,7 @@ class CellRecords:
         readers do not come so."""
         change = cells[1:] != cells[:-1]
         ends = np.flatnonzero(np.r_[change, True])            # each run's last reader
-        if not ((tid[1:] > tid[:-1]) | change).all() or len(np.unique(cells[ends])) != len(ends):
+        if not ((tid[1:] > tid[:-1]) | change).all() or self.reads.repeats(cells[ends]):
             return False
         if knows is not None:       # (order does not matter: a displaced record is the same for a whole run)
             self._displace_at(cells, np.arange(len(idx)), idx, warp, tid, knows)
@@ -391,6 +430,20 @@ def as_range(idx: np.ndarray, scratch: np.ndarray) -> np.ndarray | slice:
     if hi - lo + 1 != n:
         return idx
     return idx if repeated(idx, scratch) else slice(lo, hi + 1)
+
+
+def _last_of_runs(idx: np.ndarray, tid, clock) -> tuple:
+    """A write's bytes (and per-byte ``tid``, ``clock``) reduced to the
+    last write of each run of one byte (the lanes of a warp storing to one
+    word): the same records, since a scatter keeps the last value written
+    to a byte, scattered once per run instead of once per lane."""
+    if len(idx) < 2:
+        return idx, tid, clock
+    change = idx[1:] != idx[:-1]
+    if change.all():
+        return idx, tid, clock
+    ends = np.flatnonzero(np.r_[change, True])
+    return (idx[ends], tid[ends] if np.ndim(tid) else tid, clock[ends] if np.ndim(clock) else clock)
 
 
 def span(idx: np.ndarray) -> np.ndarray | slice:

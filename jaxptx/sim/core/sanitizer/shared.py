@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from .shadow import CP_ASYNC, TMA
-from .values import (ASYNC_READERS, as_cells, bytes_of, cells, differ, first_differing_byte, fitting_grain,
-                     pack_at, unpack_at)
+from .values import (ASYNC_READERS, as_cells, ascending, bytes_of, cells, differ, first_differing_byte, fitting_grain,
+                     local_thread, pack_at, sort_order, unpack_at)
 
 __all__ = ["SharedChecks"]
 
@@ -119,21 +119,59 @@ class SharedChecks:
     def _knows(self, th: np.ndarray):
         return lambda rows, others: self.clocks.knows(th[rows], others)
 
+    def _representatives(self, idx: np.ndarray, th: np.ndarray, cell_values: np.ndarray | None) -> np.ndarray | None:
+        """The positions of an access that decide its checks when it comes
+        in runs of one cell (lanes of a warp storing or reading one word),
+        or None: each run's first two accessors, when the bytes never
+        decrease, the threads of each run are distinct and increasing,
+        share one clock row and store one value. A check against the records
+        then differs between a run's accessors only by whether the record is
+        the accessor's own, so the first accessor it fails for is the run's
+        first or second, as over every accessor."""
+        n = len(idx)
+        if n < 4 or self.reader is not None:
+            return None
+        change = idx[1:] != idx[:-1]
+        runs = int(np.count_nonzero(change)) + 1
+        if 2 * runs > n or not ascending(idx) or not ((th[1:] > th[:-1]) | change).all():
+            return None
+        rows = self.clocks.row_of[th]
+        if not ((rows[1:] == rows[:-1]) | change).all():
+            return None
+        if cell_values is not None and (differ(cell_values[1:], cell_values[:-1]) & ~change).any():
+            return None
+        start = np.flatnonzero(np.r_[True, change])
+        keep = np.zeros(n, dtype=bool)
+        keep[start] = True
+        keep[start[np.diff(np.r_[start, n]) >= 2] + 1] = True
+        return np.flatnonzero(keep)
+
     def _read(self, idx: np.ndarray, th: np.ndarray) -> None:
         sh = self.shadow
+        every_idx, every_th = idx, th
+        sel = self._representatives(idx, th, None)
+        if sel is not None:
+            idx, th = idx[sel], th[sel]
         self._check_init(idx, th, "read of")
         self._check_pending(idx, th, "read")
-        tid = th % self.ntid
+        tid = local_thread(th, self.ntid)
         self._unordered_write(idx, th, tid, "read")
         slot = sh.unordered_atomics(idx, tid, self._knows(th))
         if (slot >= 0).any():
             k = int(np.argmax(slot >= 0))
             self._race("read", idx[k], th[k], "atomic", *sh.atomic_access(int(idx[k]), int(slot[k])))
-        sh.record_read(idx, tid, self.clocks.own(th), self.pc, self._knows(th))
+        idx, th = every_idx, every_th
+        sh.record_read(idx, local_thread(th, self.ntid), self.clocks.own(th), self.pc, self._knows(th),
+                       ascending=ascending(th))
 
     def _write(self, idx: np.ndarray, th: np.ndarray, cell_values: np.ndarray | None) -> None:
         sh = self.shadow
-        tid = th % self.ntid
+        every_idx, every_th = idx, th
+        sel = self._representatives(idx, th, cell_values)
+        if sel is not None:
+            idx, th = idx[sel], th[sel]
+            cell_values = None if cell_values is None else cell_values[sel]
+        tid = local_thread(th, self.ntid)
         same = None
         if cell_values is not None and not self.strict:
             same = ~differ(self._memory_cells(idx), cell_values) & sh.init[idx]
@@ -149,18 +187,18 @@ class SharedChecks:
             k = int(np.argmax(slot >= 0))
             self._race("write", idx[k], th[k], "atomic", *sh.atomic_access(int(idx[k]), int(slot[k])))
         self._same_step_conflicts(idx, th, cell_values)
-        sh.record_write(idx, tid, self.clocks.own(th), self.pc)
+        sh.record_write(every_idx, local_thread(every_th, self.ntid), self.clocks.own(every_th), self.pc)
 
     def _same_step_conflicts(self, idx: np.ndarray, th: np.ndarray, cell_values: np.ndarray | None) -> None:
         """Several threads writing one byte in the same instruction (with
         different values, unless strict)."""
         if len(idx) < 2:
             return
-        order = np.argsort(idx, kind="stable")
-        i, t = idx[order], th[order]
+        order = sort_order(idx)
+        i, t = (idx, th) if order is None else (idx[order], th[order])
         dup = (i[1:] == i[:-1]) & (t[1:] != t[:-1])
         if cell_values is not None and not self.strict:
-            v = cell_values[order]
+            v = cell_values if order is None else cell_values[order]
             dup &= differ(v[1:], v[:-1])
         if dup.any():
             k = int(np.argmax(dup))
@@ -176,7 +214,7 @@ class SharedChecks:
             self._check_init(idx, th, "atomic on")
         if writes:
             sh.init[idx] = True
-        tid = th % self.ntid
+        tid = local_thread(th, self.ntid)
         self._unordered_write(idx, th, tid, "atomic on", ~sh.w_atomic[idx])
         self._check_in_flight(idx, th, "atomic on")
         slot = sh.unordered_reads(idx, tid, self._knows(th))

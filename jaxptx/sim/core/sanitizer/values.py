@@ -8,7 +8,7 @@ from .... import ir
 from ....isa import UNITS
 
 __all__ = ["ASYNC_READERS", "ASYNC_RESULTS", "MASKED", "SCOPES", "register_move", "bits_of", "bytes_of",
-           "pack_at", "unpack_at", "distinct", "increasing", "repeated", "orders_ctas", "remote_mbarrier", "GRAIN",
+           "pack_at", "unpack_at", "distinct", "increasing", "ascending", "sort_order", "repeated", "local_thread", "orders_ctas", "remote_mbarrier", "GRAIN",
            "grain_of", "fitting_grain", "cells", "expand", "as_cells", "differ", "first_differing_byte"]
 
 # From the instruction table (jaxptx.isa.UNITS), by emulator operation:
@@ -69,7 +69,7 @@ def cells(offsets: np.ndarray, width: int, grain: int) -> np.ndarray:
     """The cells ``width``-byte accesses at byte ``offsets`` cover (each a
     whole number of cells), flattened access by access."""
     per = width // grain
-    first = offsets // grain
+    first = offsets >> (grain.bit_length() - 1)         # (grains are powers of two: a shift, not a division)
     return first if per == 1 else (first[:, None] + np.arange(per)).ravel()
 
 
@@ -126,6 +126,23 @@ def increasing(idx: np.ndarray) -> bool:
     sequential pass, the common answer for the accesses of a warp-ordered
     thread set."""
     return len(idx) < 2 or bool((idx[1:] > idx[:-1]).all())
+
+
+def local_thread(th: np.ndarray, ntid: int) -> np.ndarray:
+    """CTA-local thread indices of global threads ``th`` (a mask when the
+    CTA's size is a power of two, not a division)."""
+    return th & (ntid - 1) if ntid & (ntid - 1) == 0 else th % ntid
+
+
+def ascending(values: np.ndarray) -> bool:
+    """Whether ``values`` never decrease (one sequential pass)."""
+    return len(values) < 2 or bool((values[1:] >= values[:-1]).all())
+
+
+def sort_order(idx: np.ndarray) -> np.ndarray | None:
+    """A stable sorting order of ``idx``, or None when it is sorted already
+    (the accesses of ascending threads to ascending or shared words)."""
+    return None if ascending(idx) else np.argsort(idx, kind="stable")
 
 
 def repeated(idx: np.ndarray, scratch: np.ndarray) -> bool:
