@@ -321,7 +321,7 @@ def _run_staged(call: _Call, inputs: Sequence[memoryview], outputs: Sequence[mem
         check = sim.check_mode()      # explicit here: "all" raises below rather than returning
         findings = device.launch(call.module, staged.params, kernel=call.entry,
                                  launch=call.shape, check=check)
-        if not any(owner == "module" for owner in device._owners):
+        if not device.holds_module_globals:
             call.staged[0] = staged
         if findings:
             raise sim.SanitizerError(f"{len(findings)} sanitizer findings:\n" +

@@ -58,6 +58,12 @@ class DeviceMemory:
         read them, do not resize them)."""
         return self._buffers
 
+    @property
+    def holds_module_globals(self) -> bool:
+        """Whether a loaded module's ``.global`` variables live in this
+        device's memory (their values carry over from launch to launch)."""
+        return "module" in self._owners
+
     def alias(self, address: int, target: int) -> None:
         """Make the allocation at ``address`` share the memory of the one at
         ``target`` (both of this device, whole allocations of one size): what

@@ -257,7 +257,9 @@ def test_module_globals_persist_and_have_addresses() -> None:
     ptxas(text, "sm_90a")
     dev = Device()
     out = dev.alloc(4)
+    assert not dev.holds_module_globals
     dev.launch(text, [out])
+    assert dev.holds_module_globals
     dev.launch(text, [out])
     assert dev.read(out, 4) == struct.pack("<I", 42)
     counter = dev.global_address(text, "counter")
