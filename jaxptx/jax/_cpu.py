@@ -202,32 +202,12 @@ def _parsed(kernel_id: int, text: bytes) -> ir.Module:
 
 
 class _Launch:
-    """What one launch of a call needs beside its buffers."""
+    """What one launch of a call needs beside its buffers (what a capture records)."""
 
     def __init__(self, module: ir.Module, entry: str, shape: Launch, scalars: list[bytes],
                  maps: Sequence[sim.ArgTensorMap]) -> None:
         self.module, self.entry, self.shape = module, entry, shape
         self.scalars, self.maps = scalars, maps
-
-    def run(self, buffers: list[np.ndarray], params: list[int]) -> tuple[list[bytes], list[np.ndarray]]:
-        """Launch on a fresh device holding ``buffers`` (one per distinct
-        XLA buffer; ``params[i]`` is the buffer of pointer parameter i);
-        return each buffer's bytes afterwards, and which of them the
-        launch wrote (stores, copies and atomics)."""
-        device = sim.Device()
-        addresses = [device.to_device(b) for b in buffers]
-        device.track_stores()
-        pointers = [addresses[b] for b in params]
-        maps = [m.encode(pointers[m.arg]) for m in self.maps]
-        check = sim.check_mode()      # explicit here: "all" raises below rather than returning
-        with _LAUNCH_LOCK, capture.suppressed():        # the handler records the call itself
-            findings = device.launch(self.module, [*pointers, *self.scalars, *maps], kernel=self.entry,
-                                     launch=self.shape, check=check)
-        if findings:
-            raise sim.SanitizerError(f"{len(findings)} sanitizer findings:\n" +
-                                     "\n".join(f.message for f in findings), findings)
-        return ([device.read(a, b.nbytes) for a, b in zip(addresses, buffers)],
-                [device.written(a, b.nbytes) for a, b in zip(addresses, buffers)])
 
 
 class _Layout(NamedTuple):
@@ -350,7 +330,7 @@ class _Ran(NamedTuple):
     params: list[int]
 
 
-def _run_checked(launch: _Launch | _peer_cpu.PeerLaunch, inputs: Sequence[memoryview], outputs: Sequence[memoryview],
+def _run_checked(launch: _peer_cpu.PeerLaunch, inputs: Sequence[memoryview], outputs: Sequence[memoryview],
                  output_types: Sequence[BufferType], allow_unwritten: int, kernel: str,
                  names: Sequence[str | None]) -> _Ran:
     """Run the launch, write the outputs in place, and report unwritten bytes."""
