@@ -387,10 +387,11 @@ class Memory:
         hook = self.on_access
         return hook is not None and (kind != LOAD or getattr(hook, "hears_loads", True))
 
-    def _flat(self, space: str, addr: np.ndarray, threads: np.ndarray, total: int,
-              offset: int = 0) -> tuple[np.ndarray, np.ndarray] | None:
-        """``(buffer, index)`` of an access of ``total`` bytes a thread (a
-        power of two) at ``addr + offset`` when the fast paths are on and
+    def _flat(self, space: str, addr: np.ndarray, threads: np.ndarray, width: int, count: int,
+              offset: int = 0) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """``(buffer, index, total)`` of an access of ``count`` elements of
+        ``width`` bytes a thread (``total`` bytes: 1, 2, 4 or 8 bytes a
+        vector, or one 16-byte element) at ``addr + offset`` when the fast paths are on and
         every address lies in one global buffer or, for every thread of the
         grid in order, in each thread's own shared window, in bounds and
         aligned to ``total``: ``index`` counts ``total``-byte units of the
@@ -398,6 +399,9 @@ class Memory:
         access). ``None`` otherwise, and then the general path
         (:meth:`_resolve`) decides, faults included: this path only takes
         accesses on which the general one cannot fault."""
+        if width not in (1, 2, 4, 8) and not (width == 16 and count == 1):
+            return None
+        total = width * count
         if not len(addr) or not fastpaths.on() or _uniform(addr):
             return None
         addr = addr.astype(np.uint64, copy=False)
@@ -439,7 +443,7 @@ class Memory:
         if buf is self.shared:
             index += self._cta_base()
         index >>= shift
-        return buf, index
+        return buf, index, total
 
     def _everyone(self, threads: np.ndarray) -> bool:
         """:func:`_every_thread` for the grid, remembering the last array
@@ -464,13 +468,10 @@ class Memory:
         (no fresh pages a step), so the caller must copy what it keeps
         before then. ``offset``: added to every address (``[%rd + 16]``),
         folded into the index arithmetic."""
-        if width not in (1, 2, 4, 8) and not (width == 16 and count == 1):
-            return None
-        total = width * count
-        flat = self._flat(space, addr, threads, total, offset)
+        flat = self._flat(space, addr, threads, width, count, offset)
         if flat is None:
             return None
-        buf, index = flat
+        buf, index, total = flat
         if self.hears(LOAD):
             # The events of load(): byte offsets (fresh arrays; the hook may
             # keep them, or reach the memory and reuse its scratch index).
@@ -503,13 +504,10 @@ class Memory:
         hook hears each element's store just before it is written, with
         the arguments :meth:`store` gives it, so stores go element by
         element then (still one bounds check for the vector)."""
-        if width not in (1, 2, 4, 8) and not (width == 16 and count == 1):
-            return False
-        total = width * count
-        flat = self._flat(space, addr, threads, total, offset)
+        flat = self._flat(space, addr, threads, width, count, offset)
         if flat is None:
             return False
-        buf, index = flat
+        buf, index, total = flat
         hook = self.on_access
         if hook is not None:
             # The events of store(): byte offsets (fresh arrays) and contiguous values.
